@@ -1,0 +1,150 @@
+// The client's resilience policies (DESIGN.md, "Retries"): retry, backoff, idempotency, the retry
+// budget, and the injectable clock, sleeper and observer. Each policy is a small class; Client keeps
+// its own clone of the prototype given in ClientOptions.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "hf3fs_meta/error.hpp"
+#include "hf3fs_meta/types.hpp"
+
+namespace hf3fs_meta {
+
+// How many attempts a call may make, and how long the whole call may take.
+class RetryPolicy {
+ public:
+  virtual ~RetryPolicy() = default;
+  virtual std::unique_ptr<RetryPolicy> clone() const = 0;
+  virtual int max_attempts() const = 0;
+  virtual std::chrono::milliseconds deadline() const = 0;
+};
+
+// Default: 4 attempts within 10 s.
+class LimitedAttemptsRetryPolicy final : public RetryPolicy {
+ public:
+  explicit LimitedAttemptsRetryPolicy(int max_attempts = 4,
+                                      std::chrono::milliseconds deadline = std::chrono::seconds(10));
+  std::unique_ptr<RetryPolicy> clone() const override;
+  int max_attempts() const override { return max_attempts_; }
+  std::chrono::milliseconds deadline() const override { return deadline_; }
+
+ private:
+  int max_attempts_;
+  std::chrono::milliseconds deadline_;
+};
+
+// How long to wait before the n-th retry (n >= 1).
+class BackoffPolicy {
+ public:
+  virtual ~BackoffPolicy() = default;
+  virtual std::unique_ptr<BackoffPolicy> clone() const = 0;
+  // `uniform01` is a number drawn uniformly from [0, 1), so tests can pin it.
+  virtual std::chrono::nanoseconds delay(int retry, double uniform01) const = 0;
+};
+
+// Default: full jitter, uniform(0, min(cap, initial * 2^(n-1))), initial 50 ms, cap 2 s.
+class ExponentialBackoffPolicy final : public BackoffPolicy {
+ public:
+  explicit ExponentialBackoffPolicy(std::chrono::milliseconds initial = std::chrono::milliseconds(50),
+                                    std::chrono::milliseconds cap = std::chrono::seconds(2));
+  std::unique_ptr<BackoffPolicy> clone() const override;
+  std::chrono::nanoseconds delay(int retry, double uniform01) const override;
+  std::chrono::nanoseconds ceiling(int retry) const;  // the upper bound of the n-th delay
+
+ private:
+  std::chrono::milliseconds initial_;
+  std::chrono::milliseconds cap_;
+};
+
+// Which calls may be repeated after an ambiguous failure (the request may have been applied).
+struct RepeatQuery {
+  Operation operation = Operation::raw;
+  bool has_releases = false;  // confirm_write with pages_to_release
+  bool server_dedups = false; // the server answered X-Request-Id-Dedup: 1
+};
+class IdempotencyPolicy {
+ public:
+  virtual ~IdempotencyPolicy() = default;
+  virtual std::unique_ptr<IdempotencyPolicy> clone() const = 0;
+  virtual bool safe_to_repeat(const RepeatQuery& query) const = 0;
+};
+
+// Default: initialize, batch_exists, get_locations and confirm_write without releases are safe;
+// allocate only with `repeat_allocate` or a deduplicating server; clear, raw and a releasing
+// confirm_write never.
+class DefaultIdempotencyPolicy final : public IdempotencyPolicy {
+ public:
+  explicit DefaultIdempotencyPolicy(bool repeat_allocate = false) : repeat_allocate_(repeat_allocate) {}
+  std::unique_ptr<IdempotencyPolicy> clone() const override;
+  bool safe_to_repeat(const RepeatQuery& query) const override;
+
+ private:
+  bool repeat_allocate_;
+};
+
+// gRPC A6 retry throttling, per client.
+struct RetryBudgetOptions {
+  double max_tokens = 10.0;
+  double failure_cost = 1.0;   // a retryable failure takes this
+  double success_refund = 0.1; // a success gives this back
+  // Retries stop while tokens <= max_tokens / 2.
+};
+
+class Clock {
+ public:
+  virtual ~Clock() = default;
+  virtual std::chrono::steady_clock::time_point now() = 0;
+};
+
+class Sleeper {
+ public:
+  virtual ~Sleeper() = default;
+  virtual void sleep_for(std::chrono::nanoseconds duration) = 0;
+};
+
+struct AttemptEvent {
+  std::string_view request_id;
+  Operation operation;
+  int attempt;  // 1-based
+};
+struct RetryEvent {
+  std::string_view request_id;
+  Operation operation;
+  int attempt;  // the attempt that failed
+  std::chrono::nanoseconds delay;
+  const Error& error;  // why
+};
+struct ReinitializeEvent {
+  std::string_view request_id;
+  Operation operation;
+  Rank rank;
+};
+struct GiveUpEvent {
+  std::string_view request_id;
+  Operation operation;
+  const Error& error;  // the final error; error.stop_reason says why
+};
+struct SuccessEvent {
+  std::string_view request_id;
+  Operation operation;
+  int attempts;
+  bool reinitialized;
+};
+
+// Sees every attempt, retry, re-initialization and give-up of every call. Called on the calling
+// thread; must be thread-safe when the client is shared.
+class ClientObserver {
+ public:
+  virtual ~ClientObserver() = default;
+  virtual void on_attempt(const AttemptEvent&) {}
+  virtual void on_retry(const RetryEvent&) {}
+  virtual void on_reinitialize(const ReinitializeEvent&) {}
+  virtual void on_give_up(const GiveUpEvent&) {}
+  virtual void on_success(const SuccessEvent&) {}
+};
+
+}  // namespace hf3fs_meta

@@ -1,0 +1,105 @@
+// The wire codec of the HF3FS metadata protocol (PROTOCOL.md), shared by the client and the server
+// so that the two cannot drift: request and response bodies <-> typed values, and the parser of
+// FastAPI error details. RapidJSON stays inside the implementation.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <boost/outcome/result.hpp>
+
+#include "hf3fs_meta/error.hpp"
+#include "hf3fs_meta/types.hpp"
+
+namespace hf3fs_meta::protocol {
+
+inline constexpr std::string_view kAllocatePath = "/keys/batch_allocate";
+inline constexpr std::string_view kConfirmWritePath = "/keys/confirm_write";
+inline constexpr std::string_view kBatchExistsPath = "/keys/batch_exists";
+inline constexpr std::string_view kGetLocationsPath = "/keys/get_locations";
+inline constexpr std::string_view kClearPath = "/clear";
+std::string initialize_path(Rank rank);  // "/rank/3/initialize"
+
+// A decoder's failure: what is wrong, naming the field and index.
+struct DecodeError {
+  std::string message;
+};
+template <class T>
+using Decoded = boost::outcome_v2::result<T, DecodeError, boost::outcome_v2::policy::terminate>;
+
+// ---- Client side: request encoders (compact JSON, as vLLM's client sends it) ----
+std::string encode_initialize_request(std::int64_t num_pages, Role role);
+std::string encode_allocate_request(Rank rank, std::span<const BlockKey> keys);
+std::string encode_confirm_write_request(Rank rank, std::span<const Confirmation> confirmations,
+                                         std::span<const Page> pages_to_release);
+std::string encode_batch_exists_request(std::span<const std::string> keys);
+std::string encode_get_locations_request(Rank rank, std::span<const std::string> keys);
+
+// ---- Client side: success decoders, checking the answer against what was sent ----
+Decoded<std::string> decode_initialize_response(std::string_view body);  // the "message"
+// Results in request order, one per sent key, each naming the key sent at that index.
+Decoded<std::vector<Allocation>> decode_allocate_response(std::string_view body,
+                                                          std::span<const BlockKey> sent);
+Decoded<std::vector<bool>> decode_batch_exists_response(std::string_view body, std::size_t expected);
+Decoded<std::vector<std::optional<Page>>> decode_get_locations_response(std::string_view body,
+                                                                        std::size_t expected);
+
+// ---- Client side: classifying a non-2xx answer from its status and body alone ----
+struct ClassifiedError {
+  errc code = errc::server_error;
+  std::string detail;        // the detail string; a 422 list rendered as "loc: msg; ..."; else the body
+  std::string prefix;        // "Allocation failed", "Confirmation failed", ... (empty if none)
+  std::string cause;         // the text after the prefix, or the whole detail without one
+  std::optional<Rank> rank;  // parsed from "Rank N not initialized" / "Confirmation failed: N"
+};
+ClassifiedError classify_error(int status, std::string_view content_type, std::string_view body);
+
+// ---- Server side: strict request decoders ----
+// A refusal carries the exact detail text to answer with 400: vLLM's own text where vLLM answers
+// 400 ("Invalid request format: need 'rank' and 'keys'", ...), else one naming the field and index.
+struct InitializeRequest {
+  std::int64_t num_pages = 0;  // unchecked for role scheduler (vLLM ignores it)
+  Role role = Role::worker;
+};
+struct AllocateRequest {
+  Rank rank = 0;
+  std::vector<BlockKey> keys;
+};
+struct ConfirmWriteRequest {
+  Rank rank = 0;
+  std::vector<Confirmation> confirmations;
+  std::vector<Page> pages_to_release;
+};
+struct BatchExistsRequest {
+  std::vector<std::string> keys;
+};
+struct GetLocationsRequest {
+  Rank rank = 0;
+  std::vector<std::string> keys;
+};
+
+Decoded<InitializeRequest> decode_initialize_request(std::string_view body);
+Decoded<AllocateRequest> decode_allocate_request(std::string_view body);
+Decoded<ConfirmWriteRequest> decode_confirm_write_request(std::string_view body);
+Decoded<BatchExistsRequest> decode_batch_exists_request(std::string_view body);
+Decoded<GetLocationsRequest> decode_get_locations_request(std::string_view body);
+
+// Parses a path segment as the reference server accepts a rank: a plain decimal 64-bit integer
+// (optional leading '-'); nullopt otherwise (the server answers 422).
+std::optional<Rank> parse_path_rank(std::string_view segment) noexcept;
+
+// ---- Server side: response encoders (compact, as FastAPI renders them) ----
+std::string encode_message(std::string_view message);  // {"message":"..."}
+std::string encode_detail(std::string_view detail);    // {"detail":"..."}
+std::string encode_allocate_response(Rank rank, std::span<const BlockKey> keys, std::span<const Page> pages);
+std::string encode_batch_exists_response(const std::vector<bool>& exists);
+std::string encode_get_locations_response(std::span<const std::optional<Page>> locations);
+// FastAPI's pydantic-2 422 body for a path rank that is not an integer.
+std::string encode_path_rank_validation_error(std::string_view input);
+
+}  // namespace hf3fs_meta::protocol

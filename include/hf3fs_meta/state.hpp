@@ -1,0 +1,112 @@
+// MetadataState: the shared state model of the HF3FS metadata service (PROTOCOL.md, "State model").
+// No I/O and no JSON: typed inputs and typed outcomes. Every call is atomic; a refused call leaves
+// the state exactly as it was (the whole batch is validated before any of it is applied).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <boost/outcome/result.hpp>
+
+#include "hf3fs_meta/types.hpp"
+
+namespace hf3fs_meta {
+
+enum class StateErrc {
+  invalid_argument = 1,    // a malformed item: duplicate key, page out of range (400, names field/index)
+  invalid_initialization,  // worker num_pages <= 0 or above the maximum (400)
+  not_initialized,         // the rank does not exist
+  stale,                   // confirm of a page that is free on that rank (409)
+  conflict,                // confirm of a page another key maps to on that rank (409)
+};
+
+struct StateError {
+  StateErrc kind = StateErrc::invalid_argument;
+  // invalid_argument: names the field and index, e.g. `keys[3]: duplicate key "k" (also keys[1])`.
+  // invalid_initialization: the whole detail, `Invalid initialization parameters` or
+  //   `Invalid initialization parameters: num_pages N is above the maximum M`.
+  // not_initialized: `Rank N not initialized`.
+  // stale: `page P of key K is not allocated on rank R`.
+  // conflict: `page P of key K is mapped to key J on rank R`.
+  std::string message;
+  Rank rank = 0;
+  std::optional<std::size_t> index;  // the offending item's index in its field, where there is one
+};
+
+template <class T>
+using StateResult = boost::outcome_v2::result<T, StateError, boost::outcome_v2::policy::terminate>;
+
+struct StateOptions {
+  std::int64_t max_pages = std::int64_t{1} << 24;  // largest worker num_pages accepted
+};
+
+struct InitializeOutcome {
+  bool created = false;  // false: the rank existed (left as it was) or role scheduler
+};
+
+struct ConfirmOutcome {
+  std::size_t confirmed = 0;    // confirmations applied
+  std::size_t released = 0;     // pages returned to the pool
+  std::size_t kept_mapped = 0;  // releases refused because a key maps to the page (deviation)
+};
+
+enum class PageState { free, allocated, mapped, orphaned };
+
+struct RankStats {
+  std::int64_t num_pages = 0;
+  std::int64_t free = 0;
+  std::int64_t allocated = 0;  // taken from the pool, not (yet) confirmed
+  std::int64_t mapped = 0;     // a key maps to it on this rank
+  std::int64_t orphaned = 0;   // its key moved to another page on this rank: owned by nobody
+  std::uint64_t kept_on_release = 0;  // total releases refused because the page was mapped
+};
+
+class MetadataState {
+ public:
+  explicit MetadataState(StateOptions options = {});
+  ~MetadataState();
+  MetadataState(const MetadataState&) = delete;
+  MetadataState& operator=(const MetadataState&) = delete;
+
+  // Worker with num_pages > 0: creates the rank, or leaves an existing one as it is.
+  // Scheduler: changes nothing, num_pages ignored.
+  StateResult<InitializeOutcome> initialize(Rank rank, std::int64_t num_pages, Role role = Role::worker);
+
+  // One page per key, in order; kNoPage for every key when the pool is short (nothing taken), except
+  // that a complete key with a page on this rank always gets that page back.
+  StateResult<std::vector<Page>> allocate(Rank rank, std::span<const BlockKey> keys);
+
+  // Records rank -> page for each key (in order), then returns pages_to_release to the pool.
+  StateResult<ConfirmOutcome> confirm_write(Rank rank, std::span<const Confirmation> confirmations,
+                                            std::span<const Page> pages_to_release);
+
+  // True for complete keys only.
+  std::vector<bool> batch_exists(std::span<const std::string> keys) const;
+
+  // The rank's page of each complete key, otherwise nullopt.
+  StateResult<std::vector<std::optional<Page>>> get_locations(Rank rank,
+                                                              std::span<const std::string> keys) const;
+
+  // Forgets every rank and key, as a restart does.
+  void clear();
+
+  // Introspection, for tests, metrics and the server.
+  std::optional<RankStats> rank_stats(Rank rank) const;
+  std::vector<std::pair<Rank, RankStats>> all_rank_stats() const;  // sorted by rank
+  std::optional<PageState> page_state(Rank rank, Page page) const;
+  std::size_t key_count() const;
+  std::size_t rank_count() const;
+  const StateOptions& options() const noexcept;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace hf3fs_meta

@@ -1,0 +1,70 @@
+// Transport: how a Client's request reaches a server. CurlTransport speaks HTTP; InProcessTransport
+// calls a Service in this process; tests mock the interface.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <boost/outcome/result.hpp>
+
+#include "hf3fs_meta/error.hpp"
+
+namespace hf3fs_meta {
+
+class MetadataState;
+
+struct HttpHeader {
+  std::string name;
+  std::string value;
+  friend bool operator==(const HttpHeader&, const HttpHeader&) = default;
+};
+
+struct HttpRequest {
+  std::string path;  // "/keys/batch_allocate"
+  std::string body;
+  std::vector<HttpHeader> headers;  // e.g. X-Request-Id
+};
+
+struct HttpResponse {
+  int status = 0;
+  std::string content_type;
+  std::string body;
+  std::vector<HttpHeader> headers;  // as received
+  // Case-insensitive lookup.
+  std::optional<std::string_view> header(std::string_view name) const;
+};
+
+// A failure with no HTTP answer.
+struct TransportError {
+  errc code = errc::connection_failed;  // connection_failed or timeout
+  bool sent = false;  // false only when the request certainly did not leave (resolve, connect)
+  std::string message;
+};
+
+using TransportResult =
+    boost::outcome_v2::result<HttpResponse, TransportError, boost::outcome_v2::policy::terminate>;
+
+// The time one attempt may take; the client cuts it to what is left of the call's deadline.
+struct AttemptTimeouts {
+  std::chrono::milliseconds connect{1000};
+  std::chrono::milliseconds total{5000};
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  // Posts the request; must be safe to call from several threads at once.
+  virtual TransportResult post(const HttpRequest& request, const AttemptTimeouts& timeouts) = 0;
+};
+
+// libcurl over HTTP/1.1 keep-alive: a pool of easy handles, one per concurrent caller.
+std::shared_ptr<Transport> make_curl_transport(std::string base_url);
+
+// Calls a Service over `state` in this process, through the same codec as the server.
+std::shared_ptr<Transport> make_in_process_transport(std::shared_ptr<MetadataState> state);
+
+}  // namespace hf3fs_meta
