@@ -1,0 +1,248 @@
+// The hf3fs-meta CLI run in-process: over the in-process transport (the real protocol and state
+// model), and over canned transports for the failures a live server cannot be made to give.
+#include <functional>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <rapidjson/document.h>
+
+#include "cli.hpp"
+#include "hf3fs_meta/state.hpp"
+#include "hf3fs_meta/transport.hpp"
+
+namespace hf3fs_meta::cli {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct CliRun {
+  int status;
+  std::string out;
+  std::string err;
+  rapidjson::Document json() const {
+    rapidjson::Document doc;
+    doc.Parse(out.c_str());
+    EXPECT_FALSE(doc.HasParseError()) << out;
+    return doc;
+  }
+};
+
+class CannedTransport final : public Transport {
+ public:
+  explicit CannedTransport(std::function<TransportResult(const HttpRequest&)> answer) : answer_(std::move(answer)) {}
+  TransportResult post(const HttpRequest& request, const AttemptTimeouts&) override {
+    ++calls;
+    return answer_(request);
+  }
+  int calls = 0;
+
+ private:
+  std::function<TransportResult(const HttpRequest&)> answer_;
+};
+
+class CliTest : public ::testing::Test {
+ protected:
+  CliRun run(std::vector<std::string> args) { return run_with(transport_, std::move(args)); }
+  static CliRun run_with(std::shared_ptr<Transport> transport, std::vector<std::string> args) {
+    Environment env;
+    env.transport = std::move(transport);
+    std::ostringstream out, err;
+    int status = cli::run(args, env, out, err);
+    return {status, out.str(), err.str()};
+  }
+
+  std::shared_ptr<MetadataState> state_ = std::make_shared<MetadataState>();
+  std::shared_ptr<Transport> transport_ = make_in_process_transport(state_);
+};
+
+TEST_F(CliTest, InitPrintsTheServersMessage) {
+  CliRun r = run({"init", "3", "--pages", "16"});
+  EXPECT_EQ(r.status, kSuccess);
+  EXPECT_EQ(r.out, "Rank 3 initialized with 16 pages\n");
+  ASSERT_TRUE(state_->rank_stats(3).has_value());
+  EXPECT_EQ(state_->rank_stats(3)->num_pages, 16);
+
+  CliRun j = run({"--json", "init", "4", "--pages", "8"});
+  auto doc = j.json();
+  EXPECT_STREQ(doc["message"].GetString(), "Rank 4 initialized with 8 pages");
+  EXPECT_EQ(doc["attempts"].GetInt(), 1);
+  EXPECT_FALSE(doc["reinitialized"].GetBool());
+}
+
+TEST_F(CliTest, InitNeedsPagesForAWorkerButNotForTheScheduler) {
+  EXPECT_EQ(run({"init", "3"}).status, kUsage);
+  CliRun r = run({"init", "3", "--role", "scheduler"});
+  EXPECT_EQ(r.status, kSuccess);
+  EXPECT_EQ(r.out, "Scheduler role does not require initialization\n");
+  EXPECT_EQ(run({"init", "3", "--pages", "4", "--role", "boss"}).status, kUsage);
+}
+
+TEST_F(CliTest, AllocateOnAnUnknownRankIsARefusalWithTheWholeErrorInJson) {
+  CliRun r = run({"--json", "allocate", "3", "k1"});
+  EXPECT_EQ(r.status, kServerRefused);
+  auto doc = r.json();
+  const auto& e = doc["error"];
+  EXPECT_STREQ(e["code"].GetString(), "rank_not_initialized");
+  EXPECT_EQ(e["status"].GetInt(), 500);
+  EXPECT_STREQ(e["operation"].GetString(), "allocate");
+  EXPECT_STREQ(e["detail"].GetString(), "Allocation failed: Rank 3 not initialized");
+  EXPECT_STREQ(e["cause"].GetString(), "Rank 3 not initialized");
+  EXPECT_EQ(e["rank"].GetInt64(), 3);
+  EXPECT_TRUE(e["sent"].GetBool());
+  EXPECT_EQ(e["attempts"].GetInt(), 1);
+  EXPECT_FALSE(e["reinitialized"].GetBool());
+  EXPECT_TRUE(e["request_id"].IsString());
+  EXPECT_THAT(e["message"].GetString(), HasSubstr("rank 3"));
+
+  CliRun text = run({"allocate", "3", "k1"});
+  EXPECT_EQ(text.status, kServerRefused);
+  EXPECT_THAT(text.err, HasSubstr("rank_not_initialized"));
+  EXPECT_TRUE(text.out.empty());
+}
+
+TEST_F(CliTest, EnsurePagesReinitializesAndRepeats) {
+  CliRun r = run({"--json", "allocate", "3", "k1", "k2:p", "--ensure-pages", "8"});
+  ASSERT_EQ(r.status, kSuccess) << r.out << r.err;
+  auto doc = r.json();
+  EXPECT_EQ(doc["rank"].GetInt64(), 3);
+  ASSERT_EQ(doc["allocations"].Size(), 2u);
+  EXPECT_STREQ(doc["allocations"][0]["key"].GetString(), "k1");
+  EXPECT_EQ(doc["allocations"][0]["page"].GetInt64(), 0);
+  EXPECT_STREQ(doc["allocations"][1]["key"].GetString(), "k2");
+  EXPECT_EQ(doc["allocations"][1]["page"].GetInt64(), 1);
+  EXPECT_EQ(doc["attempts"].GetInt(), 2);
+  EXPECT_TRUE(doc["reinitialized"].GetBool());
+  EXPECT_EQ(state_->rank_stats(3)->num_pages, 8);
+}
+
+TEST_F(CliTest, ConfirmExistsLocationsAndClear) {
+  ASSERT_EQ(run({"init", "0", "--pages", "4"}).status, kSuccess);
+  CliRun a = run({"allocate", "0", "k1", "k2"});
+  ASSERT_EQ(a.status, kSuccess);
+  EXPECT_EQ(a.out, "k1 0\nk2 1\n");
+
+  CliRun c = run({"--json", "confirm", "0", "k1=0", "--release", "1"});
+  ASSERT_EQ(c.status, kSuccess) << c.out << c.err;
+  EXPECT_TRUE(c.json()["ok"].GetBool());
+  EXPECT_EQ(state_->page_state(0, 1), PageState::free);
+
+  CliRun e = run({"--json", "exists", "k1", "k2"});
+  auto ed = e.json();
+  ASSERT_EQ(ed["exists"].Size(), 2u);
+  EXPECT_TRUE(ed["exists"][0].GetBool());
+  EXPECT_FALSE(ed["exists"][1].GetBool());
+  EXPECT_EQ(run({"exists", "k1", "k2"}).out, "k1 true\nk2 false\n");
+
+  CliRun l = run({"--json", "locations", "0", "k1", "k2"});
+  auto ld = l.json();
+  EXPECT_EQ(ld["locations"][0].GetInt64(), 0);
+  EXPECT_TRUE(ld["locations"][1].IsNull());
+
+  CliRun cl = run({"clear"});
+  EXPECT_EQ(cl.status, kSuccess);
+  EXPECT_EQ(cl.out, "ok\n");
+  EXPECT_EQ(state_->rank_count(), 0u);
+}
+
+TEST_F(CliTest, StaleConfirmIsARefusal) {
+  ASSERT_EQ(run({"init", "0", "--pages", "4"}).status, kSuccess);
+  CliRun r = run({"--json", "confirm", "0", "k=2"});
+  EXPECT_EQ(r.status, kServerRefused);
+  EXPECT_STREQ(r.json()["error"]["code"].GetString(), "stale_allocation");
+  EXPECT_EQ(r.json()["error"]["status"].GetInt(), 409);
+}
+
+TEST_F(CliTest, UsageErrorsAndInvalidArgumentsExitTwoWithNothingSent) {
+  auto counting = std::make_shared<CannedTransport>([](const HttpRequest&) -> TransportResult {
+    return HttpResponse{200, "application/json", "{}", {}};
+  });
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {},
+           {"frobnicate"},
+           {"allocate"},
+           {"allocate", "x", "k"},
+           {"allocate", "3"},
+           {"confirm", "3"},
+           {"confirm", "3", "k"},
+           {"confirm", "3", "k=x"},
+           {"exists"},
+           {"locations", "3"},
+           {"clear", "extra"},
+           {"raw", "/clear"},
+           {"--attempts", "0", "clear"},
+           {"--timeout-ms", "-5", "clear"},
+           {"--bogus", "clear"},
+           {"exists", "k", "--ensure-pages", "4"},
+           {"allocate", "3", ""},               // an empty key: invalid_argument
+           {"confirm", "3", "k=-1"},            // a negative page: invalid_argument
+           {"allocate", "3", "k", "k"},         // a duplicate key: invalid_argument
+       }) {
+    CliRun r = run_with(counting, args);
+    EXPECT_EQ(r.status, kUsage) << ::testing::PrintToString(args) << r.err;
+  }
+  EXPECT_EQ(counting->calls, 0);
+
+  CliRun j = run_with(counting, {"--json", "allocate", "3", ""});
+  EXPECT_STREQ(j.json()["error"]["code"].GetString(), "invalid_argument");
+  EXPECT_FALSE(j.json()["error"]["sent"].GetBool());
+}
+
+TEST_F(CliTest, RawShowsStatusAndBodyOrTheClassifiedError) {
+  ASSERT_EQ(run({"init", "0", "--pages", "4"}).status, kSuccess);
+  CliRun ok = run({"--json", "raw", "/keys/batch_exists", R"({"keys": ["a"]})"});
+  ASSERT_EQ(ok.status, kSuccess) << ok.err;
+  auto doc = ok.json();
+  EXPECT_EQ(doc["status"].GetInt(), 200);
+  EXPECT_FALSE(doc["body"]["exists"][0].GetBool());
+
+  CliRun empty = run({"--json", "raw", "/clear", "anything"});
+  ASSERT_EQ(empty.status, kSuccess);
+  EXPECT_EQ(empty.json()["status"].GetInt(), 204);
+  EXPECT_TRUE(empty.json()["body"].IsNull());
+
+  CliRun bad = run({"--json", "raw", "/keys/batch_exists", R"({"keys": 5})"});
+  EXPECT_EQ(bad.status, kServerRefused);
+  EXPECT_STREQ(bad.json()["error"]["code"].GetString(), "invalid_request");
+  EXPECT_STREQ(bad.json()["error"]["detail"].GetString(), "Invalid keys format");
+  EXPECT_STREQ(bad.json()["error"]["operation"].GetString(), "raw");
+}
+
+TEST_F(CliTest, NoUsableAnswerExitsThree) {
+  auto refused = std::make_shared<CannedTransport>([](const HttpRequest&) -> TransportResult {
+    return TransportError{errc::connection_failed, false, "Couldn't connect to server"};
+  });
+  CliRun r = run_with(refused, {"--json", "--attempts", "1", "exists", "k"});
+  EXPECT_EQ(r.status, kNoAnswer);
+  EXPECT_STREQ(r.json()["error"]["code"].GetString(), "connection_failed");
+  EXPECT_TRUE(r.json()["error"]["status"].IsNull());
+  EXPECT_EQ(refused->calls, 1);
+
+  auto unavailable = std::make_shared<CannedTransport>([](const HttpRequest&) -> TransportResult {
+    return HttpResponse{503, "application/json", R"({"detail":"injected fault"})", {}};
+  });
+  CliRun u = run_with(unavailable, {"--attempts", "1", "exists", "k"});
+  EXPECT_EQ(u.status, kNoAnswer);
+  EXPECT_THAT(u.err, HasSubstr("unavailable"));
+}
+
+TEST_F(CliTest, AMalformedAnswerExitsFour) {
+  auto garbage = std::make_shared<CannedTransport>([](const HttpRequest&) -> TransportResult {
+    return HttpResponse{200, "application/json", R"({"exists":[true,true]})", {}};
+  });
+  CliRun r = run_with(garbage, {"--json", "exists", "k"});  // one key sent, two answers
+  EXPECT_EQ(r.status, kProtocol);
+  EXPECT_STREQ(r.json()["error"]["code"].GetString(), "protocol_error");
+}
+
+TEST_F(CliTest, HelpGoesToStdoutAndExitsZero) {
+  CliRun r = run({"--help"});
+  EXPECT_EQ(r.status, kSuccess);
+  EXPECT_THAT(r.out, HasSubstr("usage: hf3fs-meta"));
+}
+
+}  // namespace
+}  // namespace hf3fs_meta::cli
