@@ -9,6 +9,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -28,7 +29,7 @@ enum class StateErrc {
 
 struct StateError {
   StateErrc kind = StateErrc::invalid_argument;
-  // invalid_argument: names the field and index, e.g. `keys[3]: duplicate key "k" (also keys[1])`.
+  // invalid_argument: names the field and index, e.g. `keys[3]: duplicate key 'k' (also keys[1])`.
   // invalid_initialization: the whole detail, `Invalid initialization parameters` or
   //   `Invalid initialization parameters: num_pages N is above the maximum M`.
   // not_initialized: `Rank N not initialized`.
@@ -67,6 +68,14 @@ struct RankStats {
   std::uint64_t kept_on_release = 0;  // total releases refused because the page was mapped
 };
 
+// What the state knows about one key (introspection).
+struct KeyInfo {
+  std::int64_t tp_world_size = 0;               // fixed at the key's first confirmation
+  std::vector<std::pair<Rank, Page>> pages;     // the key's page on each rank, sorted by rank
+  bool complete = false;                        // pages.size() == tp_world_size
+  friend bool operator==(const KeyInfo&, const KeyInfo&) = default;
+};
+
 class MetadataState {
  public:
   explicit MetadataState(StateOptions options = {});
@@ -100,6 +109,9 @@ class MetadataState {
   std::optional<RankStats> rank_stats(Rank rank) const;
   std::vector<std::pair<Rank, RankStats>> all_rank_stats() const;  // sorted by rank
   std::optional<PageState> page_state(Rank rank, Page page) const;
+  std::optional<std::string> page_owner(Rank rank, Page page) const;  // the key mapping it, if any
+  std::vector<Page> free_pages(Rank rank) const;  // the pool, front first; O(num_pages): tests, debugging
+  std::optional<KeyInfo> key_info(std::string_view key) const;
   std::size_t key_count() const;
   std::size_t rank_count() const;
   const StateOptions& options() const noexcept;

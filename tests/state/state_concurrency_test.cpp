@@ -1,0 +1,227 @@
+// Threads on several ranks at once (and several threads on one rank), then a full consistency check:
+// every page is exactly one of free, allocated, mapped or orphaned, the pool holds exactly the free
+// pages once each, no page is mapped by two keys, and the counts add up to num_pages.
+// Its own binary, labelled "concurrency", so that ThreadSanitizer runs it.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "hf3fs_meta/state.hpp"
+
+namespace hf3fs_meta {
+namespace {
+
+constexpr int kRanks = 4;
+constexpr std::int64_t kPages = 512;  // more than the 300 keys can map, so pages keep moving
+constexpr int kIterations = 1500;
+
+std::vector<std::string> make_universe() {
+  std::vector<std::string> keys;
+  // Shared by every rank, so that threads race on the same key records.
+  for (int i = 0; i < 300; ++i) keys.push_back("9e107d9d372bb6826bd81d3542a4" + std::to_string(1000 + i));
+  return keys;
+}
+
+void worker(MetadataState& state, Rank rank, unsigned seed, const std::vector<std::string>& universe,
+            std::atomic<int>& unexpected) {
+  std::mt19937 rng(seed);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  std::vector<Confirmation> mine;  // what this thread believes it mapped, possibly overtaken since
+  for (int it = 0; it < kIterations; ++it) {
+    std::vector<BlockKey> batch;
+    std::set<std::string> used;
+    for (int n = pick(1, 8); n > 0; --n) {
+      const std::string& k = universe[pick(0, static_cast<int>(universe.size()) - 1)];
+      if (used.insert(k).second) batch.push_back(BlockKey{k, ""});
+    }
+    auto allocated = state.allocate(rank, batch);
+    if (!allocated) {
+      ++unexpected;
+      continue;
+    }
+    std::vector<Confirmation> confirmations;
+    std::vector<Page> release;
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      const Page p = allocated.value()[i];
+      if (p == kNoPage) continue;
+      if (p < 0 || p >= kPages) ++unexpected;
+      if (pick(0, 2) != 0) {
+        confirmations.push_back({batch[i].key, p});
+      } else {
+        release.push_back(p);
+      }
+    }
+    // Some deliberately wrong items: stale or conflicting confirmations, releases of mapped pages.
+    if (pick(0, 4) == 0) confirmations.push_back({universe[pick(0, 299)], pick(0, kPages - 1)});
+    if (!mine.empty() && pick(0, 2) == 0) release.push_back(mine[pick(0, static_cast<int>(mine.size()) - 1)].page);
+    if (pick(0, 6) == 0) release.push_back(pick(0, kPages - 1));
+    auto confirmed = state.confirm_write(rank, confirmations, release);
+    if (confirmed) {
+      mine.insert(mine.end(), confirmations.begin(), confirmations.end());
+    } else if (confirmed.error().kind != StateErrc::stale && confirmed.error().kind != StateErrc::conflict) {
+      ++unexpected;
+    } else {
+      // Refused as a whole: give the freshly allocated pages back so the pool does not drain.
+      std::vector<Page> back;
+      for (const auto& c : confirmations) back.push_back(c.page);
+      back.insert(back.end(), release.begin(), release.end());
+      (void)state.confirm_write(rank, {}, back);
+    }
+    // Free the rank now and then: a key's mapped pages are kept, orphaned ones return.
+    if (mine.size() > 40) {
+      std::vector<Page> all;
+      for (const auto& c : mine) all.push_back(c.page);
+      (void)state.confirm_write(rank, {}, all);
+      mine.clear();
+    }
+  }
+}
+
+void reader(const MetadataState& state, const std::vector<std::string>& universe, std::atomic<bool>& stop,
+            std::atomic<int>& unexpected) {
+  std::vector<std::string> keys(universe.begin(), universe.begin() + 64);
+  while (!stop.load()) {
+    (void)state.batch_exists(keys);
+    for (Rank r = 0; r < kRanks; ++r) {
+      auto locations = state.get_locations(r, keys);
+      if (!locations) {
+        ++unexpected;
+        continue;
+      }
+      for (const auto& p : locations.value()) {
+        if (p && (*p < 0 || *p >= kPages)) ++unexpected;
+      }
+    }
+    (void)state.all_rank_stats();
+  }
+}
+
+void check_consistency(const MetadataState& state, const std::vector<std::string>& universe) {
+  const auto all = state.all_rank_stats();
+  std::int64_t mapped_total = 0;
+  for (const auto& [rank, st] : all) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    EXPECT_EQ(st.free + st.allocated + st.mapped + st.orphaned, st.num_pages);
+    std::int64_t counted[4] = {0, 0, 0, 0};
+    for (Page p = 0; p < st.num_pages; ++p) {
+      const auto s = state.page_state(rank, p);
+      ASSERT_TRUE(s.has_value());
+      ++counted[static_cast<int>(*s)];
+      const auto owner = state.page_owner(rank, p);
+      EXPECT_EQ(owner.has_value(), *s == PageState::mapped) << "page " << p;
+      if (owner) {
+        // The page's owner agrees that this is its page on this rank.
+        const auto info = state.key_info(*owner);
+        ASSERT_TRUE(info.has_value());
+        EXPECT_NE(std::find(info->pages.begin(), info->pages.end(), std::pair<Rank, Page>{rank, p}), info->pages.end())
+            << "page " << p << " owner " << *owner;
+      }
+    }
+    EXPECT_EQ(counted[static_cast<int>(PageState::free)], st.free);
+    EXPECT_EQ(counted[static_cast<int>(PageState::allocated)], st.allocated);
+    EXPECT_EQ(counted[static_cast<int>(PageState::mapped)], st.mapped);
+    EXPECT_EQ(counted[static_cast<int>(PageState::orphaned)], st.orphaned);
+    const auto pool = state.free_pages(rank);
+    EXPECT_EQ(static_cast<std::int64_t>(pool.size()), st.free);
+    EXPECT_EQ(std::set<Page>(pool.begin(), pool.end()).size(), pool.size()) << "a page is twice in the pool";
+    for (Page p : pool) EXPECT_EQ(state.page_state(rank, p), PageState::free) << "page " << p;
+    mapped_total += st.mapped;
+  }
+  // No page is mapped by two keys: each key's page is owned by that key, and the pages all keys
+  // claim are exactly the mapped pages.
+  std::int64_t claimed = 0;
+  std::size_t keys_seen = 0;
+  for (const auto& key : universe) {
+    const auto info = state.key_info(key);
+    if (!info) continue;
+    ++keys_seen;
+    for (const auto& [rank, page] : info->pages) {
+      EXPECT_EQ(state.page_owner(rank, page), key) << "rank " << rank << " page " << page;
+      ++claimed;
+    }
+  }
+  EXPECT_EQ(claimed, mapped_total);
+  EXPECT_EQ(keys_seen, state.key_count());
+}
+
+TEST(StateConcurrency, ThreadsOnSeveralRanksLeaveAConsistentState) {
+  MetadataState state;
+  const auto universe = make_universe();
+  for (Rank r = 0; r < kRanks; ++r) ASSERT_TRUE(state.initialize(r, kPages).has_value());
+  std::atomic<int> unexpected{0};
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> threads;
+  // One thread per rank, and a second one on rank 0 to race within a rank.
+  for (Rank r = 0; r < kRanks; ++r) {
+    threads.emplace_back(worker, std::ref(state), r, 100u + static_cast<unsigned>(r), std::cref(universe),
+                         std::ref(unexpected));
+  }
+  threads.emplace_back(worker, std::ref(state), Rank{0}, 7u, std::cref(universe), std::ref(unexpected));
+  std::thread read(reader, std::cref(state), std::cref(universe), std::ref(stop), std::ref(unexpected));
+  // Ranks joining mid-run change the tp_world_size of keys seen from then on.
+  std::thread joiner([&] {
+    for (Rank r = kRanks; r < kRanks + 3; ++r) {
+      std::this_thread::yield();
+      if (!state.initialize(r, kPages)) ++unexpected;
+      if (!state.initialize(r, kPages, Role::scheduler)) ++unexpected;
+    }
+  });
+  for (auto& t : threads) t.join();
+  joiner.join();
+  stop = true;
+  read.join();
+
+  EXPECT_EQ(unexpected.load(), 0);
+  EXPECT_GT(state.key_count(), 0u);
+  check_consistency(state, universe);
+}
+
+TEST(StateConcurrency, ConcurrentInitializeOfOneRankCreatesItOnce) {
+  MetadataState state;
+  std::atomic<int> created{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&] {
+      for (Rank r = 0; r < 50; ++r) {
+        auto result = state.initialize(r, 8);
+        if (result && result.value().created) ++created;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(created.load(), 50);
+  EXPECT_EQ(state.rank_count(), 50u);
+}
+
+TEST(StateConcurrency, ClearWhileOthersWork) {
+  MetadataState state;
+  const auto universe = make_universe();
+  std::atomic<bool> stop{false};
+  std::thread clearer([&] {
+    while (!stop.load()) {
+      state.clear();
+      (void)state.initialize(0, kPages);
+      std::this_thread::yield();
+    }
+  });
+  for (int i = 0; i < 2000; ++i) {
+    (void)state.initialize(0, kPages);
+    auto pages = state.allocate(0, std::vector<BlockKey>{{universe[i % 300], ""}});
+    if (pages && pages.value()[0] != kNoPage) {
+      (void)state.confirm_write(0, std::vector<Confirmation>{{universe[i % 300], pages.value()[0]}}, {});
+    }
+    (void)state.batch_exists(std::vector<std::string>{universe[i % 300]});
+  }
+  stop = true;
+  clearer.join();
+  check_consistency(state, universe);
+}
+
+}  // namespace
+}  // namespace hf3fs_meta
