@@ -32,7 +32,9 @@ struct DecodeError {
 template <class T>
 using Decoded = boost::outcome_v2::result<T, DecodeError, boost::outcome_v2::policy::terminate>;
 
-// ---- Client side: request encoders (compact JSON, as vLLM's client sends it) ----
+// ---- Client side: request encoders ----
+// Compact JSON (no spaces), UTF-8 kept as is. vLLM's own client sends `{"rank": 3, "keys": [...]}`
+// with spaces and \u-escaped non-ASCII; servers read both alike.
 std::string encode_initialize_request(std::int64_t num_pages, Role role);
 std::string encode_allocate_request(Rank rank, std::span<const BlockKey> keys);
 std::string encode_confirm_write_request(Rank rank, std::span<const Confirmation> confirmations,
@@ -50,6 +52,9 @@ Decoded<std::vector<std::optional<Page>>> decode_get_locations_response(std::str
                                                                         std::size_t expected);
 
 // ---- Client side: classifying a non-2xx answer from its status and body alone ----
+// Only for non-2xx answers (a 2xx is not an error; given one, it says unexpected_status). The
+// content type is not trusted: the body decides. A body with no usable detail (not JSON, no or an
+// empty "detail") is kept as the detail, cut to about 200 bytes.
 struct ClassifiedError {
   errc code = errc::server_error;
   std::string detail;        // the detail string; a 422 list rendered as "loc: msg; ..."; else the body

@@ -4,6 +4,7 @@
 // deviations of PROTOCOL.md.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 
@@ -23,6 +24,9 @@ enum class Route {
   not_found,
 };
 std::string_view to_string(Route route) noexcept;  // "/keys/batch_allocate", "not_found", ...
+// Routes are numbered 0..kRouteCount-1 in declaration order: a server keeps per-route metrics in an
+// array indexed by static_cast<std::size_t>(route).
+inline constexpr std::size_t kRouteCount = static_cast<std::size_t>(Route::not_found) + 1;
 
 struct ServiceAnswer {
   int status = 200;
@@ -30,6 +34,12 @@ struct ServiceAnswer {
   std::string body;
   std::string location;  // 307: the target to redirect to, as a path (the server makes it absolute)
   std::string allow;     // 405: the Allow header ("POST")
+  // For the server's metrics and logs: the route the request went to (as route_of gives it), the
+  // number of items the request carried (keys or confirmations; 0 when refused), and the pages a
+  // confirm_write kept because a key still maps to them (PROTOCOL.md, deliberate deviations).
+  Route route = Route::not_found;
+  std::size_t items = 0;
+  std::size_t kept_mapped = 0;
 };
 
 class Service {

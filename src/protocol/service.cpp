@@ -1,1 +1,295 @@
-// placeholder: being written
+// Service: routing as Starlette does it (percent-decoded path, 405 for another method, 307 for a
+// trailing slash), then decode -> MetadataState -> encode, answering as vLLM's FastAPI app does.
+#include "hf3fs_meta/service.hpp"
+
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "hf3fs_meta/protocol.hpp"
+
+namespace hf3fs_meta {
+namespace {
+
+constexpr std::string_view kJson = "application/json";
+constexpr std::string_view kRankPrefix = "/rank/";
+constexpr std::string_view kInitializeSuffix = "/initialize";
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// As uvicorn's unquote(): %XX becomes its byte; a '%' not followed by two hex digits stays.
+std::string percent_decode(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '%' && i + 2 < text.size()) {
+      const int high = hex_value(text[i + 1]);
+      const int low = hex_value(text[i + 2]);
+      if (high >= 0 && low >= 0) {
+        out.push_back(static_cast<char>(high * 16 + low));
+        i += 2;
+        continue;
+      }
+    }
+    out.push_back(text[i]);
+  }
+  return out;
+}
+
+// Python decodes the path with errors="replace": an invalid UTF-8 sequence becomes U+FFFD, so the
+// 422 body echoing it stays valid JSON.
+std::string sanitize_utf8(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    std::size_t length = 0;
+    unsigned min = 0;
+    if (c < 0x80) {
+      out.push_back(static_cast<char>(c));
+      ++i;
+      continue;
+    } else if (c >= 0xC2 && c <= 0xDF) {
+      length = 2, min = 0x80;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      length = 3, min = 0x800;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      length = 4, min = 0x10000;
+    }
+    bool valid = length > 0 && i + length <= text.size();
+    unsigned code = length == 2 ? (c & 0x1F) : length == 3 ? (c & 0x0F) : (c & 0x07);
+    for (std::size_t k = 1; valid && k < length; ++k) {
+      const auto next = static_cast<unsigned char>(text[i + k]);
+      valid = (next & 0xC0) == 0x80;
+      code = (code << 6) | (next & 0x3F);
+    }
+    valid = valid && code >= min && code <= 0x10FFFF && !(code >= 0xD800 && code <= 0xDFFF);
+    if (valid) {
+      out.append(text.substr(i, length));
+      i += length;
+    } else {
+      out.append("\xEF\xBF\xBD");
+      ++i;
+    }
+  }
+  return out;
+}
+
+struct Target {
+  std::string_view path;   // percent-decoded, query removed
+  std::string_view raw;    // as sent, query removed
+  std::string_view query;  // after '?', may be empty
+  std::string decoded;     // holds `path` when decoding changed it
+};
+
+void split_target(std::string_view target, Target& out) {
+  const auto question = target.find('?');
+  out.raw = target.substr(0, question);
+  if (question != std::string_view::npos) out.query = target.substr(question + 1);
+  if (out.raw.find('%') == std::string_view::npos) {
+    out.path = out.raw;
+  } else {
+    out.decoded = percent_decode(out.raw);
+    out.path = out.decoded;
+  }
+}
+
+// The POST route a decoded path names, by path alone; the rank segment is any non-empty text
+// without '/' (Starlette's {rank} pattern: validating it is the endpoint's job, hence 422 not 404).
+std::optional<Route> match_path(std::string_view path, std::string_view* rank_segment = nullptr) {
+  if (path == protocol::kAllocatePath) return Route::batch_allocate;
+  if (path == protocol::kConfirmWritePath) return Route::confirm_write;
+  if (path == protocol::kBatchExistsPath) return Route::batch_exists;
+  if (path == protocol::kGetLocationsPath) return Route::get_locations;
+  if (path == protocol::kClearPath) return Route::clear;
+  if (path.size() > kRankPrefix.size() + kInitializeSuffix.size() && path.starts_with(kRankPrefix) &&
+      path.ends_with(kInitializeSuffix)) {
+    const std::string_view segment =
+        path.substr(kRankPrefix.size(), path.size() - kRankPrefix.size() - kInitializeSuffix.size());
+    if (segment.find('/') != std::string_view::npos) return std::nullopt;
+    if (rank_segment) *rank_segment = segment;
+    return Route::initialize;
+  }
+  return std::nullopt;
+}
+
+std::string_view strip_trailing_slashes(std::string_view path) {
+  while (!path.empty() && path.back() == '/') path.remove_suffix(1);
+  return path;
+}
+
+Route route_of_target(std::string_view method, const Target& target) {
+  if (auto route = match_path(target.path)) return method == "POST" ? *route : Route::method_not_allowed;
+  // Starlette's redirect_slashes: any method, and only for a path that ends with '/'.
+  if (target.path.size() > 1 && target.path.back() == '/' && match_path(strip_trailing_slashes(target.path))) {
+    return Route::redirect;
+  }
+  return Route::not_found;
+}
+
+ServiceAnswer json_answer(int status, std::string body) {
+  ServiceAnswer answer;
+  answer.status = status;
+  answer.content_type = kJson;
+  answer.body = std::move(body);
+  return answer;
+}
+
+ServiceAnswer detail_answer(int status, std::string_view detail) {
+  return json_answer(status, protocol::encode_detail(detail));
+}
+
+ServiceAnswer no_content() {
+  ServiceAnswer answer;
+  answer.status = 204;
+  return answer;
+}
+
+std::string rank_not_initialized(Rank rank) { return "Rank " + std::to_string(rank) + " not initialized"; }
+
+// A StateError -> the answer vLLM gives (not_initialized) or our deviation's answer (the others).
+// The rank named is the request's: the state's message is not trusted for vLLM's exact texts.
+ServiceAnswer state_error_answer(Route route, Rank rank, const StateError& error) {
+  switch (error.kind) {
+    case StateErrc::not_initialized:
+      switch (route) {
+        case Route::batch_allocate: return detail_answer(500, "Allocation failed: " + rank_not_initialized(rank));
+        case Route::get_locations:
+          return detail_answer(500, "Failed to get key locations: " + rank_not_initialized(rank));
+        case Route::confirm_write:  // vLLM's KeyError(rank): its str() is the bare rank
+          return detail_answer(500, "Confirmation failed: " + std::to_string(rank));
+        default: return detail_answer(500, rank_not_initialized(rank));
+      }
+    case StateErrc::stale:
+    case StateErrc::conflict: return detail_answer(409, "Confirmation failed: " + error.message);
+    case StateErrc::invalid_initialization:
+    case StateErrc::invalid_argument: break;
+  }
+  return detail_answer(400, error.message);
+}
+
+}  // namespace
+
+std::string_view to_string(Route route) noexcept {
+  switch (route) {
+    case Route::initialize: return "/rank/{rank}/initialize";
+    case Route::batch_allocate: return protocol::kAllocatePath;
+    case Route::confirm_write: return protocol::kConfirmWritePath;
+    case Route::batch_exists: return protocol::kBatchExistsPath;
+    case Route::get_locations: return protocol::kGetLocationsPath;
+    case Route::clear: return protocol::kClearPath;
+    case Route::redirect: return "redirect";
+    case Route::method_not_allowed: return "method_not_allowed";
+    case Route::not_found: return "not_found";
+  }
+  return "not_found";
+}
+
+Route Service::route_of(std::string_view method, std::string_view target) noexcept {
+  Target parsed;
+  split_target(target, parsed);
+  return route_of_target(method, parsed);
+}
+
+ServiceAnswer Service::handle(std::string_view method, std::string_view target, std::string_view body) {
+  Target parsed;
+  split_target(target, parsed);
+  const Route route = route_of_target(method, parsed);
+  ServiceAnswer answer = [&]() -> ServiceAnswer {
+    switch (route) {
+      case Route::not_found: return detail_answer(404, "Not Found");
+      case Route::method_not_allowed: {
+        ServiceAnswer a = detail_answer(405, "Method Not Allowed");
+        a.allow = "POST";
+        return a;
+      }
+      case Route::redirect: {
+        ServiceAnswer a;
+        a.status = 307;
+        a.location = strip_trailing_slashes(parsed.raw);
+        if (!parsed.query.empty()) {
+          a.location += '?';
+          a.location += parsed.query;
+        }
+        return a;
+      }
+      case Route::clear:
+        state_.clear();
+        return no_content();
+
+      case Route::initialize: {
+        std::string_view segment;
+        match_path(parsed.path, &segment);
+        const auto rank = protocol::parse_path_rank(segment);
+        if (!rank) return json_answer(422, protocol::encode_path_rank_validation_error(sanitize_utf8(segment)));
+        auto request = protocol::decode_initialize_request(body);
+        if (!request) return detail_answer(400, request.error().message);
+        if (request.value().role == Role::scheduler) {
+          // The state changes nothing for a scheduler; vLLM does not even look at num_pages.
+          (void)state_.initialize(*rank, 0, Role::scheduler);
+          return json_answer(200, protocol::encode_message("Scheduler role does not require initialization"));
+        }
+        const std::int64_t num_pages = request.value().num_pages;
+        auto result = state_.initialize(*rank, num_pages, Role::worker);
+        if (!result) return state_error_answer(route, *rank, result.error());
+        // The requested count, even when the rank existed with another: vLLM's reply.
+        return json_answer(200, protocol::encode_message("Rank " + std::to_string(*rank) + " initialized with " +
+                                                         std::to_string(num_pages) + " pages"));
+      }
+
+      case Route::batch_allocate: {
+        auto request = protocol::decode_allocate_request(body);
+        if (!request) return detail_answer(400, request.error().message);
+        const auto& r = request.value();
+        auto pages = state_.allocate(r.rank, r.keys);
+        if (!pages) return state_error_answer(route, r.rank, pages.error());
+        ServiceAnswer a = json_answer(200, protocol::encode_allocate_response(r.rank, r.keys, pages.value()));
+        a.items = r.keys.size();
+        return a;
+      }
+
+      case Route::confirm_write: {
+        auto request = protocol::decode_confirm_write_request(body);
+        if (!request) return detail_answer(400, request.error().message);
+        const auto& r = request.value();
+        auto outcome = state_.confirm_write(r.rank, r.confirmations, r.pages_to_release);
+        if (!outcome) return state_error_answer(route, r.rank, outcome.error());
+        ServiceAnswer a = no_content();
+        a.items = r.confirmations.size();
+        a.kept_mapped = outcome.value().kept_mapped;
+        return a;
+      }
+
+      case Route::batch_exists: {
+        auto request = protocol::decode_batch_exists_request(body);
+        if (!request) return detail_answer(400, request.error().message);
+        const auto& keys = request.value().keys;
+        ServiceAnswer a = json_answer(200, protocol::encode_batch_exists_response(state_.batch_exists(keys)));
+        a.items = keys.size();
+        return a;
+      }
+
+      case Route::get_locations: {
+        auto request = protocol::decode_get_locations_request(body);
+        if (!request) return detail_answer(400, request.error().message);
+        const auto& r = request.value();
+        auto locations = state_.get_locations(r.rank, r.keys);
+        if (!locations) return state_error_answer(route, r.rank, locations.error());
+        ServiceAnswer a = json_answer(200, protocol::encode_get_locations_response(locations.value()));
+        a.items = r.keys.size();
+        return a;
+      }
+    }
+    return detail_answer(404, "Not Found");
+  }();
+  answer.route = route;
+  return answer;
+}
+
+}  // namespace hf3fs_meta

@@ -1,0 +1,540 @@
+// Service: every row of PROTOCOL.md's endpoint, error, defect and deviation tables that a
+// (method, target, body) -> answer function can show, with the exact status and body, and the state
+// left unchanged by every refusal.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "hf3fs_meta/protocol.hpp"
+#include "hf3fs_meta/service.hpp"
+#include "hf3fs_meta/state.hpp"
+
+namespace hf3fs_meta {
+namespace {
+
+using ::testing::StartsWith;
+
+// Everything observable about the state, to show that a refusal changed nothing.
+using Snapshot = std::tuple<std::vector<std::tuple<Rank, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                                                   std::int64_t, std::uint64_t>>,
+                            std::size_t, std::size_t>;
+
+Snapshot snapshot(const MetadataState& state) {
+  std::vector<std::tuple<Rank, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::uint64_t>>
+      ranks;
+  for (const auto& [rank, s] : state.all_rank_stats()) {
+    ranks.emplace_back(rank, s.num_pages, s.free, s.allocated, s.mapped, s.orphaned, s.kept_on_release);
+  }
+  return {ranks, state.key_count(), state.rank_count()};
+}
+
+class ServiceTest : public ::testing::Test {
+ protected:
+  ServiceAnswer post(std::string_view target, std::string_view body) { return service_.handle("POST", target, body); }
+
+  // A JSON answer with this status and exactly this body.
+  void expect_json(const ServiceAnswer& a, int status, std::string_view body) {
+    EXPECT_EQ(a.status, status) << a.body;
+    EXPECT_EQ(a.content_type, "application/json");
+    EXPECT_EQ(a.body, body);
+  }
+  void expect_no_content(const ServiceAnswer& a) {
+    EXPECT_EQ(a.status, 204) << a.body;
+    EXPECT_EQ(a.content_type, "");
+    EXPECT_EQ(a.body, "");
+  }
+  // A refusal: status and exact body, and nothing changed.
+  void expect_refused(std::string_view target, std::string_view body, int status, std::string_view answer) {
+    const Snapshot before = snapshot(state_);
+    const ServiceAnswer a = post(target, body);
+    expect_json(a, status, answer);
+    EXPECT_EQ(snapshot(state_), before) << "state changed by " << target << " " << body;
+  }
+  void expect_refused_detail(std::string_view target, std::string_view body, int status, std::string_view detail) {
+    expect_refused(target, body, status, protocol::encode_detail(detail));
+  }
+
+  void init(Rank rank, std::int64_t pages) {
+    ASSERT_EQ(post(protocol::initialize_path(rank), R"({"num_pages":)" + std::to_string(pages) + "}").status, 200);
+  }
+  // Allocates and confirms `key` on `rank`, returning its page.
+  Page write(Rank rank, const std::string& key) {
+    const std::vector<BlockKey> keys{{key, ""}};
+    const ServiceAnswer a = post(protocol::kAllocatePath, protocol::encode_allocate_request(rank, keys));
+    EXPECT_EQ(a.status, 200) << a.body;
+    auto decoded = protocol::decode_allocate_response(a.body, keys);
+    EXPECT_TRUE(decoded) << a.body;
+    if (!decoded) return kNoPage;
+    const Page page = decoded.value()[0].page;
+    const std::vector<Confirmation> confirmations{{key, page}};
+    expect_no_content(post(protocol::kConfirmWritePath, protocol::encode_confirm_write_request(rank, confirmations, {})));
+    return page;
+  }
+
+  MetadataState state_;
+  Service service_{state_};
+};
+
+// ---- Endpoints ----
+
+TEST_F(ServiceTest, InitializeWorker) {
+  const ServiceAnswer a = post("/rank/3/initialize", R"({"num_pages": 1024, "role": "worker"})");
+  expect_json(a, 200, R"({"message":"Rank 3 initialized with 1024 pages"})");
+  EXPECT_EQ(a.route, Route::initialize);
+  ASSERT_TRUE(state_.rank_stats(3));
+  EXPECT_EQ(state_.rank_stats(3)->num_pages, 1024);
+}
+
+TEST_F(ServiceTest, InitializeIsIdempotentAndEchoesTheRequestedCount) {
+  init(3, 8);
+  expect_json(post("/rank/3/initialize", R"({"num_pages":16})"), 200, R"({"message":"Rank 3 initialized with 16 pages"})");
+  EXPECT_EQ(state_.rank_stats(3)->num_pages, 8);
+  expect_json(post("/rank/-4/initialize", R"({"num_pages":1})"), 200, R"({"message":"Rank -4 initialized with 1 pages"})");
+}
+
+TEST_F(ServiceTest, InitializeSchedulerChangesNothingAndIgnoresNumPages) {
+  for (const char* body : {R"({"role":"scheduler"})", R"({"role":"scheduler","num_pages":0})",
+                           R"({"role":"scheduler","num_pages":"lots"})", R"({"role":"scheduler","num_pages":null})",
+                           R"({"num_pages":-1,"role":"scheduler"})"}) {
+    expect_refused("/rank/5/initialize", body, 200, R"({"message":"Scheduler role does not require initialization"})");
+  }
+  EXPECT_EQ(state_.rank_count(), 0u);
+}
+
+TEST_F(ServiceTest, AllocateInRequestOrderEchoingTheRank) {
+  init(3, 4);
+  const ServiceAnswer a = post("/keys/batch_allocate", R"({"rank": 3, "keys": [["k", ""], ["j", "p"]]})");
+  expect_json(a, 200, R"({"rank":3,"results":[["k",0],["j",1]]})");
+  EXPECT_EQ(a.route, Route::batch_allocate);
+  EXPECT_EQ(a.items, 2u);
+  expect_json(post("/keys/batch_allocate", R"({"rank":3})"), 200, R"({"rank":3,"results":[]})");
+}
+
+TEST_F(ServiceTest, AllocateShortPoolTakesNothingButCompleteKeysGetTheirPage) {
+  init(0, 2);
+  const Page page = write(0, "done");
+  const Snapshot before = snapshot(state_);
+  expect_json(post("/keys/batch_allocate", R"({"rank":0,"keys":[["a",""],["done",""],["b",""]]})"), 200,
+              R"({"rank":0,"results":[["a",-1],["done",)" + std::to_string(page) + R"(],["b",-1]]})");
+  EXPECT_EQ(snapshot(state_), before);
+}
+
+TEST_F(ServiceTest, ConfirmWriteThenExistsAndLocations) {
+  init(0, 4);
+  init(1, 4);
+  expect_json(post("/keys/batch_allocate", R"({"rank":0,"keys":[["k",""]]})"), 200, R"({"rank":0,"results":[["k",0]]})");
+  const ServiceAnswer confirm = post("/keys/confirm_write", R"({"rank":0,"confirmations":[["k",0]],"pages_to_release":[]})");
+  expect_no_content(confirm);
+  EXPECT_EQ(confirm.route, Route::confirm_write);
+  EXPECT_EQ(confirm.items, 1u);
+  // Two ranks were initialized when k was first seen: not complete until both confirm.
+  expect_json(post("/keys/batch_exists", R"({"keys":["k","x"]})"), 200, R"({"exists":[false,false]})");
+  expect_json(post("/keys/get_locations", R"({"rank":0,"keys":["k","x"]})"), 200, R"({"locations":[null,null]})");
+  write(1, "k");
+  const ServiceAnswer exists = post("/keys/batch_exists", R"({"keys":["k","x"]})");
+  expect_json(exists, 200, R"({"exists":[true,false]})");
+  EXPECT_EQ(exists.route, Route::batch_exists);
+  const ServiceAnswer locations = post("/keys/get_locations", R"({"rank":0,"keys":["k","x"]})");
+  expect_json(locations, 200, R"({"locations":[0,null]})");
+  EXPECT_EQ(locations.route, Route::get_locations);
+  expect_json(post("/keys/batch_exists", "{}"), 200, R"({"exists":[]})");
+  expect_json(post("/keys/get_locations", R"({"rank":1})"), 200, R"({"locations":[]})");
+}
+
+TEST_F(ServiceTest, ConfirmWriteDefaultsAndReleases) {
+  init(0, 4);
+  post("/keys/batch_allocate", R"({"rank":0,"keys":[["a",""],["b",""]]})");
+  expect_no_content(post("/keys/confirm_write", R"({"rank":0,"pages_to_release":[1]})"));
+  EXPECT_EQ(state_.rank_stats(0)->free, 3);
+  expect_no_content(post("/keys/confirm_write", R"({"rank":0})"));
+}
+
+TEST_F(ServiceTest, ClearForgetsEverythingAndNeverReadsTheBody) {
+  init(0, 4);
+  write(0, "k");
+  for (const char* body : {"", "not json", "[]", R"({"x":1})"}) {
+    const ServiceAnswer a = post("/clear", body);
+    expect_no_content(a);
+    EXPECT_EQ(a.route, Route::clear);
+    EXPECT_EQ(state_.rank_count(), 0u);
+    EXPECT_EQ(state_.key_count(), 0u);
+  }
+}
+
+TEST_F(ServiceTest, NonAsciiKeysStayUtf8) {
+  init(0, 2);
+  expect_json(post("/keys/batch_allocate", "{\"rank\":0,\"keys\":[[\"cl\\u00e9\",\"\"],[\"\xE2\x80\x94\\\"\",\"\"]]}"), 200,
+              "{\"rank\":0,\"results\":[[\"cl\xC3\xA9\",0],[\"\xE2\x80\x94\\\"\",1]]}");
+}
+
+// ---- Errors as vLLM answers them ----
+
+TEST_F(ServiceTest, RankNotInitialized) {
+  expect_refused_detail("/keys/batch_allocate", R"({"rank":3,"keys":[["k",""]]})", 500,
+                        "Allocation failed: Rank 3 not initialized");
+  expect_refused_detail("/keys/get_locations", R"({"rank":4,"keys":["k"]})", 500,
+                        "Failed to get key locations: Rank 4 not initialized");
+  expect_refused_detail("/keys/confirm_write", R"({"rank":9,"confirmations":[],"pages_to_release":[1]})", 500,
+                        "Confirmation failed: 9");
+  expect_refused_detail("/keys/batch_allocate", R"({"rank":-2,"keys":[]})", 500,
+                        "Allocation failed: Rank -2 not initialized");
+}
+
+TEST_F(ServiceTest, RankForgottenAfterClear) {
+  init(3, 4);
+  post("/clear", "");
+  expect_refused_detail("/keys/batch_allocate", R"({"rank":3,"keys":[["k",""]]})", 500,
+                        "Allocation failed: Rank 3 not initialized");
+}
+
+TEST_F(ServiceTest, ConfirmWriteOnMissingRankAppliesNothing) {
+  // Deviation: vLLM applies the confirmations (204 when there are no releases).
+  init(0, 4);
+  expect_refused_detail("/keys/confirm_write", R"({"rank":9,"confirmations":[["k",0]]})", 500, "Confirmation failed: 9");
+  expect_refused_detail("/keys/confirm_write", R"({"rank":9,"confirmations":[["k",0]],"pages_to_release":[0]})", 500,
+                        "Confirmation failed: 9");
+  EXPECT_EQ(state_.key_count(), 0u);
+  // With nothing to apply, vLLM answers 204 and so do we.
+  expect_no_content(post("/keys/confirm_write", R"({"rank":9,"confirmations":[],"pages_to_release":[]})"));
+}
+
+TEST_F(ServiceTest, VllmFormatRefusalsKeepTheirText) {
+  init(3, 4);
+  const std::string keys = "Invalid request format: need 'rank' and 'keys'";
+  for (const char* body : {R"({"keys":[]})", R"({"rank":null,"keys":[]})", R"({"rank":3,"keys":"k"})",
+                           R"({"rank":3,"keys":{"k":""}})", R"({"rank":3,"keys":null})"}) {
+    expect_refused_detail("/keys/batch_allocate", body, 400, keys);
+    expect_refused_detail("/keys/get_locations", body, 400, keys);
+  }
+  const std::string confirmations = "Invalid request format: need 'rank' and 'confirmations'";
+  for (const char* body : {R"({"confirmations":[]})", R"({"rank":null})", R"({"rank":3,"confirmations":"x"})",
+                           R"({"rank":3,"confirmations":null})"}) {
+    expect_refused_detail("/keys/confirm_write", body, 400, confirmations);
+  }
+  for (const char* body : {R"({"keys":"k"})", R"({"keys":null})", R"({"keys":{}})"}) {
+    expect_refused_detail("/keys/batch_exists", body, 400, "Invalid keys format");
+  }
+  for (const char* body : {R"({"num_pages":0})", R"({"num_pages":-1,"role":"worker"})", R"({})",
+                           R"({"num_pages":4,"role":"admin"})", R"({"num_pages":4,"role":null})"}) {
+    expect_refused_detail("/rank/7/initialize", body, 400, "Invalid initialization parameters");
+  }
+}
+
+TEST_F(ServiceTest, MalformedKeysAreRefusedWithoutLosingPages) {
+  // vLLM: 500 "too many values to unpack" and friends, after taking pages it never gives back.
+  init(3, 8);
+  expect_refused_detail("/keys/batch_allocate", R"({"rank":3,"keys":["blk1"]})", 400,
+                        "keys[0]: expected a [key, prefix_key] pair of strings");
+  expect_refused_detail("/keys/batch_allocate", R"({"rank":3,"keys":[["a",""],["blk1"]]})", 400,
+                        "keys[1]: expected a [key, prefix_key] pair of strings");
+  expect_refused_detail("/keys/batch_allocate", R"({"rank":3,"keys":[7]})", 400,
+                        "keys[0]: expected a [key, prefix_key] pair of strings");
+  expect_refused_detail("/keys/batch_allocate", R"({"rank":3,"keys":["ab"]})", 400,
+                        "keys[0]: expected a [key, prefix_key] pair of strings");
+  EXPECT_EQ(state_.rank_stats(3)->free, 8);
+}
+
+TEST_F(ServiceTest, DuplicateKeyInOneBatchIsRefused) {
+  init(3, 8);
+  const Snapshot before = snapshot(state_);
+  const ServiceAnswer a = post("/keys/batch_allocate", R"({"rank":3,"keys":[["a",""],["b",""],["a",""]]})");
+  EXPECT_EQ(a.status, 400);
+  EXPECT_THAT(a.body, StartsWith(R"({"detail":"keys[2]: duplicate key)"));
+  EXPECT_EQ(snapshot(state_), before);
+}
+
+TEST_F(ServiceTest, MistypedRanksAreRefused) {
+  // vLLM: "3" is another rank (500 "Rank 3 not initialized" even when rank 3 exists); true and 1.0 are rank 1.
+  init(1, 4);
+  init(3, 4);
+  expect_refused_detail("/keys/batch_allocate", R"({"rank":"3","keys":[]})", 400, "rank: expected an integer");
+  expect_refused_detail("/keys/batch_allocate", R"({"rank":true,"keys":[["k",""]]})", 400, "rank: expected an integer");
+  expect_refused_detail("/keys/get_locations", R"({"rank":1.0,"keys":[]})", 400, "rank: expected an integer");
+  expect_refused_detail("/keys/confirm_write", R"({"rank":true,"confirmations":[["k",0]]})", 400,
+                        "rank: expected an integer");
+  expect_refused_detail("/keys/batch_allocate", R"({"rank":9223372036854775808,"keys":[]})", 400,
+                        "rank: out of range for a 64-bit integer");
+}
+
+TEST_F(ServiceTest, MalformedConfirmationsAndReleases) {
+  init(0, 4);
+  post("/keys/batch_allocate", R"({"rank":0,"keys":[["a",""]]})");
+  expect_refused_detail("/keys/confirm_write", R"({"rank":0,"confirmations":[["a"]]})", 400,
+                        "confirmations[0]: expected a [key, page] pair of a string and an integer");
+  // vLLM applies the confirmations, then fails with "'int' object is not iterable".
+  expect_refused_detail("/keys/confirm_write", R"({"rank":0,"confirmations":[["a",0]],"pages_to_release":5})", 400,
+                        "pages_to_release: expected a list of integers");
+  expect_refused_detail("/keys/confirm_write", R"({"rank":0,"confirmations":[["a",0]],"pages_to_release":["1"]})", 400,
+                        "pages_to_release[0]: expected an integer");
+}
+
+TEST_F(ServiceTest, PagesOutsideTheRankAreRefused) {
+  init(0, 4);
+  post("/keys/batch_allocate", R"({"rank":0,"keys":[["a",""]]})");
+  for (const char* body : {R"({"rank":0,"pages_to_release":[99]})", R"({"rank":0,"pages_to_release":[-5]})",
+                           R"({"rank":0,"confirmations":[["a",0]],"pages_to_release":[1,4]})",
+                           R"({"rank":0,"confirmations":[["a",4]]})", R"({"rank":0,"confirmations":[["a",-1]]})"}) {
+    const Snapshot before = snapshot(state_);
+    const ServiceAnswer a = post("/keys/confirm_write", body);
+    EXPECT_EQ(a.status, 400) << body;
+    EXPECT_THAT(a.body, StartsWith(R"({"detail":")")) << body;
+    EXPECT_EQ(snapshot(state_), before) << body;
+  }
+}
+
+TEST_F(ServiceTest, UnhashableKeysAreRefused) {
+  expect_refused_detail("/keys/batch_exists", R"({"keys":["a",["b"]]})", 400, "keys[1]: expected a string");
+  init(0, 1);
+  expect_refused_detail("/keys/get_locations", R"({"rank":0,"keys":[{"a":1}]})", 400, "keys[0]: expected a string");
+}
+
+TEST_F(ServiceTest, BodiesThatAreNotJsonObjects) {
+  // vLLM: 500 "Internal Server Error", text/plain.
+  init(0, 4);
+  for (const char* target : {"/keys/batch_allocate", "/keys/confirm_write", "/keys/batch_exists",
+                             "/keys/get_locations", "/rank/0/initialize"}) {
+    for (const char* body : {"", "not json", "{\"rank\":", "[1,2]", "3", "null"}) {
+      const Snapshot before = snapshot(state_);
+      const ServiceAnswer a = post(target, body);
+      EXPECT_EQ(a.status, 400) << target << " " << body;
+      EXPECT_EQ(a.content_type, "application/json");
+      EXPECT_THAT(a.body, StartsWith(R"({"detail":"body: expected a JSON object)")) << target << " " << body;
+      EXPECT_EQ(snapshot(state_), before);
+    }
+  }
+}
+
+TEST_F(ServiceTest, WorkerNumPagesOfTheWrongType) {
+  for (const char* body : {R"({"num_pages":"8"})", R"({"num_pages":null})", R"({"num_pages":8.0})",
+                           R"({"num_pages":true,"role":"worker"})"}) {
+    expect_refused_detail("/rank/2/initialize", body, 400, "num_pages: expected an integer");
+  }
+  EXPECT_EQ(state_.rank_count(), 0u);
+}
+
+TEST_F(ServiceTest, NumPagesAboveTheMaximum) {
+  const std::int64_t max = state_.options().max_pages;
+  expect_refused_detail("/rank/2/initialize", R"({"num_pages":)" + std::to_string(max + 1) + "}", 400,
+                        "Invalid initialization parameters: num_pages " + std::to_string(max + 1) +
+                            " is above the maximum " + std::to_string(max));
+  expect_refused_detail("/rank/2/initialize", R"({"num_pages":1000000000000})", 400,
+                        "Invalid initialization parameters: num_pages 1000000000000 is above the maximum " +
+                            std::to_string(max));
+}
+
+// ---- Paths and methods ----
+
+TEST_F(ServiceTest, PathRankThatIsNotAPlainInteger) {
+  for (const auto& [target, input] : std::vector<std::pair<std::string, std::string>>{
+           {"/rank/abc/initialize", "abc"},
+           {"/rank/+5/initialize", "+5"},
+           {"/rank/%207/initialize", " 7"},
+           {"/rank/1_0/initialize", "1_0"},
+           {"/rank/10**23/initialize", "10**23"},
+           {"/rank/99999999999999999999/initialize", "99999999999999999999"},
+           {"/rank/1.0/initialize", "1.0"},
+           {"/rank/%22q%22/initialize", "\"q\""},
+           {"/rank/%FF/initialize", "\xEF\xBF\xBD"}}) {
+    const ServiceAnswer a = post(target, R"({"num_pages":4})");
+    expect_json(a, 422, protocol::encode_path_rank_validation_error(input));
+    EXPECT_EQ(a.route, Route::initialize);
+  }
+  EXPECT_EQ(state_.rank_count(), 0u);
+  expect_json(post("/rank/abc/initialize", R"({"num_pages":4})"), 422,
+              R"({"detail":[{"type":"int_parsing","loc":["path","rank"],"msg":"Input should be a valid integer, unable to parse string as an integer","input":"abc"}]})");
+}
+
+TEST_F(ServiceTest, UnknownPath) {
+  for (const char* target : {"/", "/keys", "/keys/batch_allocated", "/rank/3", "/rank//initialize",
+                             "/rank/1/2/initialize", "/KEYS/batch_exists", "keys/batch_exists", "/healthz", "/metrics",
+                             "/_faults"}) {
+    const ServiceAnswer a = post(target, "{}");
+    expect_json(a, 404, R"({"detail":"Not Found"})");
+    EXPECT_EQ(a.route, Route::not_found) << target;
+  }
+  expect_json(service_.handle("GET", "/healthz", ""), 404, R"({"detail":"Not Found"})");
+}
+
+TEST_F(ServiceTest, OtherMethodsOnARoute) {
+  init(0, 1);
+  for (const char* method : {"GET", "PUT", "DELETE", "HEAD", "post", "PATCH"}) {
+    for (const char* target : {"/keys/batch_allocate", "/clear", "/rank/0/initialize", "/rank/abc/initialize"}) {
+      const Snapshot before = snapshot(state_);
+      const ServiceAnswer a = service_.handle(method, target, "{}");
+      expect_json(a, 405, R"({"detail":"Method Not Allowed"})");
+      EXPECT_EQ(a.allow, "POST");
+      EXPECT_EQ(a.route, Route::method_not_allowed);
+      EXPECT_EQ(snapshot(state_), before) << method << " " << target;
+    }
+  }
+}
+
+TEST_F(ServiceTest, TrailingSlashRedirects) {
+  init(0, 1);
+  const std::vector<std::tuple<std::string, std::string, std::string>> cases{
+      {"POST", "/clear/", "/clear"},
+      {"GET", "/keys/batch_allocate/", "/keys/batch_allocate"},
+      {"POST", "/keys/confirm_write//", "/keys/confirm_write"},
+      {"POST", "/rank/3/initialize/", "/rank/3/initialize"},
+      {"POST", "/rank/abc/initialize/", "/rank/abc/initialize"},
+      {"POST", "/keys/batch_exists/?a=1&b=2", "/keys/batch_exists?a=1&b=2"},
+      {"POST", "/keys/get_locations/?", "/keys/get_locations"},
+  };
+  for (const auto& [method, target, location] : cases) {
+    const Snapshot before = snapshot(state_);
+    const ServiceAnswer a = service_.handle(method, target, "{}");
+    EXPECT_EQ(a.status, 307) << target;
+    EXPECT_EQ(a.body, "");
+    EXPECT_EQ(a.content_type, "");
+    EXPECT_EQ(a.location, location);
+    EXPECT_EQ(a.route, Route::redirect);
+    EXPECT_EQ(snapshot(state_), before) << target;
+  }
+  EXPECT_EQ(post("/unknown/", "{}").status, 404);
+  EXPECT_EQ(post("/rank//initialize/", "{}").status, 404);
+}
+
+TEST_F(ServiceTest, QueryStringAndPercentEncodingAreRouted) {
+  expect_json(post("/rank/3/initialize?verbose=1", R"({"num_pages":2})"), 200,
+              R"({"message":"Rank 3 initialized with 2 pages"})");
+  expect_json(post("/keys/batch%5Fallocate?x", R"({"rank":3,"keys":[["k",""]]})"), 200,
+              R"({"rank":3,"results":[["k",0]]})");
+  expect_json(post("/rank/%34/initialize", R"({"num_pages":2})"), 200, R"({"message":"Rank 4 initialized with 2 pages"})");
+  EXPECT_EQ(post("/keys/batch_exists%", "{}").status, 404);
+}
+
+TEST(RouteTest, RouteOf) {
+  EXPECT_EQ(Service::route_of("POST", "/rank/3/initialize"), Route::initialize);
+  EXPECT_EQ(Service::route_of("POST", "/rank/x/initialize"), Route::initialize);
+  EXPECT_EQ(Service::route_of("POST", "/keys/batch_allocate"), Route::batch_allocate);
+  EXPECT_EQ(Service::route_of("POST", "/keys/confirm_write?q=1"), Route::confirm_write);
+  EXPECT_EQ(Service::route_of("POST", "/keys/batch_exists"), Route::batch_exists);
+  EXPECT_EQ(Service::route_of("POST", "/keys/get_locations"), Route::get_locations);
+  EXPECT_EQ(Service::route_of("POST", "/clear"), Route::clear);
+  EXPECT_EQ(Service::route_of("POST", "/clear/"), Route::redirect);
+  EXPECT_EQ(Service::route_of("GET", "/clear/"), Route::redirect);
+  EXPECT_EQ(Service::route_of("GET", "/clear"), Route::method_not_allowed);
+  EXPECT_EQ(Service::route_of("POST", "/nope"), Route::not_found);
+  EXPECT_EQ(Service::route_of("GET", "/healthz"), Route::not_found);
+}
+
+TEST(RouteTest, NamesAndCount) {
+  EXPECT_EQ(to_string(Route::initialize), "/rank/{rank}/initialize");
+  EXPECT_EQ(to_string(Route::batch_allocate), "/keys/batch_allocate");
+  EXPECT_EQ(to_string(Route::confirm_write), "/keys/confirm_write");
+  EXPECT_EQ(to_string(Route::batch_exists), "/keys/batch_exists");
+  EXPECT_EQ(to_string(Route::get_locations), "/keys/get_locations");
+  EXPECT_EQ(to_string(Route::clear), "/clear");
+  EXPECT_EQ(to_string(Route::redirect), "redirect");
+  EXPECT_EQ(to_string(Route::method_not_allowed), "method_not_allowed");
+  EXPECT_EQ(to_string(Route::not_found), "not_found");
+  EXPECT_EQ(kRouteCount, 9u);
+}
+
+// ---- Robustness ----
+
+// Valid requests with random bytes changed, dropped or inserted: every answer is a JSON answer of
+// the protocol's statuses, and every refusal leaves the state as it was.
+TEST_F(ServiceTest, MutatedRequestsNeverCorruptTheState) {
+  init(0, 64);
+  init(1, 64);
+  write(0, "w0");
+  write(1, "w0");
+  post("/keys/batch_allocate", R"({"rank":0,"keys":[["pending",""]]})");
+  const std::vector<std::pair<std::string, std::string>> seeds{
+      {"/keys/batch_allocate", R"({"rank": 0, "keys": [["a", ""], ["b", "p"]]})"},
+      {"/keys/confirm_write", R"({"rank":0,"confirmations":[["pending",1]],"pages_to_release":[2,3]})"},
+      {"/keys/batch_exists", R"({"keys":["w0","x"]})"},
+      {"/keys/get_locations", R"({"rank":1,"keys":["w0","x"]})"},
+      {"/rank/2/initialize", R"({"num_pages":8,"role":"worker"})"},
+  };
+  const char noise[] = "{}[],:\"\\ 0123456789-.eEtrufalsn\x01\xC3\xA9\xFF";
+  std::uint64_t seed = 7;
+  const auto next = [&seed] {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<std::uint32_t>(seed >> 33);
+  };
+  for (int round = 0; round < 3000; ++round) {
+    const auto& [target, original] = seeds[next() % seeds.size()];
+    std::string body = original;
+    for (std::uint32_t edits = 1 + next() % 3; edits > 0 && !body.empty(); --edits) {
+      const std::size_t at = next() % body.size();
+      switch (next() % 3) {
+        case 0: body[at] = noise[next() % (sizeof noise - 1)]; break;
+        case 1: body.erase(at, 1); break;
+        default: body.insert(at, 1, noise[next() % (sizeof noise - 1)]);
+      }
+    }
+    const Snapshot before = snapshot(state_);
+    const ServiceAnswer a = post(target, body);
+    ASSERT_TRUE(a.status == 200 || a.status == 204 || a.status == 400 || a.status == 409 || a.status == 500)
+        << a.status << " for " << target << " " << body;
+    if (a.status >= 400) {
+      EXPECT_EQ(a.content_type, "application/json");
+      EXPECT_THAT(a.body, StartsWith(R"({"detail":")"));
+      EXPECT_EQ(snapshot(state_), before) << target << " " << body << " -> " << a.body;
+    }
+    // The answer is always valid JSON for the client's own decoders to read.
+    if (a.status >= 400) {
+      EXPECT_NE(protocol::classify_error(a.status, a.content_type, a.body).detail, "") << a.body;
+    }
+  }
+}
+
+// ---- Deliberate deviations: confirm_write ----
+
+TEST_F(ServiceTest, SamePageForTwoKeysInOneCall) {
+  init(0, 4);
+  post("/keys/batch_allocate", R"({"rank":0,"keys":[["a",""],["b",""]]})");
+  expect_refused_detail("/keys/confirm_write", R"({"rank":0,"confirmations":[["a",0],["b",0]]})", 409,
+                        "Confirmation failed: page 0 of key b is mapped to key a on rank 0");
+}
+
+TEST_F(ServiceTest, StaleConfirmation) {
+  init(0, 4);
+  // Page 2 was never allocated: it is free.
+  expect_refused_detail("/keys/confirm_write", R"({"rank":0,"confirmations":[["k",2]]})", 409,
+                        "Confirmation failed: page 2 of key k is not allocated on rank 0");
+  // Allocated before a clear, confirmed after the rank came back.
+  post("/keys/batch_allocate", R"({"rank":0,"keys":[["k",""]]})");
+  post("/clear", "");
+  init(0, 4);
+  expect_refused_detail("/keys/confirm_write", R"({"rank":0,"confirmations":[["k",0]]})", 409,
+                        "Confirmation failed: page 0 of key k is not allocated on rank 0");
+}
+
+TEST_F(ServiceTest, ConfirmAPageAnotherKeyMaps) {
+  init(0, 4);
+  const Page page = write(0, "a");
+  post("/keys/batch_allocate", R"({"rank":0,"keys":[["b",""]]})");
+  expect_refused_detail("/keys/confirm_write",
+                        R"({"rank":0,"confirmations":[["b",)" + std::to_string(page) + "]]}", 409,
+                        "Confirmation failed: page " + std::to_string(page) + " of key b is mapped to key a on rank 0");
+}
+
+TEST_F(ServiceTest, ReleaseOfAMappedPageIsKept) {
+  init(0, 4);
+  const Page mapped = write(0, "a");  // page 0
+  post("/keys/batch_allocate", R"({"rank":0,"keys":[["b",""]]})");  // page 1, allocated
+  const ServiceAnswer a = post("/keys/confirm_write", R"({"rank":0,"pages_to_release":[0,1]})");
+  expect_no_content(a);
+  EXPECT_EQ(a.kept_mapped, 1u);
+  EXPECT_EQ(state_.page_state(0, mapped), PageState::mapped);
+  EXPECT_EQ(state_.page_state(0, 1), PageState::free);
+  EXPECT_EQ(state_.rank_stats(0)->kept_on_release, 1u);
+}
+
+TEST_F(ServiceTest, ReconfirmOrphansThePreviousPage) {
+  // Kept for compatibility: the same key twice in one call, the last page wins.
+  init(0, 4);
+  post("/keys/batch_allocate", R"({"rank":0,"keys":[["a",""],["b",""]]})");
+  expect_no_content(post("/keys/confirm_write", R"({"rank":0,"confirmations":[["a",0],["a",1]]})"));
+  EXPECT_EQ(state_.page_state(0, 0), PageState::orphaned);
+  expect_json(post("/keys/get_locations", R"({"rank":0,"keys":["a"]})"), 200, R"({"locations":[1]})");
+}
+
+}  // namespace
+}  // namespace hf3fs_meta
