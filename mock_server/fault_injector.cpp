@@ -1,0 +1,97 @@
+#include "fault_injector.hpp"
+
+#include <rapidjson/document.h>
+#include <rapidjson/error/en.h>
+
+namespace hf3fs_meta::server {
+
+ParsedFaultRequest parse_fault_request(std::string_view body) {
+  auto fail = [](std::string message) { return ParsedFaultRequest{std::nullopt, std::move(message)}; };
+  rapidjson::Document doc;
+  doc.Parse(body.data(), body.size());
+  if (doc.HasParseError()) {
+    return fail(std::string("fault rule is not JSON: ") + rapidjson::GetParseError_En(doc.GetParseError()));
+  }
+  if (!doc.IsObject()) return fail("fault rule must be a JSON object");
+
+  FaultRequest request;
+  int actions = 0;
+  for (auto& member : doc.GetObject()) {
+    std::string_view name(member.name.GetString(), member.name.GetStringLength());
+    const auto& value = member.value;
+    if (name == "forget_state") {
+      if (!value.IsBool()) return fail("forget_state must be a boolean");
+      request.forget_state = value.GetBool();
+    } else if (name == "path") {
+      if (!value.IsString() || value.GetStringLength() == 0 || value.GetString()[0] != '/')
+        return fail("path must be a string starting with '/'");
+      request.rule.path = std::string(value.GetString(), value.GetStringLength());
+    } else if (name == "times") {
+      if (!value.IsInt64() || value.GetInt64() < 1) return fail("times must be an integer >= 1");
+      request.rule.times = value.GetInt64();
+    } else if (name == "status") {
+      if (!value.IsInt() || value.GetInt() < 400 || value.GetInt() > 599)
+        return fail("status must be an integer in 400..599");
+      request.rule.action.kind = FaultAction::Kind::status;
+      request.rule.action.status = value.GetInt();
+      ++actions;
+    } else if (name == "delay_ms") {
+      if (!value.IsInt64() || value.GetInt64() < 0 || value.GetInt64() > 600000)
+        return fail("delay_ms must be an integer in 0..600000");
+      request.rule.action.kind = FaultAction::Kind::delay;
+      request.rule.action.delay = std::chrono::milliseconds(value.GetInt64());
+      ++actions;
+    } else if (name == "close_connection") {
+      std::string_view when = value.IsString() ? std::string_view(value.GetString(), value.GetStringLength()) : "";
+      if (when == "before") {
+        request.rule.action.kind = FaultAction::Kind::close_before;
+      } else if (when == "after") {
+        request.rule.action.kind = FaultAction::Kind::close_after;
+      } else {
+        return fail("close_connection must be \"before\" or \"after\"");
+      }
+      ++actions;
+    } else {
+      return fail("unknown field '" + std::string(name) + "'");
+    }
+  }
+  if (request.forget_state) {
+    if (actions != 0 || request.rule.path) return fail("forget_state takes no other field");
+    return ParsedFaultRequest{request, {}};
+  }
+  if (actions != 1) return fail("a fault rule needs exactly one of status, delay_ms, close_connection");
+  return ParsedFaultRequest{request, {}};
+}
+
+std::size_t FaultInjector::add(FaultRule rule) {
+  std::lock_guard lock(mutex_);
+  rules_.push_back(std::move(rule));
+  count_.store(rules_.size(), std::memory_order_release);
+  return rules_.size();
+}
+
+std::size_t FaultInjector::clear() {
+  std::lock_guard lock(mutex_);
+  auto removed = rules_.size();
+  rules_.clear();
+  count_.store(0, std::memory_order_release);
+  return removed;
+}
+
+FaultAction FaultInjector::match(std::string_view path, bool protocol_route) {
+  if (count_.load(std::memory_order_acquire) == 0) return {};
+  std::lock_guard lock(mutex_);
+  for (auto it = rules_.begin(); it != rules_.end(); ++it) {
+    const bool matches = it->path ? *it->path == path : protocol_route;
+    if (!matches) continue;
+    auto action = it->action;
+    if (--it->times == 0) {
+      rules_.erase(it);
+      count_.store(rules_.size(), std::memory_order_release);
+    }
+    return action;
+  }
+  return {};
+}
+
+}  // namespace hf3fs_meta::server

@@ -1,0 +1,57 @@
+// Fault injection (only with --enable-fault-injection): rules added through POST /_faults make the
+// next matching requests fail in a chosen way, so clients can be tested against a misbehaving server.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace hf3fs_meta::server {
+
+struct FaultAction {
+  enum class Kind { none, status, delay, close_before, close_after };
+  Kind kind = Kind::none;
+  int status = 0;
+  std::chrono::milliseconds delay{0};
+};
+
+struct FaultRule {
+  std::optional<std::string> path;  // absent: every protocol route
+  FaultAction action;
+  long long times = 1;
+};
+
+// What POST /_faults asked for.
+struct FaultRequest {
+  bool forget_state = false;
+  FaultRule rule;  // when !forget_state
+};
+
+// Parses a POST /_faults body; the error is the detail of a 400.
+struct ParsedFaultRequest {
+  std::optional<FaultRequest> request;
+  std::string error;
+};
+ParsedFaultRequest parse_fault_request(std::string_view body);
+
+class FaultInjector {
+ public:
+  std::size_t add(FaultRule rule);  // returns the number of rules now held
+  std::size_t clear();              // returns the number removed
+
+  // The first matching rule, in the order added, fires and counts down its `times`.
+  // `protocol_route`: the request goes to one of the six routes of the protocol.
+  FaultAction match(std::string_view path, bool protocol_route);
+
+ private:
+  std::mutex mutex_;
+  std::vector<FaultRule> rules_;
+  std::atomic<std::size_t> count_{0};  // lets match() skip the lock when there are no rules
+};
+
+}  // namespace hf3fs_meta::server

@@ -1,0 +1,123 @@
+#include "metrics.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace hf3fs_meta::server {
+
+std::string_view label_name(RouteLabel label) noexcept {
+  switch (label) {
+    case RouteLabel::initialize: return "/rank/{rank}/initialize";
+    case RouteLabel::batch_allocate: return "/keys/batch_allocate";
+    case RouteLabel::confirm_write: return "/keys/confirm_write";
+    case RouteLabel::batch_exists: return "/keys/batch_exists";
+    case RouteLabel::get_locations: return "/keys/get_locations";
+    case RouteLabel::clear: return "/clear";
+    case RouteLabel::redirect: return "redirect";
+    case RouteLabel::method_not_allowed: return "method_not_allowed";
+    case RouteLabel::not_found: return "not_found";
+    case RouteLabel::healthz: return "/healthz";
+    case RouteLabel::metrics: return "/metrics";
+    case RouteLabel::faults: return "/_faults";
+    case RouteLabel::bad_request: return "bad_request";
+    case RouteLabel::count_: break;
+  }
+  return "unknown";
+}
+
+Metrics::Metrics(std::size_t shards) : shard_count_(std::max<std::size_t>(shards, 1)),
+                                       shards_(new Shard[shard_count_]) {}
+
+Metrics::~Metrics() = default;
+
+void Metrics::record(std::size_t shard, RouteLabel route, int status,
+                     std::chrono::nanoseconds latency) noexcept {
+  auto& s = shards_[shard % shard_count_];
+  const auto index = static_cast<std::size_t>(std::clamp(status, 0, 599));
+  s.requests[static_cast<std::size_t>(route)][index].fetch_add(1, std::memory_order_relaxed);
+  const double seconds = std::chrono::duration<double>(latency).count();
+  const auto bucket = static_cast<std::size_t>(
+      std::lower_bound(kBuckets.begin(), kBuckets.end(), seconds) - kBuckets.begin());
+  s.buckets[bucket].fetch_add(1, std::memory_order_relaxed);
+  s.latency_sum_ns.fetch_add(static_cast<std::uint64_t>(latency.count()), std::memory_order_relaxed);
+}
+
+namespace {
+
+void append(std::string& out, const char* format, auto... args) {
+  char line[256];
+  const int n = std::snprintf(line, sizeof line, format, args...);
+  if (n > 0) out.append(line, std::min<std::size_t>(static_cast<std::size_t>(n), sizeof line - 1));
+}
+
+}  // namespace
+
+std::string Metrics::render(const MetadataState& state, std::uint64_t dedup_hits,
+                            std::size_t dedup_size) const {
+  std::string out;
+  out.reserve(8192);
+
+  out += "# HELP hf3fs_meta_requests_total Requests answered, by route and status.\n"
+         "# TYPE hf3fs_meta_requests_total counter\n";
+  for (std::size_t r = 0; r < static_cast<std::size_t>(RouteLabel::count_); ++r) {
+    const auto name = label_name(static_cast<RouteLabel>(r));
+    for (std::size_t status = 0; status < 600; ++status) {
+      std::uint64_t total = 0;
+      for (std::size_t i = 0; i < shard_count_; ++i)
+        total += shards_[i].requests[r][status].load(std::memory_order_relaxed);
+      if (total == 0) continue;
+      append(out, "hf3fs_meta_requests_total{route=\"%.*s\",status=\"%zu\"} %llu\n",
+             static_cast<int>(name.size()), name.data(), status, static_cast<unsigned long long>(total));
+    }
+  }
+
+  out += "# HELP hf3fs_meta_request_duration_seconds Time from a complete request to its answer.\n"
+         "# TYPE hf3fs_meta_request_duration_seconds histogram\n";
+  std::uint64_t cumulative = 0;
+  std::uint64_t sum_ns = 0;
+  for (std::size_t i = 0; i < shard_count_; ++i) sum_ns += shards_[i].latency_sum_ns.load(std::memory_order_relaxed);
+  for (std::size_t b = 0; b <= kBuckets.size(); ++b) {
+    for (std::size_t i = 0; i < shard_count_; ++i) cumulative += shards_[i].buckets[b].load(std::memory_order_relaxed);
+    if (b < kBuckets.size()) {
+      append(out, "hf3fs_meta_request_duration_seconds_bucket{le=\"%g\"} %llu\n", kBuckets[b],
+             static_cast<unsigned long long>(cumulative));
+    } else {
+      append(out, "hf3fs_meta_request_duration_seconds_bucket{le=\"+Inf\"} %llu\n",
+             static_cast<unsigned long long>(cumulative));
+    }
+  }
+  append(out, "hf3fs_meta_request_duration_seconds_sum %.9f\n", static_cast<double>(sum_ns) / 1e9);
+  append(out, "hf3fs_meta_request_duration_seconds_count %llu\n", static_cast<unsigned long long>(cumulative));
+
+  const auto ranks = state.all_rank_stats();
+  out += "# HELP hf3fs_meta_ranks Ranks initialized.\n# TYPE hf3fs_meta_ranks gauge\n";
+  append(out, "hf3fs_meta_ranks %zu\n", ranks.size());
+  out += "# HELP hf3fs_meta_rank_pages Pages of a rank, by state.\n# TYPE hf3fs_meta_rank_pages gauge\n";
+  for (const auto& [rank, stats] : ranks) {
+    const auto r = static_cast<long long>(rank);
+    append(out, "hf3fs_meta_rank_pages{rank=\"%lld\",state=\"free\"} %lld\n", r, static_cast<long long>(stats.free));
+    append(out, "hf3fs_meta_rank_pages{rank=\"%lld\",state=\"allocated\"} %lld\n", r,
+           static_cast<long long>(stats.allocated));
+    append(out, "hf3fs_meta_rank_pages{rank=\"%lld\",state=\"mapped\"} %lld\n", r,
+           static_cast<long long>(stats.mapped));
+    append(out, "hf3fs_meta_rank_pages{rank=\"%lld\",state=\"orphaned\"} %lld\n", r,
+           static_cast<long long>(stats.orphaned));
+  }
+  out += "# HELP hf3fs_meta_releases_kept_mapped_total Releases refused because a key maps to the page.\n"
+         "# TYPE hf3fs_meta_releases_kept_mapped_total counter\n";
+  for (const auto& [rank, stats] : ranks) {
+    append(out, "hf3fs_meta_releases_kept_mapped_total{rank=\"%lld\"} %llu\n", static_cast<long long>(rank),
+           static_cast<unsigned long long>(stats.kept_on_release));
+  }
+  out += "# HELP hf3fs_meta_keys Keys known.\n# TYPE hf3fs_meta_keys gauge\n";
+  append(out, "hf3fs_meta_keys %zu\n", state.key_count());
+  out += "# HELP hf3fs_meta_request_id_cache_hits_total Repeated X-Request-Id answered from the cache.\n"
+         "# TYPE hf3fs_meta_request_id_cache_hits_total counter\n";
+  append(out, "hf3fs_meta_request_id_cache_hits_total %llu\n", static_cast<unsigned long long>(dedup_hits));
+  out += "# HELP hf3fs_meta_request_id_cache_entries X-Request-Id answers kept.\n"
+         "# TYPE hf3fs_meta_request_id_cache_entries gauge\n";
+  append(out, "hf3fs_meta_request_id_cache_entries %zu\n", dedup_size);
+  return out;
+}
+
+}  // namespace hf3fs_meta::server

@@ -1,0 +1,102 @@
+// A lean HTTP/1.1 request parser: Beast's basic_parser writing into buffers that the connection owns
+// and reuses, so a steady stream of requests on one connection allocates nothing per message.
+// It keeps only what the server reads: method, target, Host, X-Request-Id, Expect and the body.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <boost/beast/core/string.hpp>
+#include <boost/beast/http/basic_parser.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/field.hpp>
+#include <boost/beast/http/verb.hpp>
+
+namespace hf3fs_meta::server {
+
+struct Request {
+  boost::beast::http::verb verb = boost::beast::http::verb::unknown;
+  std::string method;
+  std::string target;
+  std::string host;
+  std::string request_id;
+  std::string body;
+  bool expect_continue = false;
+  bool keep_alive = true;
+
+  void reset() {
+    verb = boost::beast::http::verb::unknown;
+    method.clear();
+    target.clear();
+    host.clear();
+    request_id.clear();
+    body.clear();
+    expect_continue = false;
+    keep_alive = true;
+  }
+};
+
+class RequestParser final : public boost::beast::http::basic_parser<true> {
+ public:
+  explicit RequestParser(Request& request) : request_(request) { request_.reset(); }
+
+ private:
+  using error_code = boost::beast::error_code;
+  using string_view = boost::beast::string_view;
+
+  void on_request_impl(boost::beast::http::verb method, string_view method_str, string_view target,
+                       int /*version*/, error_code& /*ec*/) override {
+    request_.verb = method;
+    request_.method.assign(method_str.data(), method_str.size());
+    request_.target.assign(target.data(), target.size());
+  }
+
+  void on_response_impl(int, string_view, int, error_code& ec) override {
+    ec = boost::beast::http::error::bad_version;  // never called for a request parser
+  }
+
+  void on_field_impl(boost::beast::http::field name, string_view name_string, string_view value,
+                     error_code& /*ec*/) override {
+    using boost::beast::http::field;
+    switch (name) {
+      case field::host:
+        request_.host.assign(value.data(), value.size());
+        break;
+      case field::expect:
+        request_.expect_continue = boost::beast::iequals(value, "100-continue");
+        break;
+      case field::unknown:
+        if (boost::beast::iequals(name_string, "x-request-id"))
+          request_.request_id.assign(value.data(), value.size());
+        break;
+      default:
+        break;
+    }
+  }
+
+  void on_header_impl(error_code& /*ec*/) override {}
+
+  void on_body_init_impl(boost::optional<std::uint64_t> const& content_length,
+                         error_code& /*ec*/) override {
+    // The parser has already checked the length against the body limit.
+    if (content_length) request_.body.reserve(static_cast<std::size_t>(*content_length));
+  }
+
+  std::size_t on_body_impl(string_view body, error_code& /*ec*/) override {
+    request_.body.append(body.data(), body.size());
+    return body.size();
+  }
+
+  void on_chunk_header_impl(std::uint64_t, string_view, error_code&) override {}
+
+  std::size_t on_chunk_body_impl(std::uint64_t, string_view body, error_code& /*ec*/) override {
+    request_.body.append(body.data(), body.size());
+    return body.size();
+  }
+
+  void on_finish_impl(error_code& /*ec*/) override {}
+
+  Request& request_;
+};
+
+}  // namespace hf3fs_meta::server

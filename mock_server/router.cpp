@@ -1,0 +1,193 @@
+#include "router.hpp"
+
+#include <utility>
+
+#include "hf3fs_meta/protocol.hpp"
+
+namespace hf3fs_meta::server {
+namespace {
+
+constexpr std::string_view kJson = "application/json";
+
+RouteLabel label_of(Route route) noexcept {
+  switch (route) {
+    case Route::initialize: return RouteLabel::initialize;
+    case Route::batch_allocate: return RouteLabel::batch_allocate;
+    case Route::confirm_write: return RouteLabel::confirm_write;
+    case Route::batch_exists: return RouteLabel::batch_exists;
+    case Route::get_locations: return RouteLabel::get_locations;
+    case Route::clear: return RouteLabel::clear;
+    case Route::redirect: return RouteLabel::redirect;
+    case Route::method_not_allowed: return RouteLabel::method_not_allowed;
+    case Route::not_found: return RouteLabel::not_found;
+  }
+  return RouteLabel::not_found;
+}
+
+bool is_protocol_route(Route route) noexcept {
+  return route != Route::redirect && route != Route::method_not_allowed && route != Route::not_found;
+}
+
+void set_json(Reply& reply, int status, std::string body) {
+  reply.status = status;
+  reply.content_type = kJson;
+  reply.body = std::move(body);
+  reply.location.clear();
+  reply.allow.clear();
+}
+
+void set_method_not_allowed(Reply& reply, std::string_view allow) {
+  set_json(reply, 405, protocol::encode_detail("Method Not Allowed"));
+  reply.allow = allow;
+}
+
+}  // namespace
+
+Router::Router(const ServerOptions& options, MetadataState& state, Metrics& metrics)
+    : options_(options),
+      service_(state),
+      metrics_(metrics),
+      dedup_(DedupCache::Options{options.dedup_capacity, options.dedup_ttl}) {}
+
+bool Router::serve_server_route(const Request& request, std::string_view path, Exchange& exchange) {
+  auto& reply = exchange.reply;
+  const bool get = request.method == "GET";
+  if (path == "/healthz") {
+    exchange.label = RouteLabel::healthz;
+    if (get) {
+      set_json(reply, 200, R"({"status":"ok"})");
+    } else {
+      set_method_not_allowed(reply, "GET");
+    }
+    return true;
+  }
+  if (path == "/metrics") {
+    exchange.label = RouteLabel::metrics;
+    if (get) {
+      reply.status = 200;
+      reply.content_type = "text/plain; version=0.0.4; charset=utf-8";
+      reply.body = metrics_.render(service_.state(), dedup_.hits(), dedup_.size());
+      reply.location.clear();
+      reply.allow.clear();
+    } else {
+      set_method_not_allowed(reply, "GET");
+    }
+    return true;
+  }
+  if (options_.enable_fault_injection && path == "/_faults") {
+    exchange.label = RouteLabel::faults;
+    serve_faults(request, exchange);
+    return true;
+  }
+  return false;
+}
+
+void Router::serve_faults(const Request& request, Exchange& exchange) {
+  auto& reply = exchange.reply;
+  if (request.method == "DELETE") {
+    const auto removed = faults_.clear();
+    set_json(reply, 200, "{\"removed\":" + std::to_string(removed) + "}");
+    return;
+  }
+  if (request.method != "POST") {
+    set_method_not_allowed(reply, "DELETE, POST");
+    return;
+  }
+  auto parsed = parse_fault_request(request.body);
+  if (!parsed.request) {
+    set_json(reply, 400, protocol::encode_detail(parsed.error));
+    return;
+  }
+  if (parsed.request->forget_state) {
+    service_.state().clear();
+    dedup_.clear();
+    set_json(reply, 200, R"({"forgotten":true})");
+    return;
+  }
+  const auto rules = faults_.add(std::move(parsed.request->rule));
+  set_json(reply, 200, "{\"rules\":" + std::to_string(rules) + "}");
+}
+
+Router::Next Router::step(const Request& request, Exchange& exchange) {
+  auto& reply = exchange.reply;
+  if (!exchange.started) {
+    exchange.started = true;
+    std::string_view path = request.target;
+    path = path.substr(0, path.find('?'));
+    if (serve_server_route(request, path, exchange)) return Next::reply;
+
+    exchange.route = Service::route_of(request.method, request.target);
+    exchange.label = label_of(exchange.route);
+    if (options_.enable_fault_injection) {
+      exchange.action = faults_.match(path, is_protocol_route(exchange.route));
+      switch (exchange.action.kind) {
+        case FaultAction::Kind::status:
+          set_json(reply, exchange.action.status, protocol::encode_detail("injected fault"));
+          return Next::reply;
+        case FaultAction::Kind::close_before:
+          return Next::close;
+        default:
+          break;
+      }
+    }
+  }
+
+  if (!exchange.dedup_done) {
+    const bool deduplicated = (exchange.route == Route::batch_allocate || exchange.route == Route::confirm_write) &&
+                              !request.request_id.empty();
+    if (deduplicated) {
+      auto acquired = dedup_.acquire(static_cast<int>(exchange.route), request.request_id, request.body);
+      switch (acquired.kind) {
+        case DedupCache::Kind::owner:
+          exchange.claim = std::move(acquired.claim);
+          break;
+        case DedupCache::Kind::hit:
+          reply.status = acquired.answer.status;
+          reply.content_type = std::move(acquired.answer.content_type);
+          reply.body = std::move(acquired.answer.body);
+          reply.location.clear();
+          reply.allow.clear();
+          exchange.has_reply = true;
+          break;
+        case DedupCache::Kind::conflict:
+          set_json(reply, 400,
+                   protocol::encode_detail("X-Request-Id " + request.request_id +
+                                           " was already used with a different body"));
+          exchange.has_reply = true;
+          break;
+        case DedupCache::Kind::wait:
+          exchange.wait_entry = std::move(acquired.entry);
+          return Next::wait;
+      }
+    }
+    exchange.dedup_done = true;
+    exchange.wait_entry.reset();
+  }
+
+  if (exchange.action.kind == FaultAction::Kind::delay && !exchange.delayed) {
+    exchange.delayed = true;
+    return Next::delay;
+  }
+
+  if (!exchange.has_reply) {
+    auto answer = service_.handle(request.method, request.target, request.body);
+    if (exchange.claim) exchange.claim.complete(answer.status, answer.content_type, answer.body);
+    if (exchange.route == Route::clear && answer.status >= 200 && answer.status < 300) dedup_.clear();
+    reply.status = answer.status;
+    reply.content_type = std::move(answer.content_type);
+    reply.body = std::move(answer.body);
+    reply.allow = std::move(answer.allow);
+    reply.location.clear();
+    if (!answer.location.empty()) {
+      reply.location = "http://";
+      reply.location += request.host.empty() ? default_host_ : request.host;
+      reply.location += answer.location;
+    }
+    exchange.has_reply = true;
+  }
+
+  if (exchange.action.kind == FaultAction::Kind::close_after) return Next::close;
+  return Next::reply;
+}
+
+}  // namespace hf3fs_meta::server

@@ -1,0 +1,82 @@
+// The server's router: what the server answers to a complete request, without knowing about sockets.
+// The protocol routes go to Service; the router adds the server-level routes (/healthz, /metrics,
+// /_faults), request-id deduplication and fault injection. An answer may need the connection to wait
+// (a delay fault, or a repeat of a request id still in flight), so the router is driven in steps.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "dedup_cache.hpp"
+#include "fault_injector.hpp"
+#include "hf3fs_meta/service.hpp"
+#include "metrics.hpp"
+#include "request_parser.hpp"
+#include "server_options.hpp"
+
+namespace hf3fs_meta::server {
+
+struct Reply {
+  int status = 200;
+  std::string content_type;  // empty: no content-type header (204)
+  std::string body;
+  std::string location;  // absolute, for 307
+  std::string allow;     // for 405
+};
+
+// The progress of one request through the router; reused from one request to the next.
+struct Exchange {
+  RouteLabel label = RouteLabel::not_found;
+  Route route = Route::not_found;
+  bool started = false;
+  bool dedup_done = false;
+  bool delayed = false;
+  bool has_reply = false;
+  FaultAction action;
+  DedupCache::Claim claim;
+  std::shared_ptr<DedupCache::Entry> wait_entry;
+  Reply reply;
+
+  void reset() {
+    label = RouteLabel::not_found;
+    route = Route::not_found;
+    started = dedup_done = delayed = has_reply = false;
+    action = {};
+    claim.reset();
+    wait_entry.reset();
+  }
+};
+
+class Router {
+ public:
+  enum class Next {
+    reply,  // answer exchange.reply
+    close,  // drop the connection without answering (fault)
+    delay,  // wait exchange.action.delay, then step again
+    wait,   // DedupCache::wait(exchange.wait_entry, ...), then step again
+  };
+
+  Router(const ServerOptions& options, MetadataState& state, Metrics& metrics);
+
+  Next step(const Request& request, Exchange& exchange);
+
+  void set_default_host(std::string host_port) { default_host_ = std::move(host_port); }
+
+  DedupCache& dedup() noexcept { return dedup_; }
+  Metrics& metrics() noexcept { return metrics_; }
+
+ private:
+  bool serve_server_route(const Request& request, std::string_view path, Exchange& exchange);
+  void serve_faults(const Request& request, Exchange& exchange);
+
+  const ServerOptions& options_;
+  Service service_;
+  Metrics& metrics_;
+  DedupCache dedup_;
+  FaultInjector faults_;
+  std::string default_host_;
+};
+
+}  // namespace hf3fs_meta::server

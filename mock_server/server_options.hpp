@@ -1,0 +1,35 @@
+// Command-line options of hf3fs-meta-server.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace hf3fs_meta::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 18000;
+  unsigned threads = 0;  // 0: the machine's cores
+  std::int64_t max_pages = std::int64_t{1} << 24;
+  std::size_t max_body_bytes = std::size_t{16} << 20;
+  std::size_t dedup_capacity = 10000;
+  std::chrono::milliseconds dedup_ttl{60000};
+  std::chrono::milliseconds idle_timeout{30000};
+  bool enable_fault_injection = false;
+  bool log_requests = false;
+};
+
+struct ParsedOptions {
+  std::optional<ServerOptions> options;  // empty: exit with `exit_code` after printing `message`
+  int exit_code = 0;
+  std::string message;  // --help text (stdout) or the error (stderr)
+};
+
+ParsedOptions parse_options(const std::vector<std::string>& args);
+std::string usage();
+
+}  // namespace hf3fs_meta::server

@@ -1,0 +1,72 @@
+// Helpers shared by the server tests: a fixture owning a server process, and request shorthands.
+#pragma once
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "support/raw_http.hpp"
+#include "support/server_process.hpp"
+
+namespace hf3fs_meta::testing {
+
+using Headers = std::vector<std::pair<std::string, std::string>>;
+
+class ServerTestBase : public ::testing::Test {
+ protected:
+  explicit ServerTestBase(std::vector<std::string> args = {"--threads", "2"}) : server_(std::move(args)) {}
+
+  // A server that exits non-zero on SIGTERM failed: a sanitizer report, a crash, a hang.
+  void TearDown() override { EXPECT_EQ(server_.terminate(), 0); }
+
+  RawResponse post(std::string_view target, std::string_view body, const Headers& headers = {}) {
+    return raw_request(server_.host(), server_.port(), "POST", target, body, headers);
+  }
+  RawResponse get(std::string_view target) { return raw_request(server_.host(), server_.port(), "GET", target); }
+  RawResponse send(std::string_view method, std::string_view target, std::string_view body = {},
+                   const Headers& headers = {}) {
+    return raw_request(server_.host(), server_.port(), method, target, body, headers);
+  }
+
+  void initialize(int rank, int pages) {
+    auto r = post("/rank/" + std::to_string(rank) + "/initialize",
+                  R"({"num_pages":)" + std::to_string(pages) + "}");
+    ASSERT_EQ(r.status, 200) << r.body;
+  }
+
+  // batch_allocate of one key on a rank; the whole answer.
+  RawResponse allocate(int rank, std::string_view key, const Headers& headers = {}) {
+    return post("/keys/batch_allocate",
+                R"({"rank":)" + std::to_string(rank) + R"(,"keys":[[")" + std::string(key) + R"(",""]]})",
+                headers);
+  }
+
+  // The value of one metric line (exact name with labels), or nullopt.
+  std::optional<std::string> metric(std::string_view series) {
+    const auto body = get("/metrics").body;
+    const std::string prefix = std::string(series) + " ";
+    std::size_t pos = 0;
+    while (pos < body.size()) {
+      auto end = body.find('\n', pos);
+      if (end == std::string::npos) end = body.size();
+      std::string_view line(body.data() + pos, end - pos);
+      if (line.substr(0, prefix.size()) == prefix) return std::string(line.substr(prefix.size()));
+      pos = end + 1;
+    }
+    return std::nullopt;
+  }
+
+  ServerProcess server_;
+};
+
+inline std::string allocate_answer(int rank, std::string_view key, int page) {
+  return R"({"rank":)" + std::to_string(rank) + R"(,"results":[[")" + std::string(key) + R"(",)" +
+         std::to_string(page) + "]]}";
+}
+
+}  // namespace hf3fs_meta::testing

@@ -1,0 +1,159 @@
+#include "support/server_process.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <limits>
+#include <cstring>
+#include <stdexcept>
+#include <thread>
+
+#ifndef HF3FS_META_SERVER_PATH
+#error "HF3FS_META_SERVER_PATH must name the hf3fs-meta-server binary"
+#endif
+
+namespace hf3fs_meta::testing {
+namespace {
+
+constexpr auto kStartTimeout = std::chrono::seconds(20);
+
+int decode_status(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return -WTERMSIG(status);
+  return -1;
+}
+
+}  // namespace
+
+std::string ServerProcess::binary_path() {
+  if (const char* override_path = std::getenv("HF3FS_META_SERVER"); override_path && *override_path)
+    return override_path;
+  return HF3FS_META_SERVER_PATH;
+}
+
+ServerProcess::ServerProcess(std::vector<std::string> extra_args) : extra_args_(std::move(extra_args)) {
+  start(0);
+}
+
+ServerProcess::~ServerProcess() {
+  if (running()) terminate();
+}
+
+std::string ServerProcess::base_url() const { return "http://" + host_ + ":" + std::to_string(port_); }
+
+void ServerProcess::start(std::uint16_t port) {
+  std::vector<std::string> args{binary_path(), "--host", host_, "--port", std::to_string(port)};
+  args.insert(args.end(), extra_args_.begin(), extra_args_.end());
+  std::vector<char*> argv;
+  for (auto& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+  }
+  if (pid == 0) {
+    // The server must not outlive a test binary that crashes.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(126);
+    dup2(fds[1], STDOUT_FILENO);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  pid_ = pid;
+
+  // Read the startup line.
+  std::string line;
+  const auto deadline = std::chrono::steady_clock::now() + kStartTimeout;
+  bool complete = false;
+  while (!complete) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    pollfd pfd{fds[0], POLLIN, 0};
+    const int ready = poll(&pfd, 1, static_cast<int>(left.count()));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) break;
+    char c;
+    const auto n = read(fds[0], &c, 1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    if (c == '\n') {
+      complete = true;
+    } else {
+      line.push_back(c);
+    }
+  }
+  close(fds[0]);
+
+  const std::string prefix = "listening on http://";
+  const auto colon = line.rfind(':');
+  if (!complete || line.rfind(prefix, 0) != 0 || colon == std::string::npos || colon < prefix.size()) {
+    const int status = terminate(std::chrono::seconds(2));
+    throw std::runtime_error("hf3fs-meta-server (" + args[0] + ") did not start: got '" + line +
+                             "', exit " + std::to_string(status));
+  }
+  startup_line_ = line;
+  host_ = line.substr(prefix.size(), colon - prefix.size());
+  port_ = static_cast<std::uint16_t>(std::stoi(line.substr(colon + 1)));
+}
+
+int ServerProcess::wait_for_exit(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    int status = 0;
+    const pid_t r = waitpid(pid_, &status, WNOHANG);
+    if (r == pid_) {
+      pid_ = -1;
+      return decode_status(status);
+    }
+    if (r < 0 && errno != EINTR) {
+      pid_ = -1;
+      return -1;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return std::numeric_limits<int>::min();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+int ServerProcess::signal_and_wait(int signal, std::chrono::milliseconds timeout) {
+  if (!running()) return 0;
+  ::kill(pid_, signal);
+  int result = wait_for_exit(timeout);
+  if (result == std::numeric_limits<int>::min()) {
+    ::kill(pid_, SIGKILL);
+    result = wait_for_exit(std::chrono::seconds(30));
+  }
+  return result;
+}
+
+int ServerProcess::terminate(std::chrono::milliseconds timeout) { return signal_and_wait(SIGTERM, timeout); }
+
+void ServerProcess::kill() { signal_and_wait(SIGKILL, std::chrono::seconds(30)); }
+
+void ServerProcess::restart() {
+  if (running()) kill();
+  // The port was ours a moment ago; binding it again can race with the kernel releasing it.
+  for (int attempt = 0;; ++attempt) {
+    try {
+      start(port_);
+      return;
+    } catch (const std::runtime_error&) {
+      if (attempt >= 50) throw;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+}
+
+}  // namespace hf3fs_meta::testing

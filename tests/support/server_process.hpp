@@ -1,0 +1,57 @@
+// ServerProcess: runs the real hf3fs-meta-server binary as a child process for tests. It starts the
+// server on an ephemeral port (--port 0), reads the port from its `listening on http://HOST:PORT`
+// line, and always stops it: SIGTERM in the destructor, SIGKILL if it does not exit in time.
+// kill() and restart() model a crash and a restart on the same port (all state lost).
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace hf3fs_meta::testing {
+
+class ServerProcess {
+ public:
+  // Starts the server at once, with `--port 0 --host 127.0.0.1` followed by `extra_args`.
+  explicit ServerProcess(std::vector<std::string> extra_args = {});
+  ~ServerProcess();
+  ServerProcess(const ServerProcess&) = delete;
+  ServerProcess& operator=(const ServerProcess&) = delete;
+
+  std::uint16_t port() const noexcept { return port_; }
+  const std::string& host() const noexcept { return host_; }
+  std::string base_url() const;                                 // "http://127.0.0.1:PORT"
+  const std::string& startup_line() const noexcept { return startup_line_; }  // without the newline
+  pid_t pid() const noexcept { return pid_; }
+  bool running() const noexcept { return pid_ > 0; }
+
+  // Sends SIGTERM and waits up to `timeout`, then SIGKILL. Returns the exit code, or -signal when a
+  // signal ended the process (-9 after the SIGKILL). Returns 0 if it was not running.
+  int terminate(std::chrono::milliseconds timeout = std::chrono::seconds(10));
+
+  // Sends `signal` and waits for the process to end; returns as terminate() does.
+  int signal_and_wait(int signal, std::chrono::milliseconds timeout = std::chrono::seconds(10));
+
+  // SIGKILL and wait: a crash.
+  void kill();
+
+  // Kills the server if it runs, then starts it again on the same port with the same arguments.
+  void restart();
+
+  static std::string binary_path();
+
+ private:
+  void start(std::uint16_t port);
+  int wait_for_exit(std::chrono::milliseconds timeout);
+
+  std::vector<std::string> extra_args_;
+  pid_t pid_ = -1;
+  std::uint16_t port_ = 0;
+  std::string host_ = "127.0.0.1";
+  std::string startup_line_;
+};
+
+}  // namespace hf3fs_meta::testing
