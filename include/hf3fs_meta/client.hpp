@@ -1,6 +1,33 @@
 // Client: the typed SDK for the HF3FS metadata service. Every call returns Result<T>; the client
 // validates input before sending, classifies failures, and (policies.hpp) retries, backs off and
 // re-initializes a registered rank the server forgot. Safe to share between threads.
+//
+// Usage:
+//
+//   hf3fs_meta::Client client({.base_url = "http://meta:18000"});
+//   // Once at start-up: initialize the rank and register it, so that the client initializes it again
+//   // by itself if the server restarts (or is cleared) and answers "Rank 3 not initialized".
+//   BOOST_OUTCOME_TRY(client.ensure_initialized(rank, num_pages));
+//   auto pages = client.allocate(rank, keys);          // one Allocation per key, page -1 for none
+//   if (!pages) {
+//     const hf3fs_meta::Error& e = pages.error();     // e.code == errc::..., e.message() for people
+//   }
+//   // ... write the blocks, then:
+//   auto done = client.confirm_write(rank, {{key, page}}, /*pages_to_release=*/{});
+//   if (!done && done.error().code == hf3fs_meta::errc::rank_not_initialized && done.error().reinitialized) {
+//     // The server lost the rank; the client restored it, but these pages belong to the lost
+//     // state: allocate again and rewrite.
+//   }
+//
+// - Refused before sending, as errc::invalid_argument (nothing sent, no request id, no observer
+//   event): empty keys, duplicate keys in allocate / confirm_write, a page named twice, negative
+//   pages, a worker num_pages <= 0. Error::detail names the field and index.
+// - A call makes up to RetryPolicy::max_attempts() attempts within its deadline (CallOptions
+//   overrides it), with one X-Request-Id for all of them. What is repeated: DESIGN.md, "Retries".
+//   Error::attempts, ::stop_reason and ::request_id tell what happened; the observer sees each step.
+// - register_rank() only records the rank; its num_pages is checked when a restore needs it.
+// - Result<T>::value() throws std::system_error carrying Error::message() on failure.
+// - A moved-from Client may only be destroyed or assigned to.
 #pragma once
 
 #include <chrono>
@@ -22,7 +49,8 @@ struct ClientOptions {
   std::string base_url = "http://127.0.0.1:18000";
   std::chrono::milliseconds connect_timeout{1000};
   std::chrono::milliseconds request_timeout{5000};  // per attempt
-  // Null: a CurlTransport for base_url.
+  // Null: a CurlTransport for base_url (keep-alive, one pooled connection per concurrent caller).
+  // make_in_process_transport() serves tests and single-process users.
   std::shared_ptr<Transport> transport;
   // Resilience: see policies.hpp. Null members take the documented defaults.
   std::shared_ptr<const RetryPolicy> retry_policy;

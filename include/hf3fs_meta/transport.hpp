@@ -61,10 +61,16 @@ class Transport {
   virtual TransportResult post(const HttpRequest& request, const AttemptTimeouts& timeouts) = 0;
 };
 
-// libcurl over HTTP/1.1 keep-alive: a pool of easy handles, one per concurrent caller.
+// libcurl over HTTP/1.1 keep-alive: a pool of easy handles, one per concurrent caller (a handle
+// is never used by two threads at once; its connection is reused by the next caller). Sends
+// Content-Type: application/json and no Expect: 100-continue; does not follow redirects. Failures:
+// could not resolve / connect, or a timeout while connecting -> sent = false; a send or receive
+// error, an empty reply, or a timeout once the request was on its way -> sent = true.
 std::shared_ptr<Transport> make_curl_transport(std::string base_url);
 
-// Calls a Service over `state` in this process, through the same codec as the server.
+// Calls a Service over `state` in this process, through the same codec as the server. Timeouts do
+// not apply, and answers never carry X-Request-Id-Dedup (Service keeps no request ids). A null
+// state gets a fresh one.
 std::shared_ptr<Transport> make_in_process_transport(std::shared_ptr<MetadataState> state);
 
 }  // namespace hf3fs_meta

@@ -1,1 +1,62 @@
-// placeholder: being written
+#include "hf3fs_meta/policies.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace hf3fs_meta {
+
+LimitedAttemptsRetryPolicy::LimitedAttemptsRetryPolicy(int max_attempts, std::chrono::milliseconds deadline)
+    : max_attempts_(std::max(1, max_attempts)), deadline_(std::max(deadline, std::chrono::milliseconds(0))) {}
+
+std::unique_ptr<RetryPolicy> LimitedAttemptsRetryPolicy::clone() const {
+  return std::make_unique<LimitedAttemptsRetryPolicy>(*this);
+}
+
+ExponentialBackoffPolicy::ExponentialBackoffPolicy(std::chrono::milliseconds initial, std::chrono::milliseconds cap)
+    : initial_(std::max(initial, std::chrono::milliseconds(0))), cap_(std::max(cap, std::chrono::milliseconds(0))) {}
+
+std::unique_ptr<BackoffPolicy> ExponentialBackoffPolicy::clone() const {
+  return std::make_unique<ExponentialBackoffPolicy>(*this);
+}
+
+std::chrono::nanoseconds ExponentialBackoffPolicy::ceiling(int retry) const {
+  const std::chrono::nanoseconds cap = cap_;
+  std::chrono::nanoseconds bound = initial_;
+  // Doubling stops at the cap, so a large retry number cannot overflow.
+  for (int n = 1; n < retry && bound < cap; ++n) bound *= 2;
+  return std::min(bound, cap);
+}
+
+std::chrono::nanoseconds ExponentialBackoffPolicy::delay(int retry, double uniform01) const {
+  const double u = std::clamp(uniform01, 0.0, 1.0);
+  const auto bound = ceiling(retry);
+  auto d = std::chrono::nanoseconds(static_cast<std::int64_t>(std::floor(static_cast<double>(bound.count()) * u)));
+  // [0, bound): u is below 1, but rounding must not reach the bound either.
+  if (d >= bound && bound.count() > 0) d = bound - std::chrono::nanoseconds(1);
+  return d;
+}
+
+std::unique_ptr<IdempotencyPolicy> DefaultIdempotencyPolicy::clone() const {
+  return std::make_unique<DefaultIdempotencyPolicy>(*this);
+}
+
+bool DefaultIdempotencyPolicy::safe_to_repeat(const RepeatQuery& query) const {
+  switch (query.operation) {
+    case Operation::initialize:
+    case Operation::batch_exists:
+    case Operation::get_locations:
+      return true;
+    case Operation::confirm_write:
+      // Released pages may belong to another key by the time a repeat arrives.
+      return !query.has_releases;
+    case Operation::allocate:
+      // A repeat would take a second page per key, unless the server recognises the request id.
+      return repeat_allocate_ || query.server_dedups;
+    case Operation::clear:  // could wipe what others built since the first attempt
+    case Operation::raw:    // unknown semantics
+      return false;
+  }
+  return false;
+}
+
+}  // namespace hf3fs_meta

@@ -1,0 +1,271 @@
+// CurlTransport against a real HTTP peer on 127.0.0.1 (issue 3).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/http_peer.hpp"
+#include "hf3fs_meta/client.hpp"
+#include "hf3fs_meta/transport.hpp"
+
+namespace hf3fs_meta {
+namespace {
+
+using namespace std::chrono_literals;
+using ::testing::HasSubstr;
+using testing::HttpPeer;
+using testing::PeerRequest;
+using testing::PeerResponse;
+using testing::RefusingPort;
+
+HttpRequest request_of(std::string path, std::string body, std::string id = "id-1") {
+  return HttpRequest{std::move(path), std::move(body), {{"X-Request-Id", std::move(id)}}};
+}
+
+PeerResponse echo(const PeerRequest& r) {
+  PeerResponse out;
+  out.body = R"({"path":")" + r.target + "\"}";
+  out.headers.push_back({"X-Request-Id-Dedup", "1"});
+  return out;
+}
+
+TEST(CurlTransportTest, ConnectionRefusedIsConnectionFailedNotSent) {
+  RefusingPort port;
+  auto transport = make_curl_transport(port.url());
+  auto r = transport->post(request_of("/clear", ""), AttemptTimeouts{1000ms, 2000ms});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, errc::connection_failed);
+  EXPECT_FALSE(r.error().sent);
+  EXPECT_THAT(r.error().message, HasSubstr("onnect"));  // curl's own words
+}
+
+TEST(CurlTransportTest, UnresolvableHostIsNotSent) {
+  auto transport = make_curl_transport("http://no-such-host.invalid:1");
+  auto r = transport->post(request_of("/clear", ""), AttemptTimeouts{1000ms, 2000ms});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, errc::connection_failed);
+  EXPECT_FALSE(r.error().sent);
+}
+
+TEST(CurlTransportTest, SilentPeerTimesOutWithinTheLimitAndWasSent) {
+  HttpPeer peer(HttpPeer::Mode::silent);
+  auto transport = make_curl_transport(peer.url());
+  const auto start = std::chrono::steady_clock::now();
+  auto r = transport->post(request_of("/keys/batch_exists", R"({"keys":["k"]})"), AttemptTimeouts{1000ms, 300ms});
+  const auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, errc::timeout);
+  EXPECT_TRUE(r.error().sent);
+  EXPECT_GE(took, 290ms);
+  EXPECT_LT(took, 300ms + 1500ms);  // margin for loaded and sanitized builds
+  EXPECT_EQ(peer.requests().size(), 1u);
+}
+
+// A listener whose accept queue is full drops new SYNs: the connect itself times out.
+class FullBacklog {
+ public:
+  FullBacklog() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(fd_, 0) != 0) {
+      throw std::runtime_error("listen");
+    }
+    socklen_t len = sizeof addr;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    // Fill the queue (never accepted); later connects are not answered.
+    for (int i = 0; i < 4; ++i) {
+      const int c = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+      ::connect(c, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+      fillers_.push_back(c);
+    }
+    std::this_thread::sleep_for(50ms);
+  }
+  ~FullBacklog() {
+    for (int c : fillers_) ::close(c);
+    ::close(fd_);
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+  std::vector<int> fillers_;
+};
+
+TEST(CurlTransportTest, ConnectTimeoutIsTimeoutNotSent) {
+  FullBacklog peer;
+  auto transport = make_curl_transport(peer.url());
+  const auto start = std::chrono::steady_clock::now();
+  auto r = transport->post(request_of("/clear", ""), AttemptTimeouts{200ms, 5000ms});
+  const auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, errc::timeout) << r.error().message;
+  EXPECT_FALSE(r.error().sent);
+  EXPECT_LT(took, 200ms + 1500ms);  // the connect timeout, not the total one
+}
+
+TEST(CurlTransportTest, PeerHangingUpAfterReadingIsConnectionFailedSent) {
+  HttpPeer peer(HttpPeer::Mode::hang_up);
+  auto transport = make_curl_transport(peer.url());
+  auto r = transport->post(request_of("/keys/batch_allocate", "{}"), AttemptTimeouts{1000ms, 2000ms});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, errc::connection_failed);
+  EXPECT_TRUE(r.error().sent);
+}
+
+// libcurl resends a request by itself when a reused connection dies before any answer ("Connection
+// died, retrying a fresh connect"). The request may have been applied, so that repeat is the
+// client's decision (DESIGN.md, idempotency), never libcurl's: the peer must see it once.
+TEST(CurlTransportTest, DeadReusedConnectionIsNotResentByLibcurl) {
+  HttpPeer peer(HttpPeer::Mode::answer_once, echo);
+  auto transport = make_curl_transport(peer.url());
+  ASSERT_TRUE(transport->post(request_of("/keys/batch_exists", "{}"), AttemptTimeouts{}));  // pools a connection
+  auto r = transport->post(request_of("/keys/batch_allocate", R"({"rank":0,"keys":[["a",""]]})"), AttemptTimeouts{});
+  ASSERT_FALSE(r) << "libcurl repeated the request on a fresh connection";
+  EXPECT_EQ(r.error().code, errc::connection_failed);
+  EXPECT_TRUE(r.error().sent);
+  const auto seen = peer.requests();
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[1].target, "/keys/batch_allocate");
+  EXPECT_EQ(seen[1].body, R"({"rank":0,"keys":[["a",""]]})");
+  // The handle is still usable: the next call connects afresh.
+  ASSERT_TRUE(transport->post(request_of("/keys/batch_exists", "{}"), AttemptTimeouts{}));
+  EXPECT_EQ(peer.requests().size(), 3u);
+}
+
+TEST(CurlTransportTest, SendsBodyHeadersAndReadsAnswer) {
+  HttpPeer peer(HttpPeer::Mode::answer, echo);
+  auto transport = make_curl_transport(peer.url() + "/");  // a trailing slash is tolerated
+  auto r = transport->post(request_of("/keys/batch_exists", R"({"keys":["k"]})", "abc"), AttemptTimeouts{});
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r.value().status, 200);
+  EXPECT_EQ(r.value().content_type, "application/json");
+  EXPECT_EQ(r.value().body, R"({"path":"/keys/batch_exists"})");
+  EXPECT_EQ(r.value().header("x-request-id-dedup"), "1");
+  EXPECT_EQ(r.value().header("Content-Length"), "29");
+  const auto seen = peer.requests();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].method, "POST");
+  EXPECT_EQ(seen[0].target, "/keys/batch_exists");
+  EXPECT_EQ(seen[0].body, R"({"keys":["k"]})");
+  EXPECT_EQ(seen[0].header("content-type"), "application/json");
+  EXPECT_EQ(seen[0].header("x-request-id"), "abc");
+  EXPECT_FALSE(seen[0].header("expect"));
+}
+
+TEST(CurlTransportTest, LargeBodyIsSentWithoutExpectContinue) {
+  HttpPeer peer(HttpPeer::Mode::answer, echo);
+  auto transport = make_curl_transport(peer.url());
+  const std::string body(3 << 20, 'x');  // libcurl asks for 100-continue above 1 MB unless told not to
+  auto r = transport->post(request_of("/keys/batch_exists", body), AttemptTimeouts{});
+  ASSERT_TRUE(r) << r.error().message;
+  const auto seen = peer.requests();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].body.size(), body.size());
+  EXPECT_FALSE(seen[0].header("expect"));
+}
+
+TEST(CurlTransportTest, EmptyBodyIsSentAsEmpty) {
+  HttpPeer peer(HttpPeer::Mode::answer, echo);
+  auto transport = make_curl_transport(peer.url());
+  ASSERT_TRUE(transport->post(request_of("/clear", ""), AttemptTimeouts{}));
+  ASSERT_EQ(peer.requests().size(), 1u);
+  EXPECT_EQ(peer.requests()[0].header("content-length"), "0");
+}
+
+TEST(CurlTransportTest, NonSuccessStatusIsAnAnswerNotAnError) {
+  HttpPeer peer(HttpPeer::Mode::answer, [](const PeerRequest&) {
+    PeerResponse out;
+    out.status = 307;
+    out.content_type = "";
+    out.headers.push_back({"Location", "http://127.0.0.1:1/clear"});
+    return out;
+  });
+  auto transport = make_curl_transport(peer.url());
+  auto r = transport->post(request_of("/clear/", ""), AttemptTimeouts{});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r.value().status, 307);  // not followed
+  EXPECT_EQ(peer.requests().size(), 1u);
+}
+
+TEST(CurlTransportTest, SequentialCallsReuseOneConnection) {
+  HttpPeer peer(HttpPeer::Mode::answer, echo);
+  auto transport = make_curl_transport(peer.url());
+  for (int i = 0; i < 25; ++i) {
+    auto r = transport->post(request_of(i % 2 ? "/keys/batch_exists" : "/keys/get_locations", "{}"), AttemptTimeouts{});
+    ASSERT_TRUE(r) << r.error().message;
+    EXPECT_EQ(r.value().body, std::string(R"({"path":")") + (i % 2 ? "/keys/batch_exists" : "/keys/get_locations") +
+                                  "\"}");
+  }
+  EXPECT_EQ(peer.accepts(), 1);
+  EXPECT_EQ(peer.requests().size(), 25u);
+}
+
+TEST(CurlTransportTest, ReconnectsWhenThePeerClosesTheConnection) {
+  HttpPeer peer(HttpPeer::Mode::answer, [](const PeerRequest&) {
+    PeerResponse out;
+    out.body = "{}";
+    out.close = true;
+    return out;
+  });
+  auto transport = make_curl_transport(peer.url());
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(transport->post(request_of("/clear", ""), AttemptTimeouts{}));
+  EXPECT_EQ(peer.accepts(), 3);
+}
+
+TEST(CurlTransportTest, ClientOverCurlReusesOneConnection) {
+  HttpPeer peer(HttpPeer::Mode::answer, [](const PeerRequest&) {
+    PeerResponse out;
+    out.body = R"({"exists":[true]})";
+    return out;
+  });
+  ClientOptions options;
+  options.base_url = peer.url();
+  Client client(options);
+  for (int i = 0; i < 10; ++i) {
+    auto r = client.batch_exists({"k"});
+    ASSERT_TRUE(r) << r.error().message();
+  }
+  EXPECT_EQ(peer.accepts(), 1);
+  const auto seen = peer.requests();
+  ASSERT_EQ(seen.size(), 10u);
+  EXPECT_NE(seen[0].header("x-request-id"), seen[1].header("x-request-id"));
+}
+
+TEST(CurlTransportTest, ClientOverCurlRefusedGivesUpWithConnectionFailed) {
+  RefusingPort port;
+  ClientOptions options;
+  options.base_url = port.url();
+  options.backoff_policy = std::make_shared<ExponentialBackoffPolicy>(1ms, 2ms);
+  Client client(options);
+  auto r = client.allocate(0, std::vector<std::string>{"k"});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, errc::connection_failed);
+  EXPECT_FALSE(r.error().sent);
+  EXPECT_EQ(r.error().attempts, 4);  // unsent: repeated even for allocate
+  EXPECT_THAT(r.error().message(), HasSubstr("retry policy exhausted after 4 attempts"));
+}
+
+TEST(CurlTransportTest, ClientOverCurlDoesNotRepeatATimedOutAllocate) {
+  HttpPeer peer(HttpPeer::Mode::silent);
+  ClientOptions options;
+  options.base_url = peer.url();
+  options.request_timeout = 200ms;
+  Client client(options);
+  auto r = client.allocate(0, std::vector<std::string>{"k"});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, errc::timeout);
+  EXPECT_TRUE(r.error().sent);
+  EXPECT_EQ(r.error().attempts, 1);
+  EXPECT_EQ(r.error().stop_reason, "not safe to repeat allocate after timeout (request sent)");
+  EXPECT_EQ(peer.requests().size(), 1u);
+}
+
+}  // namespace
+}  // namespace hf3fs_meta
