@@ -130,6 +130,15 @@ void write_string(Writer& w, std::string_view s) {
   w.String(s.data(), static_cast<rapidjson::SizeType>(s.size()));
 }
 
+// An integer, or null when there is none.
+void write_optional(Writer& w, const std::optional<std::int64_t>& value) {
+  if (value) {
+    w.Int64(*value);
+  } else {
+    w.Null();
+  }
+}
+
 // What the observer saw of the one call a CLI run makes.
 class CallRecorder final : public ClientObserver {
  public:
@@ -168,11 +177,7 @@ int report_error(const CommandLine& cl, const Error& e, std::ostream& out, std::
     w.Key("code");
     write_string(w, to_string(e.code));
     w.Key("status");
-    if (e.status) {
-      w.Int(*e.status);
-    } else {
-      w.Null();
-    }
+    write_optional(w, e.status);
     w.Key("operation");
     write_string(w, to_string(e.operation));
     w.Key("detail");
@@ -184,11 +189,7 @@ int report_error(const CommandLine& cl, const Error& e, std::ostream& out, std::
       write_string(w, e.cause);
     }
     w.Key("rank");
-    if (e.rank) {
-      w.Int64(*e.rank);
-    } else {
-      w.Null();
-    }
+    write_optional(w, e.rank);
     w.Key("sent");
     w.Bool(e.sent);
     w.Key("attempts");
@@ -412,13 +413,7 @@ int run(const std::vector<std::string>& args, const Environment& env, std::ostre
         [&](Writer& w) {
           w.Key("locations");
           w.StartArray();
-          for (const auto& p : r.value()) {
-            if (p) {
-              w.Int64(*p);
-            } else {
-              w.Null();
-            }
-          }
+          for (const auto& p : r.value()) write_optional(w, p);
           w.EndArray();
         },
         [&](std::ostream& o) {
