@@ -1,0 +1,351 @@
+// Every endpoint and every error class the reference server can produce, through the SDK.
+#include "contract/contract_support.hpp"
+
+namespace hf3fs_meta::contract {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Optional;
+
+class ContractSdkTest : public ContractTest {};
+
+// ---- Endpoints ----
+
+TEST_F(ContractSdkTest, InitializeAnswersWithTheServersMessage) {
+  auto client = make_client();
+  EXPECT_THAT(client->initialize(3, 1024), HasValue(std::string("Rank 3 initialized with 1024 pages")));
+  // Idempotent: the rank keeps its 1024 pages, the reply names the count asked for.
+  EXPECT_THAT(client->initialize(3, 5), HasValue(std::string("Rank 3 initialized with 5 pages")));
+  EXPECT_EQ(pages(3), (RankPages{1024, 0, 0, 0, 0}));
+  EXPECT_THAT(client->initialize(4, 0, Role::scheduler),
+              HasValue(std::string("Scheduler role does not require initialization")));
+  EXPECT_EQ(snapshot().ranks.count(4), 0u);
+  EXPECT_THAT(client->ensure_initialized(-2, 8), HasValue(std::string("Rank -2 initialized with 8 pages")));
+  EXPECT_EQ(pages(-2).free, 8);
+}
+
+TEST_F(ContractSdkTest, AllocateConfirmExistsLocationsLifecycle) {
+  auto client = make_client();
+  ASSERT_THAT(client->ensure_initialized(0, 8), IsOk());
+  ASSERT_THAT(client->ensure_initialized(1, 8), IsOk());
+
+  auto a0 = client->allocate(0, std::vector<std::string>{"k1", "k2", "k3"});
+  ASSERT_TRUE(a0) << describe(a0.error());
+  EXPECT_THAT(a0.value(), ElementsAre(Allocation{"k1", 0}, Allocation{"k2", 1}, Allocation{"k3", 2}));
+  // Prefix keys travel as the second element of each pair; the answer still names the key.
+  auto a1 = client->allocate(1, std::vector<BlockKey>{{"k1", "p"}, {"k2", ""}});
+  ASSERT_TRUE(a1) << describe(a1.error());
+  EXPECT_THAT(a1.value(), ElementsAre(Allocation{"k1", 0}, Allocation{"k2", 1}));
+  EXPECT_EQ(pages(0), (RankPages{5, 3, 0, 0, 0}));
+
+  // k1 on both ranks (complete: two ranks existed at its first confirmation), k2 on rank 0 only,
+  // k3's page released.
+  ASSERT_THAT(client->confirm_write(0, {{"k1", 0}, {"k2", 1}}, {2}), IsOk());
+  ASSERT_THAT(client->confirm_write(1, {{"k1", 0}}, {1}), IsOk());
+  EXPECT_EQ(pages(0), (RankPages{6, 0, 2, 0, 0}));
+  EXPECT_EQ(pages(1), (RankPages{8 - 1, 0, 1, 0, 0}));
+
+  EXPECT_THAT(client->batch_exists({"k1", "k2", "k3", "never"}), HasValue(ElementsAre(true, false, false, false)));
+  EXPECT_THAT(client->get_locations(0, {"k1", "k2", "never"}),
+              HasValue(ElementsAre(Optional(Page{0}), std::nullopt, std::nullopt)));
+  EXPECT_THAT(client->get_locations(1, {"k1"}), HasValue(ElementsAre(Optional(Page{0}))));
+
+  // A complete key gets its own page back (the page taken for it, 3, goes to the back of the pool,
+  // behind the released 2).
+  EXPECT_THAT(client->allocate(0, std::vector<std::string>{"k1", "k4"}),
+              HasValue(ElementsAre(Allocation{"k1", 0}, Allocation{"k4", 4})));
+  // Empty batches are answered as such.
+  EXPECT_THAT(client->allocate(0, std::vector<std::string>{}), HasValue(::testing::IsEmpty()));
+  EXPECT_THAT(client->batch_exists({}), HasValue(::testing::IsEmpty()));
+  EXPECT_THAT(client->confirm_write(0, {}, {}), IsOk());
+}
+
+TEST_F(ContractSdkTest, AllocateGivesNoPageWhenThePoolIsShortAndTakesNothing) {
+  auto client = make_client();
+  ASSERT_THAT(client->ensure_initialized(0, 2), IsOk());
+  EXPECT_THAT(client->allocate(0, std::vector<std::string>{"a", "b", "c"}),
+              HasValue(ElementsAre(Allocation{"a", kNoPage}, Allocation{"b", kNoPage}, Allocation{"c", kNoPage})));
+  EXPECT_EQ(pages(0), (RankPages{2, 0, 0, 0, 0}));
+  EXPECT_THAT(client->allocate(0, std::vector<std::string>{"a", "b"}),
+              HasValue(ElementsAre(Allocation{"a", 0}, Allocation{"b", 1})));
+}
+
+TEST_F(ContractSdkTest, KeysWithCharactersThatNeedEscapingRoundTrip) {
+  auto client = make_client();
+  ASSERT_THAT(client->ensure_initialized(0, 4), IsOk());
+  const std::vector<std::string> keys{"quote\"back\\slash", "tab\tnew\nline", "caf\xC3\xA9 \xE2\x82\xAC",
+                                      "9e107d9d372bb6826bd81d3542a419d6"};
+  auto a = client->allocate(0, keys);
+  ASSERT_TRUE(a) << describe(a.error());
+  EXPECT_THAT(pages_of(a.value()), ElementsAre(0, 1, 2, 3));
+  std::vector<Confirmation> confirmations;
+  for (const auto& alloc : a.value()) confirmations.push_back({alloc.key, alloc.page});
+  ASSERT_THAT(client->confirm_write(0, confirmations), IsOk());
+  EXPECT_THAT(client->batch_exists(keys), HasValue(ElementsAre(true, true, true, true)));
+  EXPECT_THAT(client->get_locations(0, keys), HasValue(ElementsAre(Optional(Page{0}), Optional(Page{1}),
+                                                                   Optional(Page{2}), Optional(Page{3}))));
+}
+
+TEST_F(ContractSdkTest, ClearForgetsRanksAndKeys) {
+  auto client = make_client();
+  ASSERT_THAT(client->initialize(0, 4), IsOk());  // not registered: nothing restores it
+  ASSERT_THAT(client->allocate(0, std::vector<std::string>{"k"}), IsOk());
+  ASSERT_THAT(client->confirm_write(0, {{"k", 0}}), IsOk());
+  ASSERT_THAT(client->batch_exists({"k"}), HasValue(ElementsAre(true)));
+
+  ASSERT_THAT(client->clear(), IsOk());
+  EXPECT_EQ(snapshot(), (StateSnapshot{{}, 0}));
+  EXPECT_THAT(client->batch_exists({"k"}), HasValue(ElementsAre(false)));
+  auto again = client->allocate(0, std::vector<std::string>{"k"});
+  ASSERT_FALSE(again);
+  EXPECT_EQ(again.error().code, errc::rank_not_initialized);
+}
+
+TEST_F(ContractSdkTest, RawPostsABodyAsItIs) {
+  auto client = make_client();
+  auto r = client->raw("/rank/7/initialize", R"({"num_pages": 3})");
+  ASSERT_TRUE(r) << describe(r.error());
+  EXPECT_EQ(r.value().status, 200);
+  EXPECT_EQ(r.value().content_type, "application/json");
+  EXPECT_EQ(r.value().body, R"({"message":"Rank 7 initialized with 3 pages"})");
+  auto c = client->raw("/clear", "");
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c.value().status, 204);
+  EXPECT_EQ(c.value().body, "");
+}
+
+// ---- Error classes ----
+
+TEST_F(ContractSdkTest, InvalidArgumentIsRefusedBeforeSending) {
+  auto observer = std::make_shared<testing::RecordingObserver>();
+  auto client = make_client(4, observer);
+  ASSERT_THAT(client->ensure_initialized(0, 8), IsOk());
+  observer->reset();
+  const auto before = metrics_body();
+
+  auto dup = client->allocate(0, std::vector<std::string>{"a", "b", "a"});
+  ASSERT_FALSE(dup);
+  EXPECT_EQ(dup.error().code, errc::invalid_argument);
+  EXPECT_THAT(dup.error().detail, HasSubstr("keys[2]"));
+  EXPECT_FALSE(dup.error().sent);
+  EXPECT_TRUE(dup.error().request_id.empty());
+
+  auto empty = client->get_locations(0, {"a", ""});
+  ASSERT_FALSE(empty);
+  EXPECT_EQ(empty.error().code, errc::invalid_argument);
+  EXPECT_THAT(empty.error().detail, HasSubstr("keys[1]"));
+
+  auto negative = client->confirm_write(0, {{"a", -1}});
+  ASSERT_FALSE(negative);
+  EXPECT_EQ(negative.error().code, errc::invalid_argument);
+
+  auto shared_page = client->confirm_write(0, {{"a", 1}, {"b", 1}});
+  ASSERT_FALSE(shared_page);
+  EXPECT_EQ(shared_page.error().code, errc::invalid_argument);
+
+  auto no_pages = client->initialize(1, 0);
+  ASSERT_FALSE(no_pages);
+  EXPECT_EQ(no_pages.error().code, errc::invalid_argument);
+
+  // Nothing reached the server, and the observer saw nothing.
+  EXPECT_EQ(parse_snapshot(metrics_body()), parse_snapshot(before));
+  EXPECT_EQ(requests("/keys/batch_allocate"), 0);
+  EXPECT_EQ(requests("/keys/get_locations"), 0);
+  EXPECT_EQ(requests("/keys/confirm_write"), 0);
+  EXPECT_EQ(requests("/rank/{rank}/initialize"), 1);  // ensure_initialized's
+  EXPECT_TRUE(observer->events().empty());
+}
+
+TEST_F(ContractSdkTest, InvalidRequestNamesTheField) {
+  auto client = make_client();
+  ASSERT_THAT(client->ensure_initialized(0, 8), IsOk());
+  ASSERT_THAT(client->allocate(0, std::vector<std::string>{"a"}), IsOk());
+  const auto before = snapshot();
+
+  auto out_of_range = client->confirm_write(0, {{"a", 0}, {"b", 8}});
+  ASSERT_FALSE(out_of_range);
+  EXPECT_EQ(out_of_range.error().code, errc::invalid_request);
+  EXPECT_EQ(out_of_range.error().status, 400);
+  EXPECT_EQ(out_of_range.error().detail, "confirmations[1]: page 8 is outside 0..7 on rank 0");
+  EXPECT_EQ(out_of_range.error().attempts, 1);
+
+  auto release = client->confirm_write(0, {}, {3, 99});
+  ASSERT_FALSE(release);
+  EXPECT_EQ(release.error().code, errc::invalid_request);
+  EXPECT_EQ(release.error().detail, "pages_to_release[1]: page 99 is outside 0..7 on rank 0");
+
+  // Refused as a whole: the first confirmation was not applied.
+  EXPECT_EQ(snapshot(), before);
+}
+
+TEST_F(ContractSdkTest, InvalidInitializationAboveTheServersMaximum) {
+  ServerProcess small({"--threads", "1", "--max-pages", "100"});
+  Client client(fast_options(small));
+  auto r = client.initialize(0, 101);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, errc::invalid_initialization);
+  EXPECT_EQ(r.error().status, 400);
+  EXPECT_EQ(r.error().detail, "Invalid initialization parameters: num_pages 101 is above the maximum 100");
+  EXPECT_THAT(client.initialize(0, 100), IsOk());
+}
+
+TEST_F(ContractSdkTest, RankNotInitializedOnEveryRankedCall) {
+  auto observer = std::make_shared<testing::RecordingObserver>();
+  auto client = make_client(4, observer);
+
+  auto allocate = client->allocate(3, std::vector<std::string>{"k"});
+  ASSERT_FALSE(allocate);
+  EXPECT_EQ(allocate.error().code, errc::rank_not_initialized);
+  EXPECT_EQ(allocate.error().status, 500);
+  EXPECT_EQ(allocate.error().detail, "Allocation failed: Rank 3 not initialized");
+  EXPECT_EQ(allocate.error().cause, "Rank 3 not initialized");
+  EXPECT_THAT(allocate.error().rank, Optional(Rank{3}));
+  EXPECT_FALSE(allocate.error().reinitialized);
+  EXPECT_EQ(allocate.error().attempts, 1);  // not registered: not restored, not repeated
+  EXPECT_THAT(allocate.error().stop_reason, HasSubstr("not registered"));
+
+  auto locations = client->get_locations(4, {"k"});
+  ASSERT_FALSE(locations);
+  EXPECT_EQ(locations.error().code, errc::rank_not_initialized);
+  EXPECT_EQ(locations.error().detail, "Failed to get key locations: Rank 4 not initialized");
+  EXPECT_THAT(locations.error().rank, Optional(Rank{4}));
+
+  auto confirm = client->confirm_write(9, {{"k", 0}});
+  ASSERT_FALSE(confirm);
+  EXPECT_EQ(confirm.error().code, errc::rank_not_initialized);
+  EXPECT_EQ(confirm.error().detail, "Confirmation failed: 9");
+  EXPECT_THAT(confirm.error().rank, Optional(Rank{9}));
+  // The reference server applies nothing for a rank it does not know.
+  EXPECT_EQ(snapshot(), (StateSnapshot{{}, 0}));
+
+  for (const auto& e : observer->events()) EXPECT_NE(e.kind, testing::ObservedEvent::Kind::reinitialize);
+}
+
+TEST_F(ContractSdkTest, StaleAllocationForAFreePageAndForAnotherKeysPage) {
+  auto client = make_client();
+  ASSERT_THAT(client->ensure_initialized(0, 4), IsOk());
+  ASSERT_THAT(client->allocate(0, std::vector<std::string>{"a", "b"}), IsOk());
+  ASSERT_THAT(client->confirm_write(0, {{"a", 0}}), IsOk());
+  const auto before = snapshot();
+
+  auto free_page = client->confirm_write(0, {{"b", 1}, {"c", 3}});
+  ASSERT_FALSE(free_page);
+  EXPECT_EQ(free_page.error().code, errc::stale_allocation);
+  EXPECT_EQ(free_page.error().status, 409);
+  EXPECT_EQ(free_page.error().detail, "Confirmation failed: page 3 of key c is not allocated on rank 0");
+  EXPECT_THAT(free_page.error().rank, Optional(Rank{0}));
+  EXPECT_EQ(free_page.error().attempts, 1);
+
+  auto taken = client->confirm_write(0, {{"b", 0}});
+  ASSERT_FALSE(taken);
+  EXPECT_EQ(taken.error().code, errc::stale_allocation);
+  EXPECT_EQ(taken.error().detail, "Confirmation failed: page 0 of key b is mapped to key a on rank 0");
+
+  EXPECT_EQ(snapshot(), before);
+  EXPECT_THAT(client->get_locations(0, {"a", "b"}), HasValue(ElementsAre(Optional(Page{0}), std::nullopt)));
+}
+
+TEST_F(ContractSdkTest, ValidationErrorForAPathRankThatIsNotAnInteger) {
+  auto client = make_client();
+  auto r = client->raw("/rank/abc/initialize", R"({"num_pages":4})");
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, errc::validation_error);
+  EXPECT_EQ(r.error().status, 422);
+  EXPECT_THAT(r.error().detail, HasSubstr("Input should be a valid integer"));
+  EXPECT_EQ(snapshot().ranks.size(), 0u);
+}
+
+TEST_F(ContractSdkTest, ServerErrorForA500WithoutAKnownDetail) {
+  auto client = make_client();
+  add_fault(R"({"path":"/keys/batch_exists","status":500,"times":1})");
+  // raw is never repeated, so the injected 500 comes back as it is.
+  auto r = client->raw("/keys/batch_exists", R"({"keys":[]})");
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, errc::server_error);
+  EXPECT_EQ(r.error().status, 500);
+  EXPECT_EQ(r.error().detail, "injected fault");
+  EXPECT_EQ(r.error().attempts, 1);
+  EXPECT_EQ(requests("/keys/batch_exists", 500), 1);
+}
+
+TEST_F(ContractSdkTest, UnavailableAfterTheAttemptsRunOut) {
+  auto observer = std::make_shared<testing::RecordingObserver>();
+  auto client = make_client(2, observer);
+  ASSERT_THAT(client->ensure_initialized(0, 4), IsOk());
+  add_fault(R"({"path":"/keys/batch_allocate","status":503,"times":2})");
+  observer->reset();
+  auto r = client->allocate(0, std::vector<std::string>{"k"});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, errc::unavailable);
+  EXPECT_EQ(r.error().status, 503);
+  EXPECT_EQ(r.error().attempts, 2);
+  EXPECT_THAT(r.error().stop_reason, HasSubstr("retry policy exhausted after 2 attempts"));
+  EXPECT_THAT(observer->trace(), ElementsAre("attempt 1", "retry 1", "attempt 2", "give_up 2"));
+  // A 503 applies nothing.
+  EXPECT_EQ(pages(0), (RankPages{4, 0, 0, 0, 0}));
+  EXPECT_EQ(requests("/keys/batch_allocate", 503), 2);
+}
+
+TEST_F(ContractSdkTest, UnavailableFromAGatewayStatusIsNotRepeatedForAnUnsafeCall) {
+  auto client = make_client();
+  add_fault(R"({"path":"/clear","status":502,"times":1})");
+  auto r = client->clear();
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, errc::unavailable);
+  EXPECT_EQ(r.error().status, 502);
+  EXPECT_EQ(r.error().attempts, 1);
+  EXPECT_THAT(r.error().stop_reason, HasSubstr("not safe to repeat clear"));
+}
+
+TEST_F(ContractSdkTest, UnexpectedStatusForAnUnknownPathAndARedirect) {
+  auto client = make_client();
+  auto missing = client->raw("/keys/nothing_here", "{}");
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code, errc::unexpected_status);
+  EXPECT_EQ(missing.error().status, 404);
+  EXPECT_EQ(missing.error().detail, "Not Found");
+
+  auto redirect = client->raw("/clear/", "");
+  ASSERT_FALSE(redirect);
+  EXPECT_EQ(redirect.error().code, errc::unexpected_status);
+  EXPECT_EQ(redirect.error().status, 307);
+  EXPECT_EQ(requests("/clear"), 0);  // the redirect is not followed
+}
+
+TEST_F(ContractSdkTest, UnexpectedStatusForABodyOverTheLimit) {
+  ServerProcess small({"--threads", "1", "--max-body-bytes", "256"});
+  Client client(fast_options(small));
+  auto r = client.batch_exists(std::vector<std::string>(64, "a-key-of-some-length"));
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, errc::unexpected_status);
+  EXPECT_EQ(r.error().status, 413);
+}
+
+TEST_F(ContractSdkTest, ConnectionFailedWhenNothingListens) {
+  auto client = make_client(3);
+  ASSERT_THAT(client->batch_exists({"k"}), IsOk());
+  server_.kill();
+  auto r = client->batch_exists({"k"});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, errc::connection_failed);
+  EXPECT_FALSE(r.error().status.has_value());
+  EXPECT_EQ(r.error().attempts, 3);
+  EXPECT_THAT(r.error().stop_reason, HasSubstr("retry policy exhausted after 3 attempts"));
+}
+
+TEST_F(ContractSdkTest, TimeoutWhenTheAnswerComesTooLate) {
+  auto o = fast_options(server_, 1);
+  o.request_timeout = std::chrono::milliseconds(200);
+  Client client(std::move(o));
+  add_fault(R"({"path":"/keys/batch_exists","delay_ms":1000,"times":1})");
+  auto r = client.batch_exists({"k"});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, errc::timeout);
+  EXPECT_TRUE(r.error().sent);
+  EXPECT_FALSE(r.error().status.has_value());
+  EXPECT_EQ(r.error().attempts, 1);
+}
+
+}  // namespace
+}  // namespace hf3fs_meta::contract
