@@ -94,6 +94,20 @@ Decoded<ConfirmWriteRequest> decode_confirm_write_request(std::string_view body)
 Decoded<BatchExistsRequest> decode_batch_exists_request(std::string_view body);
 Decoded<GetLocationsRequest> decode_get_locations_request(std::string_view body);
 
+// The same two requests decoded without a string per key, for the server's hot path (about 1,250
+// keys per exists call): each key is a view into the body when it has no escape, else into
+// `unescaped`. So the views live as long as both the body and this structure (until the next
+// decode into it). Reusing one structure per thread makes a decode allocate nothing in the steady
+// state. `rank` is 0 for batch_exists.
+struct KeyListRequest {
+  Rank rank = 0;
+  std::vector<std::string_view> keys;
+  std::string unescaped;  // the bytes of the keys that had escapes (the full parser's path)
+};
+// nullopt on success (`out` filled), else the refusal, exactly as the owning decoders above.
+std::optional<DecodeError> decode_batch_exists_request(std::string_view body, KeyListRequest& out);
+std::optional<DecodeError> decode_get_locations_request(std::string_view body, KeyListRequest& out);
+
 // Parses a path segment as the reference server accepts a rank: a plain decimal 64-bit integer
 // (optional leading '-'); nullopt otherwise (the server answers 422).
 std::optional<Rank> parse_path_rank(std::string_view segment) noexcept;

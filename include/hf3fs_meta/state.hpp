@@ -97,10 +97,14 @@ class MetadataState {
 
   // True for complete keys only.
   std::vector<bool> batch_exists(std::span<const std::string> keys) const;
+  // The same, for keys held elsewhere (the server's decoder yields views into the request body).
+  std::vector<bool> batch_exists(std::span<const std::string_view> keys) const;
 
   // The rank's page of each complete key, otherwise nullopt.
   StateResult<std::vector<std::optional<Page>>> get_locations(Rank rank,
                                                               std::span<const std::string> keys) const;
+  StateResult<std::vector<std::optional<Page>>> get_locations(Rank rank,
+                                                              std::span<const std::string_view> keys) const;
 
   // Forgets every rank and key, as a restart does.
   void clear();

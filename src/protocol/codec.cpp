@@ -74,11 +74,20 @@ std::optional<DecodeError> parse_answer(ParsedJson& json, std::string_view body)
   return std::nullopt;
 }
 
-std::optional<DecodeError> read_string_keys(const Value& keys, std::vector<std::string>& out) {
-  out.reserve(keys.Size());
+// The parsed document dies with the call, so the keys are copied into `out.unescaped`, sized first
+// so that the views taken into it stay valid.
+std::optional<DecodeError> read_string_keys(const Value& keys, KeyListRequest& out) {
+  std::size_t bytes = 0;
   for (rapidjson::SizeType i = 0; i < keys.Size(); ++i) {
     if (!keys[i].IsString()) return refuse(indexed("keys", i) + ": expected a string");
-    out.emplace_back(string_of(keys[i]));
+    bytes += keys[i].GetStringLength();
+  }
+  out.unescaped.reserve(bytes);
+  out.keys.reserve(keys.Size());
+  for (rapidjson::SizeType i = 0; i < keys.Size(); ++i) {
+    const std::size_t offset = out.unescaped.size();
+    out.unescaped += string_of(keys[i]);
+    out.keys.emplace_back(out.unescaped.data() + offset, out.unescaped.size() - offset);
   }
   return std::nullopt;
 }
@@ -384,11 +393,11 @@ namespace {
 
 using internal::JsonCursor;
 
-bool plain_string_list(JsonCursor& c, std::vector<std::string>& out) {
+bool plain_string_list(JsonCursor& c, std::vector<std::string_view>& out) {
   return c.list([&](std::size_t) {
     std::string_view key;
     if (!c.plain_string(key)) return false;
-    out.emplace_back(key);
+    out.push_back(key);
     return true;
   });
 }
@@ -456,29 +465,41 @@ std::optional<ConfirmWriteRequest> fast_confirm_write_request(std::string_view b
   return request;
 }
 
-std::optional<BatchExistsRequest> fast_batch_exists_request(std::string_view body) {
+// These two fill `out` with views into the body; false leaves it partly filled.
+bool fast_batch_exists_request(std::string_view body, KeyListRequest& out) {
   static constexpr std::string_view kNames[] = {"keys"};
-  BatchExistsRequest request;
   JsonCursor c(body);
   const bool ok = c.object(kNames, [&](std::size_t) {
-    request.keys.reserve(body.size() / 35);
-    return plain_string_list(c, request.keys);
+    out.keys.reserve(body.size() / 35);
+    return plain_string_list(c, out.keys);
   });
-  if (!ok || !c.at_end()) return std::nullopt;
-  return request;
+  return ok && c.at_end();
 }
 
-std::optional<GetLocationsRequest> fast_get_locations_request(std::string_view body) {
+bool fast_get_locations_request(std::string_view body, KeyListRequest& out) {
   static constexpr std::string_view kNames[] = {"rank", "keys"};
-  GetLocationsRequest request;
   bool has_rank = false;
   JsonCursor c(body);
   const bool ok = c.object(kNames, [&](std::size_t index) {
-    if (index == 0) return has_rank = c.integer(request.rank);
-    request.keys.reserve(body.size() / 35);
-    return plain_string_list(c, request.keys);
+    if (index == 0) return has_rank = c.integer(out.rank);
+    out.keys.reserve(body.size() / 35);
+    return plain_string_list(c, out.keys);
   });
-  if (!ok || !has_rank || !c.at_end()) return std::nullopt;
+  return ok && has_rank && c.at_end();
+}
+
+void clear(KeyListRequest& out) {
+  out.rank = 0;
+  out.keys.clear();
+  out.unescaped.clear();
+}
+
+template <class Request>
+Decoded<Request> owning(std::optional<DecodeError> error, const KeyListRequest& views) {
+  if (error) return std::move(*error);
+  Request request;
+  if constexpr (requires { request.rank; }) request.rank = views.rank;
+  request.keys.assign(views.keys.begin(), views.keys.end());
   return request;
 }
 
@@ -561,29 +582,40 @@ Decoded<ConfirmWriteRequest> decode_confirm_write_request(std::string_view body)
   return request;
 }
 
-Decoded<BatchExistsRequest> decode_batch_exists_request(std::string_view body) {
-  if (auto fast = fast_batch_exists_request(body)) return std::move(*fast);
+std::optional<DecodeError> decode_batch_exists_request(std::string_view body, KeyListRequest& out) {
+  clear(out);
+  if (fast_batch_exists_request(body, out)) return std::nullopt;
+  clear(out);
   ParsedJson json;
-  if (auto error = parse_object(json, body)) return std::move(*error);
-  BatchExistsRequest request;
+  if (auto error = parse_object(json, body)) return error;
   const Value* keys = find_member(json.root(), "keys");
-  if (!keys) return request;
+  if (!keys) return std::nullopt;
   if (!keys->IsArray()) return refuse(std::string(kInvalidKeysFormat));
-  if (auto error = read_string_keys(*keys, request.keys)) return std::move(*error);
-  return request;
+  return read_string_keys(*keys, out);
+}
+
+std::optional<DecodeError> decode_get_locations_request(std::string_view body, KeyListRequest& out) {
+  clear(out);
+  if (fast_get_locations_request(body, out)) return std::nullopt;
+  clear(out);
+  ParsedJson json;
+  if (auto error = parse_object(json, body)) return error;
+  const Value* keys = nullptr;
+  if (auto error = read_rank_and_keys(json.root(), out.rank, keys)) return error;
+  if (!keys) return std::nullopt;
+  return read_string_keys(*keys, out);
+}
+
+Decoded<BatchExistsRequest> decode_batch_exists_request(std::string_view body) {
+  KeyListRequest views;
+  auto error = decode_batch_exists_request(body, views);
+  return owning<BatchExistsRequest>(std::move(error), views);
 }
 
 Decoded<GetLocationsRequest> decode_get_locations_request(std::string_view body) {
-  if (auto fast = fast_get_locations_request(body)) return std::move(*fast);
-  ParsedJson json;
-  if (auto error = parse_object(json, body)) return std::move(*error);
-  GetLocationsRequest request;
-  const Value* keys = nullptr;
-  if (auto error = read_rank_and_keys(json.root(), request.rank, keys)) return std::move(*error);
-  if (keys) {
-    if (auto error = read_string_keys(*keys, request.keys)) return std::move(*error);
-  }
-  return request;
+  KeyListRequest views;
+  auto error = decode_get_locations_request(body, views);
+  return owning<GetLocationsRequest>(std::move(error), views);
 }
 
 std::optional<Rank> parse_path_rank(std::string_view segment) noexcept {
@@ -638,15 +670,23 @@ std::string encode_allocate_response(Rank rank, std::span<const BlockKey> keys, 
 }
 
 std::string encode_batch_exists_response(const std::vector<bool>& exists) {
+  constexpr std::string_view kHead = "{\"exists\":";
   std::string out;
-  SizedWriter w(out, sizeof R"({"exists":[]})" + exists.size() * sizeof "false,");
-  w.raw("{\"exists\":[");
-  for (std::size_t i = 0; i < exists.size(); ++i) {
-    if (i) w.ch(',');
-    w.raw(exists[i] ? std::string_view("true") : std::string_view("false"));
+  SizedWriter w(out, kHead.size() + exists.size() * (sizeof ",false" - 1) + sizeof "[]}");
+  w.raw(kHead);
+  // Each element with its comma in one write of constant length (inlined stores, no call per
+  // element); the first comma then becomes the '['.
+  for (const bool e : exists) {
+    if (e) {
+      w.raw(",true");
+    } else {
+      w.raw(",false");
+    }
   }
+  if (exists.empty()) w.ch('[');
   w.raw("]}");
   w.finish();
+  out[kHead.size()] = '[';
   return out;
 }
 

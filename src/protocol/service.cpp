@@ -3,8 +3,11 @@
 #include "hf3fs_meta/service.hpp"
 
 #include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <utility>
+#include <vector>
 
 #include "hf3fs_meta/protocol.hpp"
 
@@ -151,6 +154,18 @@ ServiceAnswer no_content() {
   return answer;
 }
 
+// The decoded keys of an exists or get_locations call: views into the body, in vectors reused by
+// each thread, so that a lookup allocates no string per key (it did, and malloc/free were a third
+// of the server's instructions on 1,250-key exists calls).
+protocol::KeyListRequest& key_list_scratch() {
+  thread_local protocol::KeyListRequest request;
+  // A huge batch must not leave its memory behind for the thread's lifetime.
+  constexpr std::size_t kKeep = std::size_t{1} << 16;
+  if (request.keys.capacity() > kKeep) std::vector<std::string_view>{}.swap(request.keys);
+  if (request.unescaped.capacity() > kKeep * 32) std::string{}.swap(request.unescaped);
+  return request;
+}
+
 std::string rank_not_initialized(Rank rank) { return "Rank " + std::to_string(rank) + " not initialized"; }
 
 // A StateError -> the answer vLLM gives (not_initialized) or our deviation's answer (the others).
@@ -267,22 +282,22 @@ ServiceAnswer Service::handle(std::string_view method, std::string_view target, 
       }
 
       case Route::batch_exists: {
-        auto request = protocol::decode_batch_exists_request(body);
-        if (!request) return detail_answer(400, request.error().message);
-        const auto& keys = request.value().keys;
+        protocol::KeyListRequest& r = key_list_scratch();
+        if (auto error = protocol::decode_batch_exists_request(body, r)) return detail_answer(400, error->message);
+        const std::span<const std::string_view> keys = r.keys;
         ServiceAnswer a = json_answer(200, protocol::encode_batch_exists_response(state_.batch_exists(keys)));
         a.items = keys.size();
         return a;
       }
 
       case Route::get_locations: {
-        auto request = protocol::decode_get_locations_request(body);
-        if (!request) return detail_answer(400, request.error().message);
-        const auto& r = request.value();
-        auto locations = state_.get_locations(r.rank, r.keys);
+        protocol::KeyListRequest& r = key_list_scratch();
+        if (auto error = protocol::decode_get_locations_request(body, r)) return detail_answer(400, error->message);
+        const std::span<const std::string_view> keys = r.keys;
+        auto locations = state_.get_locations(r.rank, keys);
         if (!locations) return state_error_answer(route, r.rank, locations.error());
         ServiceAnswer a = json_answer(200, protocol::encode_get_locations_response(locations.value()));
-        a.items = r.keys.size();
+        a.items = keys.size();
         return a;
       }
     }

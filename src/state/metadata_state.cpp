@@ -276,6 +276,29 @@ struct MetadataState::Impl {
     return rp ? rp->page : kNone;
   }
 
+  // The lookups behind both overloads of batch_exists and get_locations (std::string keys and
+  // views), on the call's keys hashed before the lock is taken.
+  std::vector<bool> batch_exists(const std::vector<HashedKey>& hashed) const {
+    std::vector<bool> result(hashed.size(), false);
+    std::shared_lock lock(mutex);
+    for (std::size_t i = 0; i < hashed.size(); ++i) {
+      const std::uint32_t id = id_of(hashed[i]);
+      result[i] = id != kNone && keys[id].complete();
+    }
+    return result;
+  }
+  StateResult<std::vector<std::optional<Page>>> get_locations(Rank rank, const std::vector<HashedKey>& hashed) const {
+    std::vector<std::optional<Page>> result(hashed.size());
+    std::shared_lock lock(mutex);
+    const std::uint32_t slot = slot_of(rank);
+    if (slot == kNone) return not_initialized(rank);
+    for (std::size_t i = 0; i < hashed.size(); ++i) {
+      const std::uint32_t page = complete_page(hashed[i], slot);
+      if (page != kNone) result[i] = page;
+    }
+    return result;
+  }
+
   std::uint32_t create_key(const HashedKey& key) {
     const auto id = static_cast<std::uint32_t>(keys.size());
     const std::string_view name = names.store(key.name);
@@ -506,28 +529,21 @@ StateResult<ConfirmOutcome> MetadataState::confirm_write(Rank rank, std::span<co
 }
 
 std::vector<bool> MetadataState::batch_exists(std::span<const std::string> keys) const {
-  std::vector<bool> result(keys.size(), false);
-  const auto& hashed = hash_all(scratch(), keys, [](const std::string& k) { return std::string_view(k); });
-  std::shared_lock lock(impl_->mutex);
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    const std::uint32_t id = impl_->id_of(hashed[i]);
-    result[i] = id != kNone && impl_->keys[id].complete();
-  }
-  return result;
+  return impl_->batch_exists(hash_all(scratch(), keys, [](std::string_view k) { return k; }));
+}
+
+std::vector<bool> MetadataState::batch_exists(std::span<const std::string_view> keys) const {
+  return impl_->batch_exists(hash_all(scratch(), keys, [](std::string_view k) { return k; }));
 }
 
 StateResult<std::vector<std::optional<Page>>> MetadataState::get_locations(
     Rank rank, std::span<const std::string> keys) const {
-  std::vector<std::optional<Page>> result(keys.size());
-  const auto& hashed = hash_all(scratch(), keys, [](const std::string& k) { return std::string_view(k); });
-  std::shared_lock lock(impl_->mutex);
-  const std::uint32_t slot = impl_->slot_of(rank);
-  if (slot == kNone) return not_initialized(rank);
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    const std::uint32_t page = impl_->complete_page(hashed[i], slot);
-    if (page != kNone) result[i] = page;
-  }
-  return result;
+  return impl_->get_locations(rank, hash_all(scratch(), keys, [](std::string_view k) { return k; }));
+}
+
+StateResult<std::vector<std::optional<Page>>> MetadataState::get_locations(
+    Rank rank, std::span<const std::string_view> keys) const {
+  return impl_->get_locations(rank, hash_all(scratch(), keys, [](std::string_view k) { return k; }));
 }
 
 void MetadataState::clear() {

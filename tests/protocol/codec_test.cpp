@@ -2,9 +2,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <limits>
 #include <optional>
+#include <utility>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "hf3fs_meta/protocol.hpp"
@@ -314,6 +317,80 @@ TEST(ServerDecodeTest, BatchExistsMissingKeysIsEmpty) {
   auto request = decode_batch_exists_request("{}");
   ASSERT_TRUE(request);
   EXPECT_TRUE(request.value().keys.empty());
+}
+
+// The reusable decoders: keys of the fast path are views into the body; keys the full parser reads
+// (escapes, a repeated member, extra members) live in `unescaped`; each decode starts afresh.
+bool points_into(std::string_view outer, std::string_view inner) {
+  return std::less_equal<>()(outer.data(), inner.data()) &&
+         std::less_equal<>()(inner.data() + inner.size(), outer.data() + outer.size());
+}
+
+TEST(ServerDecodeTest, KeyListViewsPointIntoTheBody) {
+  KeyListRequest out;
+  const std::string compact = R"({"rank":7,"keys":["a","bc",""]})";
+  ASSERT_FALSE(decode_get_locations_request(compact, out).has_value());
+  EXPECT_EQ(out.rank, 7);
+  EXPECT_THAT(out.keys, ::testing::ElementsAre("a", "bc", ""));
+  for (const auto key : out.keys) EXPECT_TRUE(points_into(compact, key));
+
+  const std::string spaced = R"({"keys": ["x", "yz"]})";
+  ASSERT_FALSE(decode_batch_exists_request(spaced, out).has_value());
+  EXPECT_EQ(out.rank, 0);  // not left over from the previous decode
+  EXPECT_THAT(out.keys, ::testing::ElementsAre("x", "yz"));
+  for (const auto key : out.keys) EXPECT_TRUE(points_into(spaced, key));
+  EXPECT_TRUE(out.unescaped.empty());
+}
+
+TEST(ServerDecodeTest, KeyListEscapedKeysAreOwned) {
+  KeyListRequest out;
+  const std::string body = R"({"keys":["a","\u0062\n","caf\u00e9",""]})";
+  ASSERT_FALSE(decode_batch_exists_request(body, out).has_value());
+  EXPECT_THAT(out.keys, ::testing::ElementsAre("a", "b\n", "caf\xC3\xA9", ""));
+  for (const auto key : out.keys) {
+    if (!key.empty()) {
+      EXPECT_TRUE(points_into(out.unescaped, key));
+    }
+  }
+
+  // A later fast decode replaces them all; a full-parser one with a rank sets it.
+  ASSERT_FALSE(decode_batch_exists_request(R"({"keys":["q"]})", out).has_value());
+  EXPECT_THAT(out.keys, ::testing::ElementsAre("q"));
+  EXPECT_TRUE(out.unescaped.empty());
+  ASSERT_FALSE(decode_get_locations_request(R"({"rank":-2,"keys":["\\"],"extra":null})", out).has_value());
+  EXPECT_EQ(out.rank, -2);
+  EXPECT_THAT(out.keys, ::testing::ElementsAre("\\"));
+  ASSERT_FALSE(decode_get_locations_request(R"({"rank":4})", out).has_value());
+  EXPECT_EQ(out.rank, 4);
+  EXPECT_TRUE(out.keys.empty());
+}
+
+TEST(ServerDecodeTest, KeyListRefusals) {
+  const std::pair<const char*, const char*> exists_refusals[] = {
+      {R"({"keys":["a",3]})", "keys[1]: expected a string"},
+      {R"({"keys":"a"})", "Invalid keys format"},
+      {"[]", "body: expected a JSON object"},
+      {R"({"keys":["a"],})", "body: expected a JSON object (invalid JSON"},
+  };
+  for (const auto& [body, message] : exists_refusals) {
+    KeyListRequest out;
+    auto error = decode_batch_exists_request(body, out);
+    ASSERT_TRUE(error.has_value()) << body;
+    EXPECT_THAT(error->message, StartsWith(message)) << body;
+  }
+  const std::pair<const char*, const char*> locations_refusals[] = {
+      {R"({"keys":["a"]})", "Invalid request format: need 'rank' and 'keys'"},
+      {R"({"rank":null,"keys":[]})", "Invalid request format: need 'rank' and 'keys'"},
+      {R"({"rank":1,"keys":{}})", "Invalid request format: need 'rank' and 'keys'"},
+      {R"({"rank":1.5,"keys":[]})", "rank: expected an integer"},
+      {R"({"rank":1,"keys":["a",null]})", "keys[1]: expected a string"},
+  };
+  for (const auto& [body, message] : locations_refusals) {
+    KeyListRequest out;
+    auto error = decode_get_locations_request(body, out);
+    ASSERT_TRUE(error.has_value()) << body;
+    EXPECT_EQ(error->message, message) << body;
+  }
 }
 
 class ConfirmWriteRequestRefusal : public ::testing::TestWithParam<Refusal> {};

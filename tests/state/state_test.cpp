@@ -3,7 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "hf3fs_meta/state.hpp"
@@ -583,6 +585,37 @@ TEST(StateKeys, LocationsOfCompleteKeysOnThisRank) {
                "Rank 5 not initialized", 5);
   expect_error(s.get_locations(5, std::vector<std::string>{}), StateErrc::not_initialized, "Rank 5 not initialized",
                5);
+}
+
+// The view overloads answer as the std::string ones, for views cut from one buffer (not
+// NUL-terminated, not owned by any std::string); the rank error is the same.
+TEST(StateKeys, ViewOverloadsAnswerAsTheStringOnes) {
+  MetadataState s;
+  ASSERT_TRUE(s.initialize(0, 4).has_value());
+  ASSERT_TRUE(s.initialize(1, 4).has_value());
+  allocate(s, 0, {"a", "b"});
+  allocate(s, 1, {"x", "a"});
+  confirm(s, 0, {{"a", 0}, {"b", 1}});
+  confirm(s, 1, {{"a", 1}});
+  const std::string buffer = "abzza";
+  const std::string_view all(buffer);
+  const std::vector<std::string_view> views{all.substr(0, 1), all.substr(1, 1), all.substr(2, 2), all.substr(4, 1),
+                                            all.substr(0, 0)};
+  const std::vector<std::string> strings(views.begin(), views.end());
+  EXPECT_THAT(s.batch_exists(std::span<const std::string_view>(views)), ElementsAre(true, false, false, true, false));
+  EXPECT_EQ(s.batch_exists(std::span<const std::string_view>(views)), s.batch_exists(strings));
+  for (const Rank rank : {0, 1}) {
+    auto by_view = s.get_locations(rank, std::span<const std::string_view>(views));
+    auto by_string = s.get_locations(rank, strings);
+    ASSERT_TRUE(by_view.has_value());
+    ASSERT_TRUE(by_string.has_value());
+    EXPECT_EQ(by_view.value(), by_string.value());
+  }
+  EXPECT_THAT(s.get_locations(0, std::span<const std::string_view>(views)).value(),
+              ElementsAre(Optional(0), std::nullopt, std::nullopt, Optional(0), std::nullopt));
+  EXPECT_TRUE(s.batch_exists(std::span<const std::string_view>()).empty());
+  expect_error(s.get_locations(5, std::span<const std::string_view>(views)), StateErrc::not_initialized,
+               "Rank 5 not initialized", 5);
 }
 
 TEST(StateKeys, EmptyKeyIsAKeyLikeAnyOther) {
