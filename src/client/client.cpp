@@ -494,10 +494,8 @@ struct Client::Impl {
                           "lost; allocate again";
           return give_up(std::move(e));
         }
-        if (attempts >= max_attempts) {
-          e.stop_reason = exhausted(attempts, s);
-          return give_up(std::move(e));
-        }
+        // The repeat after a restore is always allowed, even past max_attempts: the attempt that
+        // met "not initialized" could never have succeeded, and restores happen once per call.
         last = std::move(e);
         continue;  // at once: no backoff, no budget token
       }

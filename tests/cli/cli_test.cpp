@@ -119,6 +119,15 @@ TEST_F(CliTest, EnsurePagesReinitializesAndRepeats) {
   EXPECT_EQ(state_->rank_stats(3)->num_pages, 8);
 }
 
+TEST_F(CliTest, ARepeatAfterReinitializationIsAllowedWithOneAttempt) {
+  CliRun r = run({"--json", "--attempts", "1", "locations", "5", "k", "--ensure-pages", "4"});
+  ASSERT_EQ(r.status, kSuccess) << r.out << r.err;
+  auto doc = r.json();
+  EXPECT_TRUE(doc["locations"][0].IsNull());
+  EXPECT_EQ(doc["attempts"].GetInt(), 2);
+  EXPECT_TRUE(doc["reinitialized"].GetBool());
+}
+
 TEST_F(CliTest, ConfirmExistsLocationsAndClear) {
   ASSERT_EQ(run({"init", "0", "--pages", "4"}).status, kSuccess);
   CliRun a = run({"allocate", "0", "k1", "k2"});

@@ -649,7 +649,7 @@ TEST_F(ClientRetryTest, ObserverSeesEveryStepInOrder) {
   EXPECT_TRUE(observer->events().empty());
 }
 
-TEST_F(ClientRetryTest, RestoreCountsAsAnAttempt) {
+TEST_F(ClientRetryTest, RestoreCountsAsAnAttemptButItsRepeatIsAlwaysAllowed) {
   ClientOptions options;
   options.retry_policy = std::make_shared<LimitedAttemptsRetryPolicy>(2, 10s);
   auto client = make_client(options);
@@ -657,10 +657,25 @@ TEST_F(ClientRetryTest, RestoreCountsAsAnAttempt) {
   transport->then(status_answer(503));
   transport->then(allocate_not_initialized());
   transport->then(ok_init());
+  transport->then(allocate_not_initialized());  // the repeat: the rank is gone again
   auto r = client->allocate(3, std::vector<std::string>{"k"});
   ASSERT_FALSE(r);
-  EXPECT_EQ(r.error().attempts, 2);
-  EXPECT_THAT(r.error().stop_reason, StartsWith("retry policy exhausted after 2 attempts"));
+  EXPECT_EQ(r.error().attempts, 3);
+  EXPECT_TRUE(r.error().reinitialized);
+  EXPECT_EQ(transport->count(kAllocate), 3u);
+}
+
+TEST_F(ClientRetryTest, OneAttemptPolicyStillRepeatsAfterARestore) {
+  ClientOptions options;
+  options.retry_policy = std::make_shared<LimitedAttemptsRetryPolicy>(1, 10s);
+  auto client = make_client(options);
+  client->register_rank(3, 64);
+  transport->then(allocate_not_initialized());
+  transport->then(ok_init());
+  transport->then(http_answer(200, R"({"rank":3,"results":[["k",0]]})"));
+  auto r = client->allocate(3, std::vector<std::string>{"k"});
+  ASSERT_TRUE(r) << r.error().message();
+  EXPECT_EQ(r.value()[0].page, 0);
   EXPECT_EQ(transport->count(kAllocate), 2u);
 }
 
