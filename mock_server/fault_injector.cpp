@@ -3,6 +3,8 @@
 #include <rapidjson/document.h>
 #include <rapidjson/error/en.h>
 
+#include "hf3fs_meta/protocol.hpp"
+
 namespace hf3fs_meta::server {
 
 ParsedFaultRequest parse_fault_request(std::string_view body) {
@@ -16,6 +18,8 @@ ParsedFaultRequest parse_fault_request(std::string_view body) {
 
   FaultRequest request;
   int actions = 0;
+  std::optional<std::string> detail;  // a status rule's detail, to mimic another server's 500s
+  std::optional<std::string> answer;  // a status rule's whole body, e.g. a malformed 200
   for (auto& member : doc.GetObject()) {
     std::string_view name(member.name.GetString(), member.name.GetStringLength());
     const auto& value = member.value;
@@ -30,11 +34,14 @@ ParsedFaultRequest parse_fault_request(std::string_view body) {
       if (!value.IsInt64() || value.GetInt64() < 1) return fail("times must be an integer >= 1");
       request.rule.times = value.GetInt64();
     } else if (name == "status") {
-      if (!value.IsInt() || value.GetInt() < 400 || value.GetInt() > 599)
-        return fail("status must be an integer in 400..599");
+      if (!value.IsInt() || value.GetInt() < 200 || value.GetInt() > 599)
+        return fail("status must be an integer in 200..599");
       request.rule.action.kind = FaultAction::Kind::status;
       request.rule.action.status = value.GetInt();
       ++actions;
+    } else if (name == "detail" || name == "body") {
+      if (!value.IsString()) return fail(std::string(name) + " must be a string");
+      (name == "detail" ? detail : answer) = std::string(value.GetString(), value.GetStringLength());
     } else if (name == "delay_ms") {
       if (!value.IsInt64() || value.GetInt64() < 0 || value.GetInt64() > 600000)
         return fail("delay_ms must be an integer in 0..600000");
@@ -60,6 +67,14 @@ ParsedFaultRequest parse_fault_request(std::string_view body) {
     return ParsedFaultRequest{request, {}};
   }
   if (actions != 1) return fail("a fault rule needs exactly one of status, delay_ms, close_connection");
+  auto& action = request.rule.action;
+  if (action.kind != FaultAction::Kind::status) {
+    if (detail || answer) return fail("detail and body go with status only");
+  } else {
+    if (detail && answer) return fail("a fault rule takes detail or body, not both");
+    if (action.status < 400 && !answer) return fail("a status below 400 needs a body");
+    action.body = answer ? std::move(*answer) : protocol::encode_detail(detail.value_or("injected fault"));
+  }
   return ParsedFaultRequest{request, {}};
 }
 

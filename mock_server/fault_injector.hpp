@@ -17,6 +17,7 @@ struct FaultAction {
   enum class Kind { none, status, delay, close_before, close_after };
   Kind kind = Kind::none;
   int status = 0;
+  std::string body;  // Kind::status: the answer's JSON body ({"detail":"injected fault"} by default)
   std::chrono::milliseconds delay{0};
 };
 

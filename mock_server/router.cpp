@@ -122,7 +122,7 @@ Router::Next Router::step(const Request& request, Exchange& exchange) {
       exchange.action = faults_.match(path, is_protocol_route(exchange.route));
       switch (exchange.action.kind) {
         case FaultAction::Kind::status:
-          set_json(reply, exchange.action.status, protocol::encode_detail("injected fault"));
+          set_json(reply, exchange.action.status, std::move(exchange.action.body));
           return Next::reply;
         case FaultAction::Kind::close_before:
           return Next::close;

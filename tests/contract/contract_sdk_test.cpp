@@ -269,6 +269,62 @@ TEST_F(ContractSdkTest, ServerErrorForA500WithoutAKnownDetail) {
   EXPECT_EQ(requests("/keys/batch_exists", 500), 1);
 }
 
+// vLLM's other 500s, injected with its own wording: each SDK call classifies them by the detail's
+// operation prefix, and does not repeat them.
+TEST_F(ContractSdkTest, OperationFailuresCarryVllmsDetailsAndAreNotRepeated) {
+  auto client = make_client();
+  ASSERT_THAT(client->ensure_initialized(0, 4), IsOk());
+  add_fault(R"j({"path":"/keys/batch_allocate","status":500,"detail":"Allocation failed: too many values to unpack (expected 2)"})j");
+  add_fault(R"({"path":"/keys/confirm_write","status":500,"detail":"Confirmation failed: 'int' object is not iterable"})");
+  add_fault(R"({"path":"/keys/batch_exists","status":500,"detail":"Key existence check failed: unhashable type: 'list'"})");
+  add_fault(R"({"path":"/keys/get_locations","status":500,"detail":"Failed to get key locations: boom"})");
+
+  auto a = client->allocate(0, std::vector<std::string>{"k"});
+  ASSERT_FALSE(a);
+  EXPECT_EQ(a.error().code, errc::allocation_failed);
+  EXPECT_EQ(a.error().cause, "too many values to unpack (expected 2)");
+  EXPECT_EQ(a.error().attempts, 1);
+
+  auto c = client->confirm_write(0, {{"k", 0}});
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.error().code, errc::confirmation_failed);
+  EXPECT_EQ(c.error().attempts, 1);
+
+  auto e = client->batch_exists({"k"});
+  ASSERT_FALSE(e);
+  EXPECT_EQ(e.error().code, errc::existence_check_failed);
+  EXPECT_EQ(e.error().attempts, 1);
+
+  auto l = client->get_locations(0, {"k"});
+  ASSERT_FALSE(l);
+  EXPECT_EQ(l.error().code, errc::location_lookup_failed);
+  EXPECT_EQ(l.error().cause, "boom");
+  EXPECT_EQ(l.error().attempts, 1);
+  // Nothing was applied by any of them.
+  EXPECT_EQ(pages(0), (RankPages{4, 0, 0, 0, 0}));
+}
+
+// vLLM's KeyError wording for confirm_write on a rank it forgot: the bare rank.
+TEST_F(ContractSdkTest, BareRankConfirmationFailureIsRankNotInitialized) {
+  auto client = make_client();
+  add_fault(R"({"path":"/keys/confirm_write","status":500,"detail":"Confirmation failed: 9"})");
+  auto r = client->confirm_write(9, {}, {3});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, errc::rank_not_initialized);
+  EXPECT_EQ(r.error().rank, 9);
+  EXPECT_FALSE(r.error().reinitialized);  // rank 9 is not registered
+}
+
+TEST_F(ContractSdkTest, ProtocolErrorForAMalformedSuccess) {
+  auto client = make_client();
+  add_fault(R"({"path":"/keys/batch_exists","status":200,"body":"{\"exists\":[true,true]}"})");
+  auto r = client->batch_exists({"k"});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, errc::protocol_error);
+  EXPECT_EQ(r.error().status, 200);
+  EXPECT_EQ(r.error().attempts, 1);
+}
+
 TEST_F(ContractSdkTest, UnavailableAfterTheAttemptsRunOut) {
   auto observer = std::make_shared<testing::RecordingObserver>();
   auto client = make_client(2, observer);

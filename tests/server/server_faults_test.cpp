@@ -114,10 +114,29 @@ TEST_F(ServerFaultsTest, ForgetStateForgetsEveryRankAndKey) {
   EXPECT_THAT(metric("hf3fs_meta_ranks"), Optional(std::string("0")));
 }
 
+TEST_F(ServerFaultsTest, StatusRuleCanCarryADetailOrAWholeBody) {
+  initialize(0, 10);
+  // Another server's 500, as vLLM words it.
+  add_rule(R"j({"path":"/keys/batch_allocate","status":500,"detail":"Allocation failed: too many values to unpack (expected 2)"})j");
+  auto r = allocate(0, "k1");
+  EXPECT_EQ(r.status, 500);
+  EXPECT_EQ(r.body, R"j({"detail":"Allocation failed: too many values to unpack (expected 2)"})j");
+  // A malformed success, for clients' answer validation.
+  add_rule(R"({"path":"/keys/batch_exists","status":200,"body":"{\"exists\":[true,true]}"})");
+  auto e = post("/keys/batch_exists", R"({"keys":["k1"]})");
+  EXPECT_EQ(e.status, 200);
+  EXPECT_EQ(e.body, R"({"exists":[true,true]})");
+  EXPECT_THAT(e.header("content-type"), Optional(std::string("application/json")));
+  // Nothing was applied: k1's page is still the first one.
+  EXPECT_EQ(allocate(0, "k1").body, allocate_answer(0, "k1", 0));
+}
+
 TEST_F(ServerFaultsTest, BadRulesAre400) {
   for (std::string_view body : {R"(not json)", R"([])", R"({})", R"({"status":200})", R"({"status":503,"delay_ms":5})",
                                 R"({"close_connection":"during"})", R"({"status":503,"times":0})",
-                                R"({"status":503,"path":"keys"})", R"({"status":503,"colour":"red"})"}) {
+                                R"({"status":503,"path":"keys"})", R"({"status":503,"colour":"red"})",
+                                R"({"status":500,"detail":5})", R"({"delay_ms":5,"detail":"x"})",
+                                R"({"status":500,"detail":"a","body":"{}"})", R"({"status":199,"body":"{}"})"}) {
     auto r = post("/_faults", body);
     EXPECT_EQ(r.status, 400) << body;
     EXPECT_THAT(r.body, HasSubstr("\"detail\"")) << body;
