@@ -15,6 +15,8 @@
 
 #include "hf3fs_meta/protocol.hpp"
 
+#include "internal/field_text.hpp"
+
 namespace hf3fs_meta {
 
 namespace {
@@ -45,22 +47,7 @@ std::string seconds_text(nanoseconds d) {
   return buf;
 }
 
-std::string quote_key(std::string_view key) {
-  std::string out;
-  out.reserve(key.size() + 2);
-  out += '\'';
-  out += key;
-  out += '\'';
-  return out;
-}
-
-std::string indexed(std::string_view field, std::size_t index) {
-  std::string out(field);
-  out += '[';
-  out += std::to_string(index);
-  out += ']';
-  return out;
-}
+using internal::indexed;
 
 Error invalid_argument(Operation op, std::string detail) {
   Error e;
@@ -100,7 +87,7 @@ std::optional<Error> check_keys(Operation op, std::string_view field, std::size_
   }
   if (!allow_duplicates) {
     if (auto dup = first_duplicate(n, key_at)) {
-      return invalid_argument(op, indexed(field, dup->first) + ": duplicate key " + quote_key(key_at(dup->first)) +
+      return invalid_argument(op, indexed(field, dup->first) + ": duplicate key " + internal::quoted(key_at(dup->first)) +
                                       " (also " + indexed(field, dup->second) + ")");
     }
   }
@@ -135,8 +122,8 @@ std::optional<Error> check_confirm_write(const std::vector<Confirmation>& confir
   if (auto dup = first_duplicate(confirmations.size(), [&](std::size_t i) { return confirmations[i].page; })) {
     const auto& [i, j] = *dup;
     return invalid_argument(op, indexed("confirmations", i) + ": page " + std::to_string(confirmations[i].page) +
-                                    " of key " + quote_key(confirmations[i].key) + " is also named by key " +
-                                    quote_key(confirmations[j].key) + " (" + indexed("confirmations", j) + ")");
+                                    " of key " + internal::quoted(confirmations[i].key) + " is also named by key " +
+                                    internal::quoted(confirmations[j].key) + " (" + indexed("confirmations", j) + ")");
   }
   for (std::size_t i = 0; i < releases.size(); ++i) {
     if (releases[i] < 0) {
@@ -151,7 +138,7 @@ std::optional<Error> check_confirm_write(const std::vector<Confirmation>& confir
   if (!confirmations.empty() && !releases.empty()) {
     const auto conflict = [&](std::size_t r, std::size_t c) {
       return invalid_argument(op, indexed("pages_to_release", r) + ": page " + std::to_string(releases[r]) +
-                                      " is also confirmed for key " + quote_key(confirmations[c].key) + " (" +
+                                      " is also confirmed for key " + internal::quoted(confirmations[c].key) + " (" +
                                       indexed("confirmations", c) + ")");
     };
     if (confirmations.size() * releases.size() <= 256) {

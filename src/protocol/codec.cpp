@@ -16,6 +16,7 @@
 #include <string>
 #include <utility>
 
+#include "internal/field_text.hpp"
 #include "internal/compact_json.hpp"
 #include "internal/json.hpp"
 #include "internal/list_answer_reader.hpp"
@@ -25,6 +26,7 @@ namespace hf3fs_meta::protocol {
 using internal::append_int;
 using internal::append_json_string;
 using internal::find_member;
+using internal::indexed;
 using internal::IntCheck;
 using internal::ParsedJson;
 using internal::read_int64;
@@ -42,13 +44,6 @@ constexpr std::string_view kInvalidInitialization = "Invalid initialization para
 
 DecodeError refuse(std::string message) { return DecodeError{std::move(message)}; }
 
-std::string indexed(std::string_view field, std::size_t index) {
-  std::string text(field);
-  text += '[';
-  text += std::to_string(index);
-  text += ']';
-  return text;
-}
 
 // "field: expected an integer" / "field: out of range for a 64-bit integer", or nullopt if fine.
 std::optional<DecodeError> check_int64(const Value& value, const std::string& field, std::int64_t& out) {

@@ -18,6 +18,8 @@
 //   finer locking (per rank) has not been worth its complexity so far.
 #include "hf3fs_meta/state.hpp"
 
+#include "internal/field_text.hpp"
+
 #include <algorithm>
 #include <cassert>
 #include <functional>
@@ -228,7 +230,7 @@ StateError not_initialized(Rank rank) {
 }
 
 std::string out_of_range(std::string_view field, std::size_t index, Page page, const RankData& r) {
-  return std::string(field) + "[" + std::to_string(index) + "]: page " + std::to_string(page) +
+  return internal::indexed(field, index) + ": page " + std::to_string(page) +
          " is outside 0.." + std::to_string(Page{r.num_pages} - 1) + " on rank " + std::to_string(r.rank);
 }
 
@@ -380,8 +382,8 @@ StateResult<std::vector<Page>> MetadataState::allocate(Rank rank, std::span<cons
       const auto [it, inserted] = s.seen.try_emplace(hashed[i], static_cast<std::uint32_t>(i));
       if (!inserted) {
         duplicate = make_error(StateErrc::invalid_argument,
-                               "keys[" + std::to_string(i) + "]: duplicate key '" + keys[i].key +
-                                   "' (also keys[" + std::to_string(it->second) + "])",
+                               internal::indexed("keys", i) + ": duplicate key " + internal::quoted(keys[i].key) +
+                                   " (also " + internal::indexed("keys", it->second) + ")",
                                rank, i);
         break;
       }
