@@ -305,6 +305,8 @@ int run(const std::vector<std::string>& args, const Environment& env, std::ostre
   if (cl.ensure_pages && cl.command != "allocate" && cl.command != "locations" && cl.command != "confirm") {
     return fail("--ensure-pages goes with allocate, locations or confirm");
   }
+  // Registered before the call, so that a "not initialized" answer restores the rank and repeats.
+  if (auto rank = rank_arg(cl); cl.ensure_pages && rank) client.register_rank(*rank, *cl.ensure_pages);
 
   if (cl.command == "init") {
     auto rank = need_rank("init");
@@ -336,7 +338,6 @@ int run(const std::vector<std::string>& args, const Environment& env, std::ostre
       keys.push_back(colon == std::string::npos ? BlockKey{item, ""}
                                                 : BlockKey{item.substr(0, colon), item.substr(colon + 1)});
     }
-    if (cl.ensure_pages) client.register_rank(*rank, *cl.ensure_pages);
     auto r = client.allocate(*rank, keys);
     if (!r) return report_error(cl, r.error(), out, err);
     return report_success(
@@ -374,7 +375,6 @@ int run(const std::vector<std::string>& args, const Environment& env, std::ostre
       confirmations.push_back({item.substr(0, eq), *page});
     }
     if (confirmations.empty() && cl.releases.empty()) return fail("confirm needs KEY=PAGE or --release PAGE");
-    if (cl.ensure_pages) client.register_rank(*rank, *cl.ensure_pages);
     auto r = client.confirm_write(*rank, confirmations, cl.releases);
     if (!r) return report_error(cl, r.error(), out, err);
     return report_success(
@@ -405,7 +405,6 @@ int run(const std::vector<std::string>& args, const Environment& env, std::ostre
     auto rank = need_rank("locations");
     if (!rank) return kUsage;
     if (rest.empty()) return fail("locations needs at least one KEY");
-    if (cl.ensure_pages) client.register_rank(*rank, *cl.ensure_pages);
     auto r = client.get_locations(*rank, rest);
     if (!r) return report_error(cl, r.error(), out, err);
     return report_success(
