@@ -10,7 +10,7 @@ namespace hf3fs_meta::server {
 ParsedFaultRequest parse_fault_request(std::string_view body) {
   auto fail = [](std::string message) { return ParsedFaultRequest{std::nullopt, std::move(message)}; };
   rapidjson::Document doc;
-  doc.Parse(body.data(), body.size());
+  doc.Parse<rapidjson::kParseIterativeFlag>(body.data(), body.size());
   if (doc.HasParseError()) {
     return fail(std::string("fault rule is not JSON: ") + rapidjson::GetParseError_En(doc.GetParseError()));
   }

@@ -218,7 +218,7 @@ class ParsedJson {
     error_ = precheck_body(text);
     if (!error_.empty()) return false;
     copy_.emplace(text);
-    doc_.ParseInsitu(copy_->data());
+    doc_.ParseInsitu<rapidjson::kParseIterativeFlag>(copy_->data());  // iterative: no stack per nesting level
     if (doc_.HasParseError()) {
       error_ = parse_error_text(doc_.GetParseError(), doc_.GetErrorOffset());
       return false;

@@ -50,7 +50,7 @@ class ListAnswerReader : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, 
     InsituCopy copy(body);
     rapidjson::InsituStringStream stream(copy.data());
     rapidjson::Reader reader;
-    const rapidjson::ParseResult result = reader.Parse<rapidjson::kParseInsituFlag>(stream, *this);
+    const rapidjson::ParseResult result = reader.Parse<rapidjson::kParseInsituFlag | rapidjson::kParseIterativeFlag>(stream, *this);
     if (result.IsError()) return "answer: not JSON (" + parse_error_text(result.Code(), result.Offset()) + ")";
     const std::string field(field_);
     if (!root_is_object_) return std::string("answer: expected a JSON object");

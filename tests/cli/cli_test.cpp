@@ -247,6 +247,14 @@ TEST_F(CliTest, AMalformedAnswerExitsFour) {
   EXPECT_STREQ(r.json()["error"]["code"].GetString(), "protocol_error");
 }
 
+TEST_F(CliTest, ADeeplyNestedAnswerIsAProtocolErrorNotACrash) {
+  auto deep = std::make_shared<CannedTransport>([](const HttpRequest&) -> TransportResult {
+    return HttpResponse{200, "application/json", R"({"exists":)" + std::string(1'000'000, '['), {}};
+  });
+  EXPECT_EQ(run_with(deep, {"exists", "k"}).status, kProtocol);
+  EXPECT_EQ(run_with(deep, {"locations", "0", "k"}).status, kProtocol);
+}
+
 TEST_F(CliTest, HelpGoesToStdoutAndExitsZero) {
   CliRun r = run({"--help"});
   EXPECT_EQ(r.status, kSuccess);

@@ -60,6 +60,21 @@ TEST_F(ServerHttpTest, ProtocolRoundTripThroughService) {
   expect_json(allocate(0, "k4"), 500, R"({"detail":"Allocation failed: Rank 0 not initialized"})");
 }
 
+// A parser that recursed per nesting level would overflow the stack on this: the server must refuse
+// it and keep serving.
+TEST_F(ServerHttpTest, DeeplyNestedBodiesAreRefusedWithoutHarm) {
+  const std::string deep(1'000'000, '[');
+  for (std::string_view path : {"/keys/batch_allocate", "/keys/batch_exists", "/keys/get_locations",
+                                "/keys/confirm_write", "/rank/0/initialize"}) {
+    // Bare, as a field, and behind a member the fast decoders do not know (full parser).
+    for (const std::string& prefix : {std::string(), std::string(R"({"rank":0,"keys":)"),
+                                      std::string(R"({ "rank" : 0, "other" : )")}) {
+      EXPECT_EQ(post(path, prefix + deep).status, 400) << path << ' ' << prefix;
+    }
+  }
+  EXPECT_EQ(get("/healthz").status, 200);
+}
+
 TEST_F(ServerHttpTest, UnknownPathIs404ForEveryMethod) {
   expect_json(post("/nope", "{}"), 404, R"({"detail":"Not Found"})");
   expect_json(get("/nope"), 404, R"({"detail":"Not Found"})");
