@@ -47,7 +47,7 @@ class Service {
   explicit Service(MetadataState& state) : state_(state) {}
 
   // The route a request goes to, from its method and target (a query string is ignored).
-  static Route route_of(std::string_view method, std::string_view target) noexcept;
+  static Route route_of(std::string_view method, std::string_view target);  // may allocate
 
   ServiceAnswer handle(std::string_view method, std::string_view target, std::string_view body);
 

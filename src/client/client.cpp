@@ -112,7 +112,6 @@ std::optional<Error> check_confirm_write(const std::vector<Confirmation>& confir
   constexpr auto op = Operation::confirm_write;
   const auto key_at = [&](std::size_t i) { return std::string_view(confirmations[i].key); };
   for (std::size_t i = 0; i < confirmations.size(); ++i) {
-    if (confirmations[i].key.empty()) return invalid_argument(op, indexed("confirmations", i) + ": empty key");
     if (confirmations[i].page < 0) {
       return invalid_argument(op, indexed("confirmations", i) + ": negative page " +
                                       std::to_string(confirmations[i].page));
@@ -555,14 +554,7 @@ Result<std::vector<Allocation>> Client::allocate(Rank rank, const std::vector<Bl
   HttpRequest request{std::string(protocol::kAllocatePath), protocol::encode_allocate_request(rank, keys), {}};
   return impl_->run<std::vector<Allocation>>(
       impl_->spec(op, rank, call), request,
-      [&](const HttpResponse& r) -> protocol::Decoded<std::vector<Allocation>> {
-        auto decoded = protocol::decode_allocate_response(r.body, keys);
-        if (decoded && decoded.value().size() != keys.size()) {
-          return protocol::DecodeError{"results: " + std::to_string(decoded.value().size()) + " items for " +
-                                       std::to_string(keys.size()) + " keys sent"};
-        }
-        return decoded;
-      });
+      [&](const HttpResponse& r) { return protocol::decode_allocate_response(r.body, keys); });
 }
 
 Result<std::vector<Allocation>> Client::allocate(Rank rank, const std::vector<std::string>& keys,
@@ -591,14 +583,7 @@ Result<std::vector<bool>> Client::batch_exists(const std::vector<std::string>& k
   HttpRequest request{std::string(protocol::kBatchExistsPath), protocol::encode_batch_exists_request(keys), {}};
   return impl_->run<std::vector<bool>>(
       impl_->spec(op, std::nullopt, call), request,
-      [&](const HttpResponse& r) -> protocol::Decoded<std::vector<bool>> {
-        auto decoded = protocol::decode_batch_exists_response(r.body, keys.size());
-        if (decoded && decoded.value().size() != keys.size()) {
-          return protocol::DecodeError{"exists: " + std::to_string(decoded.value().size()) + " items for " +
-                                       std::to_string(keys.size()) + " keys sent"};
-        }
-        return decoded;
-      });
+      [&](const HttpResponse& r) { return protocol::decode_batch_exists_response(r.body, keys.size()); });
 }
 
 Result<std::vector<std::optional<Page>>> Client::get_locations(Rank rank, const std::vector<std::string>& keys,
@@ -610,14 +595,7 @@ Result<std::vector<std::optional<Page>>> Client::get_locations(Rank rank, const 
   HttpRequest request{std::string(protocol::kGetLocationsPath), protocol::encode_get_locations_request(rank, keys), {}};
   return impl_->run<std::vector<std::optional<Page>>>(
       impl_->spec(op, rank, call), request,
-      [&](const HttpResponse& r) -> protocol::Decoded<std::vector<std::optional<Page>>> {
-        auto decoded = protocol::decode_get_locations_response(r.body, keys.size());
-        if (decoded && decoded.value().size() != keys.size()) {
-          return protocol::DecodeError{"locations: " + std::to_string(decoded.value().size()) + " items for " +
-                                       std::to_string(keys.size()) + " keys sent"};
-        }
-        return decoded;
-      });
+      [&](const HttpResponse& r) { return protocol::decode_get_locations_response(r.body, keys.size()); });
 }
 
 Result<void> Client::clear(const CallOptions& call) {

@@ -206,7 +206,7 @@ std::string_view to_string(Route route) noexcept {
   return "not_found";
 }
 
-Route Service::route_of(std::string_view method, std::string_view target) noexcept {
+Route Service::route_of(std::string_view method, std::string_view target) {
   Target parsed;
   split_target(target, parsed);
   return route_of_target(method, parsed);
@@ -246,8 +246,7 @@ ServiceAnswer Service::handle(std::string_view method, std::string_view target, 
         auto request = protocol::decode_initialize_request(body);
         if (!request) return detail_answer(400, request.error().message);
         if (request.value().role == Role::scheduler) {
-          // The state changes nothing for a scheduler; vLLM does not even look at num_pages.
-          (void)state_.initialize(*rank, 0, Role::scheduler);
+          // Nothing to record for a scheduler; vLLM does not even look at num_pages.
           return json_answer(200, protocol::encode_message("Scheduler role does not require initialization"));
         }
         const std::int64_t num_pages = request.value().num_pages;
