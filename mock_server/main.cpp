@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
 
   try {
-    MetadataState state(StateOptions{options.max_pages});
+    MetadataState state(StateOptions{options.max_pages, options.max_ranks, options.max_total_pages});
     const unsigned threads = options.threads ? options.threads : std::max(1u, std::thread::hardware_concurrency());
     Metrics metrics(threads);
     Router router(options, state, metrics);

@@ -26,6 +26,8 @@ std::string usage() {
          "  --port PORT               port to bind (default 18000, as vLLM; 0 picks a free port)\n"
          "  --threads N               I/O threads (default: the machine's cores)\n"
          "  --max-pages N             largest num_pages a worker rank may ask for (default 16777216)\n"
+         "  --max-ranks N             ranks that may exist at once (default 1024)\n"
+         "  --max-total-pages N       pages of all ranks together, 12 bytes each (default 268435456)\n"
          "  --max-body-bytes N        larger request bodies get 413 (default 16777216)\n"
          "  --dedup-capacity N        X-Request-Id answers kept (default 10000)\n"
          "  --dedup-ttl-ms N          how long an X-Request-Id answer is kept (default 60000)\n"
@@ -66,6 +68,7 @@ ParsedOptions parse_options(const std::vector<std::string>& args) {
     } else if (arg == "--log-requests") {
       options.log_requests = true;
     } else if (arg == "--host" || arg == "--port" || arg == "--threads" || arg == "--max-pages" ||
+               arg == "--max-ranks" || arg == "--max-total-pages" ||
                arg == "--max-body-bytes" || arg == "--dedup-capacity" || arg == "--dedup-ttl-ms" ||
                arg == "--idle-timeout-ms") {
       if (!take()) return fail("hf3fs-meta-server: " + std::string(arg) + " needs a value");
@@ -78,6 +81,12 @@ ParsedOptions parse_options(const std::vector<std::string>& args) {
         if (!parse_number<unsigned>(value, 1, 1024, options.threads)) return bad();
       } else if (arg == "--max-pages") {
         if (!parse_number<std::int64_t>(value, 1, std::numeric_limits<std::int32_t>::max(), options.max_pages))
+          return bad();
+      } else if (arg == "--max-ranks") {
+        if (!parse_number<std::int64_t>(value, 1, std::numeric_limits<std::uint32_t>::max() - 1, options.max_ranks))
+          return bad();
+      } else if (arg == "--max-total-pages") {
+        if (!parse_number<std::int64_t>(value, 1, std::numeric_limits<std::int64_t>::max(), options.max_total_pages))
           return bad();
       } else if (arg == "--max-body-bytes") {
         if (!parse_number<std::size_t>(value, 1, std::size_t{1} << 32, options.max_body_bytes)) return bad();

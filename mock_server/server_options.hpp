@@ -15,6 +15,8 @@ struct ServerOptions {
   std::uint16_t port = 18000;
   unsigned threads = 0;  // 0: the machine's cores
   std::int64_t max_pages = std::int64_t{1} << 24;
+  std::int64_t max_ranks = 1024;
+  std::int64_t max_total_pages = std::int64_t{1} << 28;
   std::size_t max_body_bytes = std::size_t{16} << 20;
   std::size_t dedup_capacity = 10000;
   std::chrono::milliseconds dedup_ttl{60000};

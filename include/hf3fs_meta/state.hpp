@@ -24,17 +24,19 @@ enum class StateErrc {
   invalid_initialization,  // worker num_pages <= 0 or above the maximum (400)
   not_initialized,         // the rank does not exist
   stale,                   // confirm of a page that is free on that rank (409)
-  conflict,                // confirm of a page another key maps to on that rank (409)
+  conflict,                // confirm of a page another key maps to, or was allocated for, on that rank (409)
 };
 
 struct StateError {
   StateErrc kind = StateErrc::invalid_argument;
   // invalid_argument: names the field and index, e.g. `keys[3]: duplicate key 'k' (also keys[1])`.
   // invalid_initialization: the whole detail, `Invalid initialization parameters` or
-  //   `Invalid initialization parameters: num_pages N is above the maximum M`.
+  //   `Invalid initialization parameters: <reason>` (num_pages above the maximum, too many ranks,
+  //   too many pages in all ranks together).
   // not_initialized: `Rank N not initialized`.
   // stale: `page P of key K is not allocated on rank R`.
-  // conflict: `page P of key K is mapped to key J on rank R`.
+  // conflict: `page P of key K is mapped to key J on rank R`, or
+  //   `page P of key K was allocated for another key on rank R`.
   std::string message;
   Rank rank = 0;
   std::optional<std::size_t> index;  // the offending item's index in its field, where there is one
@@ -44,7 +46,9 @@ template <class T>
 using StateResult = boost::outcome_v2::result<T, StateError, boost::outcome_v2::policy::terminate>;
 
 struct StateOptions {
-  std::int64_t max_pages = std::int64_t{1} << 24;  // largest worker num_pages accepted
+  std::int64_t max_pages = std::int64_t{1} << 24;        // largest worker num_pages accepted
+  std::int64_t max_ranks = 1024;                         // ranks that may exist at once
+  std::int64_t max_total_pages = std::int64_t{1} << 28;  // pages of all ranks together (12 bytes each)
 };
 
 struct InitializeOutcome {
@@ -92,6 +96,9 @@ class MetadataState {
   StateResult<std::vector<Page>> allocate(Rank rank, std::span<const BlockKey> keys);
 
   // Records rank -> page for each key (in order), then returns pages_to_release to the pool.
+  // An allocated page remembers (a 32-bit hash of) the key it was allocated for: confirming it for
+  // another key is a conflict, so a stale confirm from before a restart cannot take a page that was
+  // handed to another key since.
   StateResult<ConfirmOutcome> confirm_write(Rank rank, std::span<const Confirmation> confirmations,
                                             std::span<const Page> pages_to_release);
 

@@ -1,9 +1,11 @@
 // MetadataState: see include/hf3fs_meta/state.hpp and PROTOCOL.md, "State model".
 //
 // Layout, chosen so that every operation costs O(1) per page and per key and nothing scans a pool:
-// - per rank, two uint32 arrays of num_pages entries (8 bytes a page): a ring buffer holding the free
-//   pool in order (front out, back in), and a page table holding, for each page, either the id of
-//   the key that maps it or one of three markers (free, allocated, orphaned). "Is this page free?"
+// - per rank, three uint32 arrays of num_pages entries (12 bytes a page): a ring buffer holding the
+//   free pool in order (front out, back in), a page table holding, for each page, either the id of
+//   the key that maps it or one of three markers (free, allocated, orphaned), and for an allocated
+//   page a 32-bit hash of the key it was allocated for (written at allocation only, so a new rank
+//   costs nothing to fill). "Is this page free?"
 //   is one load from the page table, which is what lets a release skip a page already in the pool
 //   without searching it (vLLM's O(n) membership test).
 // - keys: a flat hash map from the key (bytes and hash) to a dense key id, the bytes themselves in
@@ -50,6 +52,10 @@ constexpr std::int64_t kPageLimit = std::numeric_limits<std::uint32_t>::max();
 struct HashedKey {
   std::string_view name;
   std::size_t hash = 0;
+
+  // What an allocated page remembers of its key: a collision (one in 2^32 for a wrong key) lets a
+  // wrong confirm through, as before this check existed; it never refuses a right one.
+  std::uint32_t short_hash() const noexcept { return static_cast<std::uint32_t>(hash ^ (hash >> 32)); }
 
   explicit HashedKey(std::string_view s) : name(s), hash(std::hash<std::string_view>{}(s)) {}
   HashedKey(std::string_view s, std::size_t h) : name(s), hash(h) {}
@@ -141,6 +147,7 @@ struct RankData {
   std::uint32_t num_pages = 0;
   std::unique_ptr<std::uint32_t[]> ring;   // the free pool: free_count pages from head, wrapping
   std::unique_ptr<std::uint32_t[]> owner;  // per page: key id, kFree, kAllocated or kOrphaned
+  std::unique_ptr<std::uint32_t[]> allocated_for;  // per kAllocated page: short_hash() of its key
   std::uint32_t head = 0;
   std::uint32_t free_count = 0;
   std::uint32_t allocated = 0;
@@ -153,6 +160,7 @@ struct RankData {
         num_pages(n),
         ring(std::make_unique_for_overwrite<std::uint32_t[]>(n)),
         owner(std::make_unique_for_overwrite<std::uint32_t[]>(n)),
+        allocated_for(std::make_unique_for_overwrite<std::uint32_t[]>(n)),
         free_count(n) {
     std::iota(ring.get(), ring.get() + n, std::uint32_t{0});
     std::fill(owner.get(), owner.get() + n, kFree);
@@ -258,6 +266,7 @@ struct MetadataState::Impl {
   KeyMap<std::uint32_t> key_ids;
   KeyRecords keys;
   StringArena names;
+  std::int64_t total_pages = 0;  // of all ranks
 
   // Only under the lock.
   std::uint32_t slot_of(Rank rank) const {
@@ -356,14 +365,34 @@ StateResult<InitializeOutcome> MetadataState::initialize(Rank rank, std::int64_t
                           " is above the maximum " + std::to_string(impl_->options.max_pages),
                       rank);
   }
+  // Checked before building the rank (so a refused request costs no memory) and again under the
+  // exclusive lock (another rank may have been added meanwhile).
+  const auto over_limits = [&]() -> std::optional<StateError> {
+    const Impl& impl = *impl_;
+    std::string reason;
+    if (static_cast<std::int64_t>(impl.ranks.size()) >= impl.options.max_ranks) {
+      reason = "rank " + std::to_string(rank) + " would exceed the maximum of " +
+               std::to_string(impl.options.max_ranks) + " ranks";
+    } else if (num_pages > impl.options.max_total_pages - impl.total_pages) {
+      reason = "num_pages " + std::to_string(num_pages) + " would bring the pages of all ranks to " +
+               std::to_string(impl.total_pages + num_pages) + ", above the maximum " +
+               std::to_string(impl.options.max_total_pages);
+    } else {
+      return std::nullopt;
+    }
+    return make_error(StateErrc::invalid_initialization, "Invalid initialization parameters: " + reason, rank);
+  };
   {
     std::shared_lock lock(impl_->mutex);
     if (impl_->slot_of(rank) != kNone) return InitializeOutcome{false};
+    if (auto refused = over_limits()) return std::move(*refused);
   }
   // Filling megabytes of page arrays must not stall the other ranks: build first, then insert.
   auto data = std::make_unique<RankData>(rank, static_cast<std::uint32_t>(num_pages));
   std::unique_lock lock(impl_->mutex);
   if (impl_->slot_of(rank) != kNone) return InitializeOutcome{false};  // another thread won the race
+  if (auto refused = over_limits()) return std::move(*refused);
+  impl_->total_pages += num_pages;
   impl_->ranks.reserve(impl_->ranks.size() + 1);
   impl_->rank_slots.emplace(rank, static_cast<std::uint32_t>(impl_->ranks.size()));
   impl_->ranks.push_back(std::move(data));
@@ -414,6 +443,7 @@ StateResult<std::vector<Page>> MetadataState::allocate(Rank rank, std::span<cons
       result[i] = existing;
     } else {
       r.owner[page] = kAllocated;
+      r.allocated_for[page] = hashed[i].short_hash();
       ++r.allocated;
       result[i] = page;
     }
@@ -482,6 +512,12 @@ StateResult<ConfirmOutcome> MetadataState::confirm_write(Rank rank, std::span<co
       // as vLLM allows it. Refusing it would not protect any data and would break a worker that
       // re-confirms a page its key moved away from.
       if (owner < kKeyIdLimit && owner != local.id) other = impl_->keys[owner].name;
+      if (owner == kAllocated && r.allocated_for[page] != local.key.short_hash()) {
+        return make_error(StateErrc::conflict,
+                          "page " + std::to_string(page) + " of key " + c.key +
+                              " was allocated for another key on rank " + std::to_string(rank),
+                          rank, i);
+      }
     }
     if (other) {
       return make_error(StateErrc::conflict,
@@ -558,6 +594,7 @@ void MetadataState::clear() {
     std::swap(old.key_ids, impl_->key_ids);
     std::swap(old.keys, impl_->keys);
     std::swap(old.names, impl_->names);
+    std::swap(old.total_pages, impl_->total_pages);
   }
 }
 

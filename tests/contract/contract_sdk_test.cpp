@@ -190,6 +190,29 @@ TEST_F(ContractSdkTest, InvalidInitializationAboveTheServersMaximum) {
   EXPECT_THAT(client.initialize(0, 100), IsOk());
 }
 
+// Ten 40-byte initialize requests must not take the server's memory: ranks and the pages of all
+// ranks together are bounded (--max-ranks, --max-total-pages), refused with the 400 wording plus why.
+TEST_F(ContractSdkTest, RanksAndTotalPagesAreBounded) {
+  ServerProcess small({"--threads", "1", "--max-pages", "100", "--max-ranks", "2", "--max-total-pages", "150"});
+  Client client(fast_options(small));
+  ASSERT_THAT(client.initialize(0, 100), IsOk());
+  auto pages = client.initialize(1, 51);
+  ASSERT_FALSE(pages);
+  EXPECT_EQ(pages.error().code, errc::invalid_initialization);
+  EXPECT_EQ(pages.error().status, 400);
+  EXPECT_EQ(pages.error().detail,
+            "Invalid initialization parameters: num_pages 51 would bring the pages of all ranks to 151, above the "
+            "maximum 150");
+  ASSERT_THAT(client.initialize(1, 50), IsOk());
+  auto ranks = client.initialize(2, 1);
+  ASSERT_FALSE(ranks);
+  EXPECT_EQ(ranks.error().code, errc::invalid_initialization);
+  EXPECT_EQ(ranks.error().detail, "Invalid initialization parameters: rank 2 would exceed the maximum of 2 ranks");
+  EXPECT_THAT(client.initialize(0, 100), IsOk());  // an existing rank is still idempotent
+  const auto metrics = testing::raw_request("127.0.0.1", small.port(), "GET", "/metrics");
+  EXPECT_EQ(metric_series(metrics.body, "hf3fs_meta_ranks")[""], "2");
+}
+
 TEST_F(ContractSdkTest, RankNotInitializedOnEveryRankedCall) {
   auto observer = std::make_shared<testing::RecordingObserver>();
   auto client = make_client(4, observer);

@@ -176,6 +176,9 @@ const Row kDeviationRows[] = {
     // A page that is free on that rank.
     {"ConfirmFreePage", kConfirm, R"({"rank":0,"confirmations":[["pending",1],["k",5]]})", 409,
      "Confirmation failed: page 5 of key k is not allocated on rank 0"},
+    // A page allocated for another key and not yet confirmed (a stale confirm after a restart).
+    {"ConfirmAPageAllocatedForAnotherKey", kConfirm, R"({"rank":0,"confirmations":[["other",1]]})", 409,
+     "Confirmation failed: page 1 of key other was allocated for another key on rank 0"},
     // A page that another key maps to on that rank.
     {"ConfirmAnotherKeysPage", kConfirm, R"({"rank":0,"confirmations":[["pending",1],["other",0]]})", 409,
      "Confirmation failed: page 0 of key other is mapped to key done on rank 0"},
@@ -266,7 +269,8 @@ TEST_F(WireTest, ConfirmingAPageAllocatedBeforeAClearIsStale) {
 // Kept for compatibility: the same key twice in one confirm_write, applied in order, the last page
 // wins and the first is orphaned.
 TEST_F(WireTest, TheSameKeyTwiceInOneConfirmOrphansTheFirstPage) {
-  ASSERT_EQ(post(kAllocate, R"({"rank":0,"keys":[["x",""]]})").body, R"({"rank":0,"results":[["x",2]]})");
+  ASSERT_EQ(post(kAllocate, R"({"rank":0,"keys":[["pending",""]]})").body,
+            R"({"rank":0,"results":[["pending",2]]})");
   const auto r = post(kConfirm, R"({"rank":0,"confirmations":[["pending",1],["pending",2]]})");
   EXPECT_EQ(r.status, 204);
   EXPECT_EQ(snapshot(), (StateSnapshot{{{0, RankPages{5, 0, 2, 1, 0}}, {1, RankPages{7, 0, 1, 0, 0}}}, 2}));

@@ -530,7 +530,8 @@ TEST_F(ServiceTest, ReleaseOfAMappedPageIsKept) {
 TEST_F(ServiceTest, ReconfirmOrphansThePreviousPage) {
   // Kept for compatibility: the same key twice in one call, the last page wins.
   init(0, 4);
-  post("/keys/batch_allocate", R"({"rank":0,"keys":[["a",""],["b",""]]})");
+  post("/keys/batch_allocate", R"({"rank":0,"keys":[["a",""]]})");
+  post("/keys/batch_allocate", R"({"rank":0,"keys":[["a",""]]})");  // incomplete: a second page
   expect_no_content(post("/keys/confirm_write", R"({"rank":0,"confirmations":[["a",0],["a",1]]})"));
   EXPECT_EQ(state_.page_state(0, 0), PageState::orphaned);
   expect_json(post("/keys/get_locations", R"({"rank":0,"keys":["a"]})"), 200, R"({"locations":[1]})");

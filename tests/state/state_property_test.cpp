@@ -26,6 +26,7 @@ struct ModelRank {
   std::deque<Page> pool;
   std::vector<PageState> state;    // meaningful for pages not in the pool
   std::vector<std::string> owner;  // for mapped pages
+  std::vector<std::string> allocated_for;  // for allocated pages
   std::uint64_t kept = 0;
   bool is_free(Page p) const { return std::find(pool.begin(), pool.end(), p) != pool.end(); }
 };
@@ -65,6 +66,7 @@ struct Model {
     for (Page p = 0; p < n; ++p) r.pool.push_back(p);
     r.state.assign(n, PageState::free);
     r.owner.assign(n, "");
+    r.allocated_for.assign(n, "");
     ranks[rank] = r;
     return true;
   }
@@ -103,6 +105,7 @@ struct Model {
         result.push_back(*existing);
       } else {
         r.state[p] = PageState::allocated;
+        r.allocated_for[p] = k.key;
         result.push_back(p);
       }
     }
@@ -125,6 +128,12 @@ struct Model {
       if (r.is_free(p)) {
         return error(StateErrc::stale,
                      "page " + std::to_string(p) + " of key " + key + " is not allocated on rank " +
+                         std::to_string(rank),
+                     rank, i);
+      }
+      if (r.state[p] == PageState::allocated && r.allocated_for[p] != key) {
+        return error(StateErrc::conflict,
+                     "page " + std::to_string(p) + " of key " + key + " was allocated for another key on rank " +
                          std::to_string(rank),
                      rank, i);
       }
@@ -332,12 +341,13 @@ class Driver {
     const int nc = pick(0, 4);
     for (int i = 0; i < nc; ++i) {
       const Page p = page(r);
-      // Sometimes the key that maps the page already, which is always accepted.
+      // Often the key that maps the page already, or that it was allocated for: always accepted.
       std::string k = key();
       auto it = model_.ranks.find(r);
-      if (pick(0, 3) == 0 && it != model_.ranks.end() && p >= 0 && p < it->second.num_pages &&
-          it->second.state[p] == PageState::mapped && !it->second.is_free(p)) {
-        k = it->second.owner[p];
+      if (pick(0, 2) != 0 && it != model_.ranks.end() && p >= 0 && p < it->second.num_pages &&
+          !it->second.is_free(p)) {
+        if (it->second.state[p] == PageState::mapped) k = it->second.owner[p];
+        if (it->second.state[p] == PageState::allocated) k = it->second.allocated_for[p];
       }
       cs.push_back({k, p});
     }

@@ -119,6 +119,35 @@ TEST(StateInitialize, RefusesMoreThanTheMaximumEvenForAnExistingRank) {
   EXPECT_EQ(snapshot(s, kKeys), before);
 }
 
+TEST(StateInitialize, RanksAreLimitedAndAnExistingRankIsStillAccepted) {
+  MetadataState s(StateOptions{.max_ranks = 2});
+  EXPECT_EQ(MetadataState().options().max_ranks, 1024);
+  ASSERT_TRUE(s.initialize(0, 4).has_value());
+  ASSERT_TRUE(s.initialize(1, 4).has_value());
+  const auto before = snapshot(s, kKeys);
+  expect_error(s.initialize(2, 4), StateErrc::invalid_initialization,
+               "Invalid initialization parameters: rank 2 would exceed the maximum of 2 ranks", 2);
+  EXPECT_EQ(snapshot(s, kKeys), before);
+  EXPECT_FALSE(s.initialize(1, 4).value().created);  // idempotent, as before
+  s.clear();
+  EXPECT_TRUE(s.initialize(2, 4).value().created);
+}
+
+TEST(StateInitialize, PagesOfAllRanksTogetherAreLimited) {
+  MetadataState s(StateOptions{.max_pages = 100, .max_total_pages = 150});
+  EXPECT_EQ(MetadataState().options().max_total_pages, std::int64_t{1} << 28);
+  ASSERT_TRUE(s.initialize(0, 100).has_value());
+  const auto before = snapshot(s, kKeys);
+  expect_error(s.initialize(1, 51), StateErrc::invalid_initialization,
+               "Invalid initialization parameters: num_pages 51 would bring the pages of all ranks to 151, above "
+               "the maximum 150",
+               1);
+  EXPECT_EQ(snapshot(s, kKeys), before);
+  EXPECT_TRUE(s.initialize(1, 50).value().created);
+  s.clear();  // a clear gives the pages back
+  EXPECT_TRUE(s.initialize(1, 100).value().created);
+}
+
 TEST(StateInitialize, DefaultMaximumIsTwoToThe24) {
   MetadataState s;
   EXPECT_EQ(s.options().max_pages, std::int64_t{1} << 24);
@@ -367,23 +396,56 @@ TEST(StateConfirm, PageOfAnotherKeyIsAConflict) {
   EXPECT_EQ(snapshot(s, kKeys), before);
 }
 
+// The silent corruption: A allocated page 0, the server restarted, B was given page 0; A's
+// stale confirm must not take it (B's data would be found under key A).
+TEST(StateConfirm, PageAllocatedForAnotherKeyIsAConflict) {
+  MetadataState s;
+  ASSERT_TRUE(s.initialize(0, 4).has_value());
+  EXPECT_THAT(allocate(s, 0, {"a"}), ElementsAre(0));
+  s.clear();  // as a restart
+  ASSERT_TRUE(s.initialize(0, 4).has_value());
+  EXPECT_THAT(allocate(s, 0, {"b", "c"}), ElementsAre(0, 1));
+  const auto before = snapshot(s, kKeys);
+  expect_error(s.confirm_write(0, std::vector<Confirmation>{{"a", 0}}, {}), StateErrc::conflict,
+               "page 0 of key a was allocated for another key on rank 0", 0, 0);
+  // Also when the right confirmations come first in the call, and with releases: nothing applied.
+  expect_error(s.confirm_write(0, std::vector<Confirmation>{{"c", 1}, {"a", 0}}, std::vector<Page>{2}),
+               StateErrc::conflict, "page 0 of key a was allocated for another key on rank 0", 0, 1);
+  EXPECT_EQ(snapshot(s, kKeys), before);
+  EXPECT_EQ(confirm(s, 0, {{"b", 0}, {"c", 1}}).confirmed, 2u);
+  EXPECT_EQ(s.page_owner(0, 0), "b");
+  EXPECT_EQ(s.page_owner(0, 1), "c");
+}
+
+TEST(StateConfirm, ReleasedAndReallocatedPageRemembersOnlyItsNewKey) {
+  MetadataState s;
+  ASSERT_TRUE(s.initialize(0, 1).has_value());
+  EXPECT_THAT(allocate(s, 0, {"a"}), ElementsAre(0));
+  confirm(s, 0, {}, {0});
+  EXPECT_THAT(allocate(s, 0, {"b"}), ElementsAre(0));
+  expect_error(s.confirm_write(0, std::vector<Confirmation>{{"a", 0}}, {}), StateErrc::conflict,
+               "page 0 of key a was allocated for another key on rank 0", 0, 0);
+  EXPECT_EQ(confirm(s, 0, {{"b", 0}}).confirmed, 1u);
+}
+
 TEST(StateConfirm, TwoKeysOnOnePageInOneCallIsAConflict) {
   MetadataState s;
   ASSERT_TRUE(s.initialize(0, 4).has_value());
-  allocate(s, 0, {"a", "b"});
+  allocate(s, 0, {"a", "b", "c"});
   const auto before = snapshot(s, kKeys);
-  expect_error(s.confirm_write(0, std::vector<Confirmation>{{"a", 1}, {"b", 1}}, {}), StateErrc::conflict,
-               "page 1 of key b is mapped to key a on rank 0", 0, 1);
+  expect_error(s.confirm_write(0, std::vector<Confirmation>{{"b", 1}, {"a", 1}}, {}), StateErrc::conflict,
+               "page 1 of key a is mapped to key b on rank 0", 0, 1);
   // A new key (never seen before the call) is named as well.
-  expect_error(s.confirm_write(0, std::vector<Confirmation>{{"c", 0}, {"a", 1}, {"d", 0}}, {}),
-               StateErrc::conflict, "page 0 of key d is mapped to key c on rank 0", 0, 2);
+  expect_error(s.confirm_write(0, std::vector<Confirmation>{{"c", 2}, {"a", 0}, {"d", 2}}, {}),
+               StateErrc::conflict, "page 2 of key d is mapped to key c on rank 0", 0, 2);
   EXPECT_EQ(snapshot(s, kKeys), before);
 }
 
 TEST(StateConfirm, SameKeyTwiceIsAppliedInOrderAndOrphansTheFirstPage) {
   MetadataState s;
   ASSERT_TRUE(s.initialize(0, 4).has_value());
-  allocate(s, 0, {"a", "b"});
+  allocate(s, 0, {"a"});
+  allocate(s, 0, {"a"});  // an incomplete key gets a fresh page each time
   const auto out = confirm(s, 0, {{"a", 0}, {"a", 1}});
   EXPECT_EQ(out.confirmed, 2u);
   EXPECT_EQ(s.page_state(0, 0), PageState::orphaned);
@@ -400,7 +462,8 @@ TEST(StateConfirm, SameKeyTwiceIsAppliedInOrderAndOrphansTheFirstPage) {
 TEST(StateConfirm, KeyMovedInALaterCallOrphansItsOldPage) {
   MetadataState s;
   ASSERT_TRUE(s.initialize(0, 4).has_value());
-  allocate(s, 0, {"a", "b"});
+  allocate(s, 0, {"a"});
+  allocate(s, 0, {"a"});
   confirm(s, 0, {{"a", 0}});
   confirm(s, 0, {{"a", 1}});
   EXPECT_EQ(s.page_state(0, 0), PageState::orphaned);
@@ -424,7 +487,8 @@ TEST(StateConfirm, SamePageAgainBySameKeyChangesNothing) {
 TEST(StateConfirm, OrphanedPageMayBeConfirmedByAnyKey) {
   MetadataState s;
   ASSERT_TRUE(s.initialize(0, 4).has_value());
-  allocate(s, 0, {"a", "b"});
+  allocate(s, 0, {"a"});
+  allocate(s, 0, {"a"});
   confirm(s, 0, {{"a", 0}, {"a", 1}});
   ASSERT_EQ(s.page_state(0, 0), PageState::orphaned);
   confirm(s, 0, {{"b", 0}});
@@ -437,14 +501,13 @@ TEST(StateConfirm, OrphanedPageMayBeConfirmedByAnyKey) {
 TEST(StateConfirm, PageLeftEarlierInTheSameCallIsNotAConflict) {
   MetadataState s;
   ASSERT_TRUE(s.initialize(0, 4).has_value());
-  allocate(s, 0, {"a", "b", "c"});
+  for (const char* k : {"a", "a", "c", "c"}) allocate(s, 0, {k});  // a: 0 1, c: 2 3
   confirm(s, 0, {{"a", 0}});
   // "a" leaves page 0 first, so "b" takes an orphaned page, not a's.
   confirm(s, 0, {{"a", 1}, {"b", 0}});
   EXPECT_EQ(s.page_owner(0, 0), "b");
   EXPECT_EQ(s.page_owner(0, 1), "a");
   // Within one call: "c" moves from 2 to 3... then "a" takes 2, which "c" left.
-  allocate(s, 0, {"d"});
   confirm(s, 0, {{"c", 2}, {"c", 3}, {"a", 2}});
   EXPECT_EQ(s.page_owner(0, 2), "a");
   EXPECT_EQ(s.page_owner(0, 3), "c");
@@ -455,7 +518,8 @@ TEST(StateConfirm, PageLeftEarlierInTheSameCallIsNotAConflict) {
 TEST(StateConfirm, PageTakenBackByItsKeyInTheSameCall) {
   MetadataState s;
   ASSERT_TRUE(s.initialize(0, 4).has_value());
-  allocate(s, 0, {"a", "b"});
+  allocate(s, 0, {"a"});
+  allocate(s, 0, {"a"});
   confirm(s, 0, {{"a", 0}, {"a", 1}, {"a", 0}});
   EXPECT_EQ(s.page_owner(0, 0), "a");
   EXPECT_EQ(s.page_state(0, 1), PageState::orphaned);
@@ -465,7 +529,7 @@ TEST(StateConfirm, PageTakenBackByItsKeyInTheSameCall) {
 TEST(StateConfirm, ConflictWithAKeyThatMovedBackLaterInTheCall) {
   MetadataState s;
   ASSERT_TRUE(s.initialize(0, 4).has_value());
-  allocate(s, 0, {"a", "b", "c"});
+  for (const char* k : {"a", "a", "b"}) allocate(s, 0, {k});  // a: 0 1, b: 2
   confirm(s, 0, {{"a", 0}});
   const auto before = snapshot(s, kKeys);
   expect_error(s.confirm_write(0, std::vector<Confirmation>{{"a", 1}, {"a", 0}, {"b", 0}}, {}), StateErrc::conflict,
@@ -495,7 +559,7 @@ TEST(StateConfirm, ConfirmationsAreJudgedBeforeReleases) {
 TEST(StateConfirm, ReleaseReturnsAllocatedAndOrphanedPagesAndSkipsFreeOnes) {
   MetadataState s;
   ASSERT_TRUE(s.initialize(0, 6).has_value());
-  allocate(s, 0, {"a", "b", "c"});  // 0 1 2
+  for (const char* k : {"a", "a", "c"}) allocate(s, 0, {k});  // a: 0 1, c: 2
   confirm(s, 0, {{"a", 0}, {"a", 1}});  // 0 orphaned, 1 mapped
   const auto out = confirm(s, 0, {}, {2, 5, 0, 2});
   EXPECT_EQ(out.released, 2u);  // 2 (allocated) and 0 (orphaned); 5 free; the second 2 is free by then
@@ -527,7 +591,8 @@ TEST(StateConfirm, MappedPageIsKeptAndCounted) {
 TEST(StateConfirm, PageLeftByThisCallIsReleased) {
   MetadataState s;
   ASSERT_TRUE(s.initialize(0, 4).has_value());
-  allocate(s, 0, {"a", "b"});
+  allocate(s, 0, {"a"});
+  allocate(s, 0, {"a"});
   confirm(s, 0, {{"a", 0}});
   const auto out = confirm(s, 0, {{"a", 1}}, {0});
   EXPECT_EQ(out.released, 1u);
