@@ -87,7 +87,8 @@ class Client {
   Result<std::string> initialize(Rank rank, std::int64_t num_pages, Role role = Role::worker,
                                  const CallOptions& call = {});
   // Sends the initialize and registers the rank, so that the client restores it when the server
-  // says "not initialized".
+  // says "not initialized". A scheduler's initialize registers nothing (there is nothing to
+  // restore) and leaves a worker's registration of the same rank as it is.
   Result<std::string> ensure_initialized(Rank rank, std::int64_t num_pages, Role role = Role::worker,
                                          const CallOptions& call = {});
   // Registers without sending: the first initialize goes out when the server says "not initialized".

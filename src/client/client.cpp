@@ -535,7 +535,9 @@ Result<std::string> Client::initialize(Rank rank, std::int64_t num_pages, Role r
 Result<std::string> Client::ensure_initialized(Rank rank, std::int64_t num_pages, Role role,
                                                const CallOptions& call) {
   auto result = initialize(rank, num_pages, role, call);
-  if (result) impl_->register_rank(rank, num_pages, role);
+  // A scheduler's initialize changes nothing on the server, so there is nothing to restore: it
+  // neither registers the rank nor replaces a worker's registration of it.
+  if (result && role == Role::worker) impl_->register_rank(rank, num_pages, role);
   return result;
 }
 

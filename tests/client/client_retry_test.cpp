@@ -570,6 +570,33 @@ TEST_F(ClientRetryTest, EnsureInitializedRegistersOnlyOnSuccess) {
   EXPECT_EQ(transport->posted().size(), 2u);
 }
 
+TEST_F(ClientRetryTest, SchedulerEnsureInitializedNeitherRegistersNorChangesARegistration) {
+  const auto ok_scheduler = [] {
+    return http_answer(200, R"({"message":"Scheduler role does not require initialization"})");
+  };
+  auto client = make_client();
+  // Alone: nothing to restore, so rank 5 stays unregistered.
+  transport->then(ok_scheduler());
+  ASSERT_TRUE(client->ensure_initialized(5, 0, Role::scheduler));
+  transport->then(allocate_not_initialized(5));
+  auto r = client->allocate(5, std::vector<std::string>{"k"});
+  ASSERT_FALSE(r);
+  EXPECT_FALSE(r.error().reinitialized);
+  EXPECT_THAT(r.error().stop_reason, HasSubstr("not registered"));
+  EXPECT_EQ(transport->posted().size(), 2u);
+  // After a worker's: the worker's registration (pages and role) is what a restore sends.
+  transport->then(ok_init());
+  ASSERT_TRUE(client->ensure_initialized(3, 64));
+  transport->then(ok_scheduler());
+  ASSERT_TRUE(client->ensure_initialized(3, 0, Role::scheduler));
+  transport->then(allocate_not_initialized());
+  transport->then(ok_init());
+  transport->then(ok_allocate());
+  ASSERT_TRUE(client->allocate(3, std::vector<std::string>{"k"}));
+  ASSERT_EQ(transport->posted().size(), 7u);
+  EXPECT_EQ(transport->posted()[5].body, R"({"num_pages":64,"role":"worker"})");
+}
+
 TEST_F(ClientRetryTest, RestoreUsesTheRegisteredRoleAndLatestPages) {
   auto client = make_client();
   client->register_rank(3, 64);
