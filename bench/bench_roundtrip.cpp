@@ -2,6 +2,8 @@
 //   BM_CurlNginx            a bare libcurl POST (one reused handle) to nginx answering a fixed body
 //   BM_CurlAllocate1        the same bare libcurl call, a 1-key batch_allocate to hf3fs-meta-server
 //   BM_SdkAllocate1         Client::allocate of one fresh key to hf3fs-meta-server
+//   BM_SdkExists1           Client::batch_exists of one key (bench/python_roundtrip compares the
+//                           Python module's call with it)
 // The servers come from the environment (bench/run sets them): HF3FS_META_URL (a server with rank 0
 // initialized with enough pages) and HF3FS_BENCH_NGINX_URL.
 #include <algorithm>
@@ -131,6 +133,24 @@ void BM_SdkAllocate1(benchmark::State& state) {
   latencies.report(state);
 }
 BENCHMARK(BM_SdkAllocate1)->UseRealTime()->MinTime(3.0);
+
+void BM_SdkExists1(benchmark::State& state) {
+  const char* base = env("HF3FS_META_URL");
+  if (base == nullptr) return state.SkipWithError("HF3FS_META_URL is not set (bench/run sets it)");
+  hf3fs_meta::ClientOptions options;
+  options.base_url = base;
+  hf3fs_meta::Client client(std::move(options));
+  const std::vector<std::string> keys{fresh_key("e815ed", 1)};
+  Latencies latencies;
+  for (auto _ : state) {
+    auto start = Clock::now();
+    auto result = client.batch_exists(keys);
+    latencies.add(Clock::now() - start);
+    if (!result) return state.SkipWithError(result.error().message().c_str());
+  }
+  latencies.report(state);
+}
+BENCHMARK(BM_SdkExists1)->UseRealTime()->MinTime(3.0);
 
 }  // namespace
 

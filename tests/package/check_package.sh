@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# check_package.sh BUILD_DIR CONSUMER_SRC WORK_DIR
+# check_package.sh BUILD_DIR CONSUMER_SRC WORK_DIR [PYTHON PYTHON_INSTALL_DIR]
 set -euo pipefail
-build=$1 consumer=$2 work=$3
+build=$1 consumer=$2 work=$3 python=${4:-} python_dir=${5:-}
 rm -rf "$work"
 prefix=$work/prefix
 cmake --install "$build" --prefix "$prefix" > "$work.install.log" 2>&1 || { cat "$work.install.log"; exit 1; }
@@ -14,4 +14,15 @@ cmake -S "$consumer" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_B
 cmake --build "$work/consumer"
 LD_LIBRARY_PATH="$prefix/lib" "$work/consumer/consumer"
 "$prefix/bin/hf3fs-meta" --help > /dev/null
+if [ -n "$python" ]; then
+  case $python_dir in /*) ;; *) python_dir=$prefix/$python_dir ;; esac
+  # No LD_LIBRARY_PATH: the installed module finds the installed libraries by its RPATH.
+  PYTHONPATH="$python_dir" "$python" -c '
+import sys, hf3fs_meta
+assert hf3fs_meta.__file__.startswith(sys.argv[1]), hf3fs_meta.__file__
+client = hf3fs_meta.LocalClient()
+client.ensure_initialized(0, 4)
+assert client.allocate(0, ["k"]) == [0]
+print("package: the installed Python module imports and runs from", sys.argv[1])' "$python_dir"
+fi
 echo "package: installed tree builds and runs a consumer"

@@ -1,0 +1,4 @@
+from ._core import Client as Client, Hf3fsGlobalMetadataClient as Hf3fsGlobalMetadataClient, LocalClient as LocalClient
+from ._errors import InvalidArgumentError as InvalidArgumentError, MetadataError as MetadataError
+
+__all__ = ["Client", "Hf3fsGlobalMetadataClient", "InvalidArgumentError", "LocalClient", "MetadataError"]

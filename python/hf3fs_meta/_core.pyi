@@ -1,0 +1,73 @@
+"""Types of the binding. Every method raises MetadataError when the call fails, TypeError or
+InvalidArgumentError (a ValueError) for arguments refused before anything is sent."""
+
+from typing import List, Literal, Optional, Sequence, Tuple, Union
+
+Role = Literal["worker", "scheduler"]
+# A block key: (key, prefix_key) as vLLM passes them, or a str (an empty prefix key).
+BlockKey = Union[str, Tuple[str, str], List[str]]
+Confirmation = Union[Tuple[str, int], List[Union[str, int]]]
+
+class Client:
+    """A client of the HF3FS metadata service over HTTP, safe to share between threads.
+
+    url: the server, e.g. "http://127.0.0.1:18000".
+    timeout: seconds per attempt (default 5).
+    attempts: attempts per call, the first included (default 4).
+    deadline: seconds for a whole call, retries included (default 10).
+    """
+
+    def __init__(self, url: str = "http://127.0.0.1:18000", *, timeout: Optional[float] = None,
+                 attempts: Optional[int] = None, deadline: Optional[float] = None) -> None: ...
+    def initialize(self, rank: int, num_pages: int, role: Role = "worker") -> str:
+        """Initialize a rank; nothing is registered. Returns the server's message."""
+    def ensure_initialized(self, rank: int, num_pages: int, role: Role = "worker") -> str:
+        """Initialize a rank and, for a worker, register it: when the server later says "not
+        initialized", the client initializes it again and repeats allocate / get_locations. A
+        scheduler initialize registers nothing and leaves a registration as it is."""
+    def register_rank(self, rank: int, num_pages: int, role: Role = "worker") -> None:
+        """Register a rank without sending anything: the first initialize goes out when the server
+        says "not initialized"."""
+    def allocate(self, rank: int, keys: Sequence[BlockKey]) -> List[int]:
+        """A page per key, in key order; -1 where no page was free."""
+    def confirm_write(self, rank: int, confirmations: Sequence[Confirmation],
+                      pages_to_release: Sequence[int] = ()) -> None:
+        """Record that each key was written to its page, then release pages. After a server restart
+        this raises MetadataError with code "rank_not_initialized" and reinitialized True: the pages
+        belong to the lost state; allocate again."""
+    def batch_exists(self, keys: Sequence[str]) -> List[bool]:
+        """Whether each key is complete (confirmed on every rank)."""
+    def get_locations(self, rank: int, keys: Sequence[str]) -> List[Optional[int]]:
+        """The rank's page of each complete key, else None."""
+    def clear(self) -> None:
+        """Make the server forget every rank and key (never repeated after an ambiguous failure)."""
+
+class LocalClient(Client):
+    """The Client calls in this process over an in-memory state, through the server's own codec: for
+    single-node use and tests. No server, no network."""
+
+    def __init__(self) -> None: ...
+
+class Hf3fsGlobalMetadataClient:
+    """A drop-in for vLLM's Hf3fsGlobalMetadataClient: same methods, arguments and return shapes.
+
+    Unlike vLLM's: a worker rank it initialized is initialized again when the server restarts (and
+    allocate / get_key_locations go on); an allocate is never repeated after an ambiguous failure
+    unless the server deduplicates; only failures that can succeed on a repeat are repeated, up to
+    max_retries times (max_retries + 1 attempts), within 10 s; failures raise MetadataError with the
+    server's detail, code and cause.
+    """
+
+    def __init__(self, base_url: str = "http://localhost:18000", max_retries: int = 3) -> None: ...
+    def initialize(self, rank: int, num_pages: int = 0, role: Role = "worker") -> None:
+        """Initialize the rank. A worker rank is registered, so that it is restored after a server
+        restart; a scheduler initialize neither registers nor changes a registration."""
+    def allocate_pages_for_keys(self, rank: int, keys: Sequence[BlockKey]) -> List[List[Union[str, int]]]:
+        """[[key, page], ...] in key order; page -1 where none was free."""
+    def confirm_write_for_keys(self, rank: int, key_confirmations: Sequence[Confirmation],
+                               pages_to_release: Optional[Sequence[int]] = None) -> None:
+        """Record (key, page) writes, then release pages."""
+    def batch_key_exists(self, keys: Sequence[str]) -> List[bool]:
+        """Whether each key is complete."""
+    def get_key_locations(self, rank: int, keys: Sequence[str]) -> List[Optional[int]]:
+        """The rank's page of each complete key, else None."""
