@@ -50,6 +50,11 @@ def test_every_method_answers_as_the_same_raw_http_calls(server, other_server):
     assert raw.post("/keys/batch_allocate", {"rank": 0, "keys": [["c", ""]]})[1]["results"] == [["c", -1]]
 
 
+def test_a_base_url_with_a_trailing_slash_works_as_with_vllms_client(server):
+    client = Hf3fsGlobalMetadataClient(server.url + "/")
+    assert client.batch_key_exists(["k"]) == [False]
+
+
 def test_allocate_hands_back_the_callers_key_objects(server):
     client = Hf3fsGlobalMetadataClient(server.url)
     client.initialize(0, 8)
