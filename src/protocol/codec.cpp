@@ -265,7 +265,7 @@ class AllocateSink : public FirstError {
     if (page_.kind != Scalar::Kind::integer || page_.integer < kNoPage) {
       return fail(indexed("results", index) + ": page must be an integer >= -1");
     }
-    out_.emplace_back(sent_[index].key, page_.integer);
+    out_.push_back(Allocation{sent_[index].key, page_.integer});
   }
 
  private:
@@ -330,7 +330,7 @@ Decoded<std::vector<Allocation>> decode_allocate_response(std::string_view body,
         if (!c.integer(page) || page < kNoPage) return false;
         c.ws();
         if (!c.lit(']')) return false;
-        out.emplace_back(key, page);
+        out.push_back(Allocation{key, page});
         return true;
       });
   if (fast) return out;

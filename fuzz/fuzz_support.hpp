@@ -1,0 +1,44 @@
+// Shared by the fuzz targets: a check that stops the run (libFuzzer keeps the input that failed it),
+// and reading a RapidJSON DOM as the oracle of the differential checks.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string_view>
+
+#include "internal/json.hpp"  // RapidJSON with the codec's settings
+
+// An expression, so that `return HF3FS_FUZZ_CHECK(...);` ends a check function.
+#define HF3FS_FUZZ_CHECK(cond) ::hf3fs_meta::fuzz::check(static_cast<bool>(cond), #cond, __FILE__, __LINE__)
+
+namespace hf3fs_meta::fuzz {
+
+inline void check(bool ok, const char* what, const char* file, int line) {
+  if (ok) return;
+  std::fprintf(stderr, "fuzz check failed: %s (%s:%d)\n", what, file, line);
+  std::abort();
+}
+
+inline std::string_view as_text(const std::uint8_t* data, std::size_t size) {
+  return {reinterpret_cast<const char*>(data), size};
+}
+
+// RapidJSON's own reading of a body: true if it is a JSON object.
+inline bool parse_object(std::string_view text, rapidjson::Document& doc) {
+  doc.Parse<rapidjson::kParseIterativeFlag>(text.data(), text.size());
+  return !doc.HasParseError() && doc.IsObject();
+}
+
+// The member Python's json.loads keeps when a name repeats (the last one), as the codec reads it.
+using internal::find_member;
+
+inline bool is_string(const rapidjson::Value& value, std::string_view want) {
+  return value.IsString() && std::string_view(value.GetString(), value.GetStringLength()) == want;
+}
+
+inline bool is_int64(const rapidjson::Value* value, std::int64_t want) {
+  return value && value->IsInt64() && value->GetInt64() == want;
+}
+
+}  // namespace hf3fs_meta::fuzz
