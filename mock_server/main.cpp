@@ -55,8 +55,9 @@ int main(int argc, char** argv) {
     });
     std::thread signal_thread([&] { signal_context.run(); });
 
-    std::fprintf(stderr, "hf3fs-meta-server: listening on http://%s (threads %u, max pages %lld%s)\n",
+    std::fprintf(stderr, "hf3fs-meta-server: listening on http://%s (threads %u, max pages %lld%s%s)\n",
                  address.c_str(), threads, static_cast<long long>(options.max_pages),
+                 options.auth_token.empty() ? "" : ", bearer token required",
                  options.enable_fault_injection ? ", fault injection on" : "");
     std::printf("listening on http://%s\n", address.c_str());
     std::fflush(stdout);

@@ -20,6 +20,7 @@ std::string_view label_name(RouteLabel label) noexcept {
     case RouteLabel::metrics: return "/metrics";
     case RouteLabel::faults: return "/_faults";
     case RouteLabel::bad_request: return "bad_request";
+    case RouteLabel::unauthorized: return "unauthorized";
     case RouteLabel::count_: break;
   }
   return "unknown";

@@ -30,6 +30,7 @@ enum class RouteLabel : std::uint8_t {
   metrics,
   faults,
   bad_request,  // malformed HTTP or a body over the limit, before any route is known
+  unauthorized,  // 401: no or a wrong bearer token (--auth-token-file), before any route is served
   count_
 };
 std::string_view label_name(RouteLabel label) noexcept;

@@ -1,6 +1,7 @@
 // A lean HTTP/1.1 request parser: Beast's basic_parser writing into buffers that the connection owns
 // and reuses, so a steady stream of requests on one connection allocates nothing per message.
-// It keeps only what the server reads: method, target, Host, X-Request-Id, Expect and the body.
+// It keeps only what the server reads: method, target, Host, Authorization, X-Request-Id, Expect
+// and the body.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +20,7 @@ struct Request {
   std::string method;
   std::string target;
   std::string host;
+  std::string authorization;
   std::string request_id;
   std::string body;
   bool expect_continue = false;
@@ -29,6 +31,7 @@ struct Request {
     method.clear();
     target.clear();
     host.clear();
+    authorization.clear();
     request_id.clear();
     body.clear();
     expect_continue = false;
@@ -61,6 +64,9 @@ class RequestParser final : public boost::beast::http::basic_parser<true> {
     switch (name) {
       case field::host:
         request_.host.assign(value.data(), value.size());
+        break;
+      case field::authorization:
+        request_.authorization.assign(value.data(), value.size());
         break;
       case field::expect:
         request_.expect_continue = boost::beast::iequals(value, "100-continue");

@@ -2,6 +2,9 @@
 
 #include <utility>
 
+#include <boost/beast/core/string.hpp>
+#include <openssl/crypto.h>
+
 #include "hf3fs_meta/protocol.hpp"
 
 namespace hf3fs_meta::server {
@@ -39,6 +42,16 @@ void set_json(Reply& reply, int status, std::string body) {
 void set_method_not_allowed(Reply& reply, std::string_view allow) {
   set_json(reply, 405, protocol::encode_detail("Method Not Allowed"));
   reply.allow = allow;
+}
+
+// `Authorization: Bearer <token>` (the scheme's name in any case, RFC 7235) carrying `token`. The
+// comparison takes the same time wherever the first difference is; only a length mismatch is quicker.
+bool bearer_matches(std::string_view header, std::string_view token) {
+  constexpr std::string_view kScheme = "Bearer ";
+  if (header.size() < kScheme.size() || !boost::beast::iequals(header.substr(0, kScheme.size()), kScheme)) return false;
+  std::string_view given = header.substr(kScheme.size());
+  while (!given.empty() && given.front() == ' ') given.remove_prefix(1);
+  return given.size() == token.size() && CRYPTO_memcmp(given.data(), token.data(), token.size()) == 0;
 }
 
 }  // namespace
@@ -114,6 +127,13 @@ Router::Next Router::step(const Request& request, Exchange& exchange) {
     exchange.started = true;
     std::string_view path = request.target;
     path = path.substr(0, path.find('?'));
+    if (!options_.auth_token.empty() && path != "/healthz" &&
+        !bearer_matches(request.authorization, options_.auth_token)) {
+      exchange.label = RouteLabel::unauthorized;
+      set_json(reply, 401, protocol::encode_detail(request.authorization.empty() ? "Not authenticated"
+                                                                                 : "Invalid authentication credentials"));
+      return Next::reply;
+    }
     if (serve_server_route(request, path, exchange)) return Next::reply;
 
     exchange.route = Service::route_of(request.method, request.target);

@@ -290,6 +290,7 @@ class Session : public std::enable_shared_from_this<Session> {
       header_ += reply.allow;
       header_ += "\r\n";
     }
+    if (status == 401) header_ += "www-authenticate: Bearer\r\n";  // RFC 6750
     header_ += "x-request-id-dedup: 1\r\n";
     if (!keep_open_) header_ += "connection: close\r\n";
     header_ += "\r\n";

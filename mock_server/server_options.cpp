@@ -4,6 +4,8 @@
 #include <limits>
 #include <string_view>
 
+#include "internal/token_file.hpp"
+
 namespace hf3fs_meta::server {
 namespace {
 
@@ -33,6 +35,9 @@ std::string usage() {
          "  --dedup-ttl-ms N          how long an X-Request-Id answer is kept (default 60000)\n"
          "  --idle-timeout-ms N       a connection that does not complete a request within this time\n"
          "                            is closed (default 30000)\n"
+         "  --auth-token-file PATH    every route but /healthz then needs `Authorization: Bearer TOKEN`,\n"
+         "                            TOKEN being the file's content without surrounding whitespace\n"
+         "                            (else 401); /metrics too (default: no authentication)\n"
          "  --enable-fault-injection  serve POST/DELETE /_faults (tests only)\n"
          "  --log-requests            log every request on stderr\n"
          "  --help                    print this and exit\n"
@@ -70,9 +75,14 @@ ParsedOptions parse_options(const std::vector<std::string>& args) {
     } else if (arg == "--host" || arg == "--port" || arg == "--threads" || arg == "--max-pages" ||
                arg == "--max-ranks" || arg == "--max-total-pages" ||
                arg == "--max-body-bytes" || arg == "--dedup-capacity" || arg == "--dedup-ttl-ms" ||
-               arg == "--idle-timeout-ms") {
+               arg == "--idle-timeout-ms" || arg == "--auth-token-file") {
       if (!take()) return fail("hf3fs-meta-server: " + std::string(arg) + " needs a value");
-      if (arg == "--host") {
+      if (arg == "--auth-token-file") {
+        std::string error;
+        auto token = internal::read_token_file(std::string(value), error);
+        if (!token) return fail("hf3fs-meta-server: --auth-token-file: " + error);
+        options.auth_token = std::move(*token);
+      } else if (arg == "--host") {
         if (value.empty()) return bad();
         options.host = std::string(value);
       } else if (arg == "--port") {

@@ -21,6 +21,8 @@ struct ServerOptions {
   std::size_t dedup_capacity = 10000;
   std::chrono::milliseconds dedup_ttl{60000};
   std::chrono::milliseconds idle_timeout{30000};
+  // Non-empty: every route but /healthz needs `Authorization: Bearer <auth_token>` (--auth-token-file).
+  std::string auth_token;
   bool enable_fault_injection = false;
   bool log_requests = false;
 };

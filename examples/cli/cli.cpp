@@ -15,11 +15,12 @@
 #include <rapidjson/writer.h>
 
 #include "hf3fs_meta/client.hpp"
+#include "internal/token_file.hpp"
 
 namespace hf3fs_meta::cli {
 namespace {
 
-constexpr std::string_view kUsageText = R"(usage: hf3fs-meta [--url URL] [--timeout-ms N] [--attempts N] [--json] COMMAND
+constexpr std::string_view kUsageText = R"(usage: hf3fs-meta [--url URL] [--token-file PATH] [--timeout-ms N] [--attempts N] [--json] COMMAND
   init RANK --pages N [--role worker|scheduler]
   allocate RANK KEY[:PREFIX]... [--ensure-pages N]
   confirm RANK [KEY=PAGE]... [--release PAGE]...     (at least one of them)
@@ -29,6 +30,8 @@ constexpr std::string_view kUsageText = R"(usage: hf3fs-meta [--url URL] [--time
   raw PATH BODY        post BODY as it is, and show how the SDK classifies the answer
 
   --url         the metadata server (default $HF3FS_META_URL, else http://127.0.0.1:18000)
+  --token-file  send the file's content (without surrounding whitespace) as a bearer token
+                (default: $HF3FS_META_TOKEN if set; for a server with --auth-token-file)
   --timeout-ms  the request timeout of one attempt (default 5000)
   --attempts    the retry policy's maximum attempts (default 4; a repeat after a
                 re-initialization is always allowed)
@@ -55,6 +58,7 @@ std::optional<Int> parse_int(std::string_view text) {
 // The command line, split into global options, the command, its positionals and its options.
 struct CommandLine {
   std::string url;
+  std::optional<std::string> token_file;
   std::optional<std::int64_t> timeout_ms;
   std::optional<int> attempts;
   bool json = false;
@@ -90,6 +94,9 @@ std::variant<CommandLine, UsageError> parse(const std::vector<std::string>& args
       auto text = value(arg);
       if (!text) return UsageError{"--url needs a value"};
       cl.url = *text;
+    } else if (arg == "--token-file") {
+      cl.token_file = value(arg);
+      if (!cl.token_file) return UsageError{"--token-file needs a value"};
     } else if (arg == "--timeout-ms") {
       if (auto e = int_option(arg, cl.timeout_ms)) return *e;
       if (*cl.timeout_ms <= 0) return UsageError{"--timeout-ms must be positive"};
@@ -284,9 +291,18 @@ int run(const std::vector<std::string>& args, const Environment& env, std::ostre
     return cl.command.empty() ? kUsage : kSuccess;
   }
 
+  std::string token = env.default_token;
+  if (cl.token_file) {
+    std::string error;
+    auto read = internal::read_token_file(*cl.token_file, error);
+    if (!read) return usage_error(&cl, "--token-file: " + error, out, err);
+    token = std::move(*read);
+  }
+
   auto calls = std::make_shared<CallRecorder>();
   ClientOptions options;
   options.base_url = cl.url;
+  options.auth_token = std::move(token);
   options.transport = env.transport;
   options.observer = calls;
   if (cl.timeout_ms) options.request_timeout = std::chrono::milliseconds(*cl.timeout_ms);

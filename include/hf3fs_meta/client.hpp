@@ -49,6 +49,9 @@ struct ClientOptions {
   std::string base_url = "http://127.0.0.1:18000";
   std::chrono::milliseconds connect_timeout{1000};
   std::chrono::milliseconds request_timeout{5000};  // per attempt
+  // Not empty: every request carries `Authorization: Bearer <auth_token>` (a server started with
+  // --auth-token-file). Empty: no Authorization header, as vLLM's own client.
+  std::string auth_token;
   // Null: a CurlTransport for base_url (keep-alive, one pooled connection per concurrent caller).
   // make_in_process_transport() serves tests and single-process users.
   std::shared_ptr<Transport> transport;

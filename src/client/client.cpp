@@ -379,6 +379,7 @@ struct Client::Impl {
   Result<T> run(const CallSpec& s, HttpRequest& request, Decode&& decode) {
     std::string request_id = next_request_id();
     request.headers.push_back({"X-Request-Id", request_id});
+    if (!options.auth_token.empty()) request.headers.push_back({"Authorization", "Bearer " + options.auth_token});
     const int max_attempts = retry->max_attempts();
     const nanoseconds connect = options.connect_timeout;
     const nanoseconds total = options.request_timeout;

@@ -13,6 +13,7 @@
 #include "cli.hpp"
 #include "hf3fs_meta/state.hpp"
 #include "hf3fs_meta/transport.hpp"
+#include "support/temp_file.hpp"
 
 namespace hf3fs_meta::cli {
 namespace {
@@ -253,6 +254,39 @@ TEST_F(CliTest, ADeeplyNestedAnswerIsAProtocolErrorNotACrash) {
   });
   EXPECT_EQ(run_with(deep, {"exists", "k"}).status, kProtocol);
   EXPECT_EQ(run_with(deep, {"locations", "0", "k"}).status, kProtocol);
+}
+
+// The bearer token: --token-file (content without surrounding whitespace), else $HF3FS_META_TOKEN.
+TEST_F(CliTest, TheTokenComesFromTheTokenFileElseTheEnvironment) {
+  std::vector<std::string> sent;  // each request's Authorization header, "-" for none
+  auto recorder = std::make_shared<CannedTransport>([&](const HttpRequest& request) -> TransportResult {
+    std::string authorization = "-";
+    for (const auto& h : request.headers) {
+      if (h.name == "Authorization") authorization = h.value;
+    }
+    sent.push_back(authorization);
+    return HttpResponse{200, "application/json", R"({"exists":[false]})", {}};
+  });
+  hf3fs_meta::testing::TempFile file("\n  from-file \n");
+  auto run_env = [&](std::string token, std::vector<std::string> args) {
+    Environment env;
+    env.transport = recorder;
+    env.default_token = std::move(token);
+    std::ostringstream out, err;
+    return cli::run(args, env, out, err);
+  };
+  EXPECT_EQ(run_env("", {"exists", "k"}), kSuccess);
+  EXPECT_EQ(run_env("from-env", {"exists", "k"}), kSuccess);
+  EXPECT_EQ(run_env("", {"--token-file", file.path(), "exists", "k"}), kSuccess);
+  EXPECT_EQ(run_env("from-env", {"--token-file", file.path(), "exists", "k"}), kSuccess);
+  EXPECT_THAT(sent, ::testing::ElementsAre("-", "Bearer from-env", "Bearer from-file", "Bearer from-file"));
+
+  // An unusable token file is a usage error, and nothing is sent.
+  hf3fs_meta::testing::TempFile blank("\n");
+  EXPECT_EQ(run_env("", {"--token-file", "/nonexistent/token", "exists", "k"}), kUsage);
+  EXPECT_EQ(run_env("", {"--token-file", blank.path(), "exists", "k"}), kUsage);
+  EXPECT_EQ(run_env("", {"exists", "k", "--token-file"}), kUsage);
+  EXPECT_EQ(sent.size(), 4u);
 }
 
 TEST_F(CliTest, HelpGoesToStdoutAndExitsZero) {

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <string>
@@ -64,6 +65,32 @@ TEST_F(ClientCallTest, InitializeSendsPathAndBody) {
   EXPECT_EQ(sent.body, R"j({"num_pages":1024,"role":"worker"})j");
   ASSERT_TRUE(sent_header("X-Request-Id"));
   EXPECT_FALSE(sent_header("X-Request-Id")->empty());
+}
+
+TEST_F(ClientCallTest, NoAuthorizationHeaderWithoutAToken) {
+  answer_once(http_answer(200, R"j({"exists":[false]})j"));
+  ASSERT_TRUE(client->batch_exists({"k"}));
+  EXPECT_FALSE(sent_header("Authorization"));
+}
+
+TEST_F(ClientCallTest, AuthTokenIsSentAsABearerTokenOnEveryAttempt) {
+  ClientOptions options;
+  options.transport = transport;
+  options.clock = clock;
+  options.sleeper = sleeper;
+  options.auth_token = "t0ken";
+  Client with_token(std::move(options));
+  std::vector<HttpRequest> posts;
+  EXPECT_CALL(*transport, post(_, _))
+      .WillOnce(DoAll(::testing::Invoke([&](const HttpRequest& r, const AttemptTimeouts&) { posts.push_back(r); }),
+                      Return(http_answer(503, R"j({"detail":"busy"})j"))))
+      .WillOnce(DoAll(::testing::Invoke([&](const HttpRequest& r, const AttemptTimeouts&) { posts.push_back(r); }),
+                      Return(http_answer(200, R"j({"exists":[true]})j"))));
+  ASSERT_TRUE(with_token.batch_exists({"k"}));
+  ASSERT_EQ(posts.size(), 2u);
+  for (const auto& post : posts) {
+    EXPECT_EQ(std::count(post.headers.begin(), post.headers.end(), HttpHeader{"Authorization", "Bearer t0ken"}), 1);
+  }
 }
 
 TEST_F(ClientCallTest, InitializeSchedulerNegativeRank) {

@@ -1,5 +1,6 @@
 // Every endpoint and every error class the reference server can produce, through the SDK.
 #include "contract/contract_support.hpp"
+#include "support/temp_file.hpp"
 
 namespace hf3fs_meta::contract {
 namespace {
@@ -390,6 +391,29 @@ TEST_F(ContractSdkTest, UnexpectedStatusForAnUnknownPathAndARedirect) {
   EXPECT_EQ(redirect.error().code, errc::unexpected_status);
   EXPECT_EQ(redirect.error().status, 307);
   EXPECT_EQ(requests("/clear"), 0);  // the redirect is not followed
+}
+
+TEST_F(ContractSdkTest, AuthTokenOpensAServerThatAsksForOne) {
+  testing::TempFile token_file("sdk-token\n");
+  ServerProcess guarded({"--threads", "1", "--auth-token-file", token_file.path()});
+  auto options = fast_options(guarded, 1);
+  options.auth_token = "sdk-token";
+  Client client(options);
+  EXPECT_THAT(client.initialize(0, 8), IsOk());
+  EXPECT_THAT(client.batch_exists({"k"}), IsOk());
+  EXPECT_THAT(client.clear(), IsOk());
+
+  for (const std::string token : {"", "other-token"}) {
+    SCOPED_TRACE("token '" + token + "'");
+    options.auth_token = token;
+    Client refused(options);
+    auto r = refused.batch_exists({"k"});
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().code, errc::unexpected_status);
+    EXPECT_EQ(r.error().status, 401);
+    EXPECT_EQ(r.error().detail, token.empty() ? "Not authenticated" : "Invalid authentication credentials");
+  }
+  EXPECT_EQ(guarded.terminate(), 0);
 }
 
 TEST_F(ContractSdkTest, UnexpectedStatusForABodyOverTheLimit) {
