@@ -15,10 +15,13 @@ class Client:
     timeout: seconds per attempt (default 5).
     attempts: attempts per call, the first included (default 4).
     deadline: seconds for a whole call, retries included (default 10).
+    token: the bearer token of a server started with --auth-token-file (default: $HF3FS_META_TOKEN
+        if set, else none).
     """
 
     def __init__(self, url: str = "http://127.0.0.1:18000", *, timeout: Optional[float] = None,
-                 attempts: Optional[int] = None, deadline: Optional[float] = None) -> None: ...
+                 attempts: Optional[int] = None, deadline: Optional[float] = None,
+                 token: Optional[str] = None) -> None: ...
     def initialize(self, rank: int, num_pages: int, role: Role = "worker") -> str:
         """Initialize a rank; nothing is registered. Returns the server's message."""
     def ensure_initialized(self, rank: int, num_pages: int, role: Role = "worker") -> str:
@@ -55,7 +58,8 @@ class Hf3fsGlobalMetadataClient:
     allocate / get_key_locations go on); an allocate is never repeated after an ambiguous failure
     unless the server deduplicates; only failures that can succeed on a repeat are repeated, up to
     max_retries times (max_retries + 1 attempts), within 10 s; failures raise MetadataError with the
-    server's detail, code and cause.
+    server's detail, code and cause. A server started with --auth-token-file gets the bearer token
+    in $HF3FS_META_TOKEN.
     """
 
     def __init__(self, base_url: str = "http://localhost:18000", max_retries: int = 3) -> None: ...

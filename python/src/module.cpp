@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
@@ -208,10 +209,19 @@ py::list locations(const std::vector<std::optional<Page>>& v) {
 
 // ---- the clients ---------------------------------------------------------------------------------
 
+// The bearer token for a server started with --auth-token-file: the one given, else
+// $HF3FS_META_TOKEN (as the CLI), else none.
+std::string token_or_env(std::optional<std::string> token) {
+  if (token) return std::move(*token);
+  const char* env = std::getenv("HF3FS_META_TOKEN");
+  return env != nullptr ? env : "";
+}
+
 ClientOptions client_options(std::string url, std::optional<double> timeout, std::optional<int> attempts,
-                             std::optional<double> deadline) {
+                             std::optional<double> deadline, std::optional<std::string> token) {
   ClientOptions options;
   options.base_url = std::move(url);
+  options.auth_token = token_or_env(std::move(token));
   if (timeout) options.request_timeout = milliseconds_of(*timeout, "timeout");
   if (attempts || deadline) {
     if (attempts && *attempts < 1) throw py::value_error("attempts: must be at least 1, got " + std::to_string(*attempts));
@@ -283,6 +293,7 @@ struct PyGlobalMetadataClient {
     if (max_retries < 0) throw py::value_error("max_retries: must be 0 or more, got " + std::to_string(max_retries));
     ClientOptions o;
     o.base_url = std::move(base_url);
+    o.auth_token = token_or_env(std::nullopt);
     // vLLM's urllib3 Retry(total=max_retries): one first attempt and max_retries retries.
     o.retry_policy = std::make_shared<LimitedAttemptsRetryPolicy>(max_retries + 1, LimitedAttemptsRetryPolicy().deadline());
     return o;
@@ -326,11 +337,12 @@ PYBIND11_MODULE(_core, m) {
   // Docstrings here are the short forms help() shows; __init__.pyi and the README say more.
   py::class_<PyClient>(m, "Client", "A client of the HF3FS metadata service; safe to share between threads.")
       .def(py::init([](std::string url, std::optional<double> timeout, std::optional<int> attempts,
-                       std::optional<double> deadline) {
-             return std::make_unique<PyClient>(client_options(std::move(url), timeout, attempts, deadline));
+                       std::optional<double> deadline, std::optional<std::string> token) {
+             return std::make_unique<PyClient>(
+                 client_options(std::move(url), timeout, attempts, deadline, std::move(token)));
            }),
            py::arg("url") = ClientOptions().base_url, py::kw_only(), py::arg("timeout") = py::none(),
-           py::arg("attempts") = py::none(), py::arg("deadline") = py::none())
+           py::arg("attempts") = py::none(), py::arg("deadline") = py::none(), py::arg("token") = py::none())
       .def("initialize", [](Self c, py::handle r, py::handle n, py::handle ro) { return c.initialize(r, n, ro, false); },
            rank, py::arg("num_pages"), role, "Initialize a rank without registering it; returns the server's message.")
       .def("ensure_initialized",
