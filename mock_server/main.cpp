@@ -55,11 +55,12 @@ int main(int argc, char** argv) {
     });
     std::thread signal_thread([&] { signal_context.run(); });
 
-    std::fprintf(stderr, "hf3fs-meta-server: listening on http://%s (threads %u, max pages %lld%s%s)\n",
-                 address.c_str(), threads, static_cast<long long>(options.max_pages),
+    const char* scheme = options.tls_cert.empty() ? "http" : "https";
+    std::fprintf(stderr, "hf3fs-meta-server: listening on %s://%s (threads %u, max pages %lld%s%s)\n",
+                 scheme, address.c_str(), threads, static_cast<long long>(options.max_pages),
                  options.auth_token.empty() ? "" : ", bearer token required",
                  options.enable_fault_injection ? ", fault injection on" : "");
-    std::printf("listening on http://%s\n", address.c_str());
+    std::printf("listening on %s://%s\n", scheme, address.c_str());
     std::fflush(stdout);
 
     server.run();

@@ -199,7 +199,7 @@ Router::Next Router::step(const Request& request, Exchange& exchange) {
     reply.allow = std::move(answer.allow);
     reply.location.clear();
     if (!answer.location.empty()) {
-      reply.location = "http://";
+      reply.location = options_.tls_cert.empty() ? "http://" : "https://";
       reply.location += request.host.empty() ? default_host_ : request.host;
       reply.location += answer.location;
     }

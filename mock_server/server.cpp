@@ -21,6 +21,7 @@
 
 #include "hf3fs_meta/protocol.hpp"
 #include "request_parser.hpp"
+#include "session_stream.hpp"
 
 namespace hf3fs_meta::server {
 
@@ -72,12 +73,12 @@ class Worker {
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(Worker& worker, Router& router, const ServerOptions& options, const std::atomic<bool>& stopping,
-          tcp::socket socket)
+          tcp::socket socket, asio::ssl::context* tls)
       : worker_(worker),
         router_(router),
         options_(options),
         stopping_(stopping),
-        socket_(std::move(socket)),
+        socket_(std::move(socket), tls),
         idle_timer_(socket_.get_executor()),
         delay_timer_(socket_.get_executor()) {}
 
@@ -95,8 +96,11 @@ class Session : public std::enable_shared_from_this<Session> {
     error_code ec;
     socket_.set_option(tcp::no_delay(true), ec);
     deadline_ = Clock::now() + options_.idle_timeout;
-    arm_timer();
-    parse();
+    arm_timer();  // also bounds the TLS handshake
+    socket_.async_handshake([self = shared_from_this()](error_code ec) {
+      if (ec) return self->close();
+      self->parse();
+    });
   }
 
   // The server is stopping: an idle connection is closed now, a busy one after its answer.
@@ -352,7 +356,7 @@ class Session : public std::enable_shared_from_this<Session> {
   Router& router_;
   const ServerOptions& options_;
   const std::atomic<bool>& stopping_;
-  tcp::socket socket_;
+  SessionStream socket_;
   asio::steady_timer idle_timer_;
   asio::steady_timer delay_timer_;
   boost::beast::flat_buffer buffer_;
@@ -372,6 +376,15 @@ class Session : public std::enable_shared_from_this<Session> {
 };
 
 Server::Server(const ServerOptions& options, Router& router) : options_(options), router_(router) {
+  if (!options.tls_cert.empty()) {
+    // TLS 1.2 and 1.3 only; OpenSSL's default ciphers. Throws if a file cannot be read or the key
+    // does not match the certificate.
+    tls_ = std::make_unique<asio::ssl::context>(asio::ssl::context::tls_server);
+    tls_->set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
+                      asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 | asio::ssl::context::no_tlsv1_1);
+    tls_->use_certificate_chain_file(options.tls_cert);
+    tls_->use_private_key_file(options.tls_key, asio::ssl::context::pem);
+  }
   const unsigned threads = options.threads ? options.threads : std::max(1u, std::thread::hardware_concurrency());
   for (unsigned i = 0; i < threads; ++i) workers_.push_back(std::make_unique<Worker>(i));
   (void)status_lines();
@@ -408,7 +421,7 @@ void Server::do_accept() {
       });
       return;
     }
-    auto session = std::make_shared<Session>(worker, router_, options_, stopping_, std::move(socket));
+    auto session = std::make_shared<Session>(worker, router_, options_, stopping_, std::move(socket), tls_.get());
     asio::post(worker.ioc, [session] { session->start(); });
     do_accept();
   });

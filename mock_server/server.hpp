@@ -11,6 +11,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/context.hpp>
 
 #include "router.hpp"
 #include "server_options.hpp"
@@ -21,6 +22,7 @@ class Worker;
 
 class Server {
  public:
+  // Throws boost::system::system_error if the TLS certificate or key (options) cannot be used.
   Server(const ServerOptions& options, Router& router);
   ~Server();
 
@@ -42,6 +44,7 @@ class Server {
   const ServerOptions& options_;
   Router& router_;
   std::vector<std::unique_ptr<Worker>> workers_;
+  std::unique_ptr<boost::asio::ssl::context> tls_;  // null: plain HTTP
   std::unique_ptr<boost::asio::ip::tcp::acceptor> acceptor_;
   std::size_t next_worker_ = 0;
   std::atomic<bool> stopping_{false};

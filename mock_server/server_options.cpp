@@ -38,11 +38,13 @@ std::string usage() {
          "  --auth-token-file PATH    every route but /healthz then needs `Authorization: Bearer TOKEN`,\n"
          "                            TOKEN being the file's content without surrounding whitespace\n"
          "                            (else 401); /metrics too (default: no authentication)\n"
+         "  --tls-cert PATH           serve HTTPS (TLS 1.2+) with this PEM certificate chain...\n"
+         "  --tls-key PATH            ...and this PEM private key; both or neither (default: HTTP)\n"
          "  --enable-fault-injection  serve POST/DELETE /_faults (tests only)\n"
          "  --log-requests            log every request on stderr\n"
          "  --help                    print this and exit\n"
          "\n"
-         "Once listening, prints `listening on http://HOST:PORT` on stdout.\n"
+         "Once listening, prints `listening on http://HOST:PORT` (https with TLS) on stdout.\n"
          "SIGINT/SIGTERM stop accepting, finish the requests in flight, and exit 0.\n";
 }
 
@@ -75,13 +77,17 @@ ParsedOptions parse_options(const std::vector<std::string>& args) {
     } else if (arg == "--host" || arg == "--port" || arg == "--threads" || arg == "--max-pages" ||
                arg == "--max-ranks" || arg == "--max-total-pages" ||
                arg == "--max-body-bytes" || arg == "--dedup-capacity" || arg == "--dedup-ttl-ms" ||
-               arg == "--idle-timeout-ms" || arg == "--auth-token-file") {
+               arg == "--idle-timeout-ms" || arg == "--auth-token-file" || arg == "--tls-cert" ||
+               arg == "--tls-key") {
       if (!take()) return fail("hf3fs-meta-server: " + std::string(arg) + " needs a value");
       if (arg == "--auth-token-file") {
         std::string error;
         auto token = internal::read_token_file(std::string(value), error);
         if (!token) return fail("hf3fs-meta-server: --auth-token-file: " + error);
         options.auth_token = std::move(*token);
+      } else if (arg == "--tls-cert" || arg == "--tls-key") {
+        if (value.empty()) return bad();
+        (arg == "--tls-cert" ? options.tls_cert : options.tls_key) = std::string(value);
       } else if (arg == "--host") {
         if (value.empty()) return bad();
         options.host = std::string(value);
@@ -110,6 +116,9 @@ ParsedOptions parse_options(const std::vector<std::string>& args) {
     } else {
       return fail("hf3fs-meta-server: unknown argument '" + std::string(args[i]) + "'");
     }
+  }
+  if (options.tls_cert.empty() != options.tls_key.empty()) {
+    return fail("hf3fs-meta-server: --tls-cert and --tls-key go together");
   }
   return ParsedOptions{options, 0, {}};
 }

@@ -23,6 +23,9 @@ struct ServerOptions {
   std::chrono::milliseconds idle_timeout{30000};
   // Non-empty: every route but /healthz needs `Authorization: Bearer <auth_token>` (--auth-token-file).
   std::string auth_token;
+  // Both set: serve HTTPS with this PEM certificate chain and private key (--tls-cert, --tls-key).
+  std::string tls_cert;
+  std::string tls_key;
   bool enable_fault_injection = false;
   bool log_requests = false;
 };

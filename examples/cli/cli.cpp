@@ -20,7 +20,7 @@
 namespace hf3fs_meta::cli {
 namespace {
 
-constexpr std::string_view kUsageText = R"(usage: hf3fs-meta [--url URL] [--token-file PATH] [--timeout-ms N] [--attempts N] [--json] COMMAND
+constexpr std::string_view kUsageText = R"(usage: hf3fs-meta [--url URL] [--token-file PATH] [--ca-file PATH] [--timeout-ms N] [--attempts N] [--json] COMMAND
   init RANK --pages N [--role worker|scheduler]
   allocate RANK KEY[:PREFIX]... [--ensure-pages N]
   confirm RANK [KEY=PAGE]... [--release PAGE]...     (at least one of them)
@@ -32,6 +32,8 @@ constexpr std::string_view kUsageText = R"(usage: hf3fs-meta [--url URL] [--toke
   --url         the metadata server (default $HF3FS_META_URL, else http://127.0.0.1:18000)
   --token-file  send the file's content (without surrounding whitespace) as a bearer token
                 (default: $HF3FS_META_TOKEN if set; for a server with --auth-token-file)
+  --ca-file     for an https:// URL: the PEM file of the CA that signed the server's
+                certificate (default: the system's CAs)
   --timeout-ms  the request timeout of one attempt (default 5000)
   --attempts    the retry policy's maximum attempts (default 4; a repeat after a
                 re-initialization is always allowed)
@@ -59,6 +61,7 @@ std::optional<Int> parse_int(std::string_view text) {
 struct CommandLine {
   std::string url;
   std::optional<std::string> token_file;
+  std::string ca_file;
   std::optional<std::int64_t> timeout_ms;
   std::optional<int> attempts;
   bool json = false;
@@ -97,6 +100,10 @@ std::variant<CommandLine, UsageError> parse(const std::vector<std::string>& args
     } else if (arg == "--token-file") {
       cl.token_file = value(arg);
       if (!cl.token_file) return UsageError{"--token-file needs a value"};
+    } else if (arg == "--ca-file") {
+      auto text = value(arg);
+      if (!text) return UsageError{"--ca-file needs a value"};
+      cl.ca_file = *text;
     } else if (arg == "--timeout-ms") {
       if (auto e = int_option(arg, cl.timeout_ms)) return *e;
       if (*cl.timeout_ms <= 0) return UsageError{"--timeout-ms must be positive"};
@@ -303,6 +310,7 @@ int run(const std::vector<std::string>& args, const Environment& env, std::ostre
   ClientOptions options;
   options.base_url = cl.url;
   options.auth_token = std::move(token);
+  options.ca_file = cl.ca_file;
   options.transport = env.transport;
   options.observer = calls;
   if (cl.timeout_ms) options.request_timeout = std::chrono::milliseconds(*cl.timeout_ms);

@@ -52,6 +52,9 @@ struct ClientOptions {
   // Not empty: every request carries `Authorization: Bearer <auth_token>` (a server started with
   // --auth-token-file). Empty: no Authorization header, as vLLM's own client.
   std::string auth_token;
+  // For an https:// base_url: the PEM file of the CA that signed the server's certificate (empty:
+  // the system's CAs). Used by the default CurlTransport.
+  std::string ca_file;
   // Null: a CurlTransport for base_url (keep-alive, one pooled connection per concurrent caller).
   // make_in_process_transport() serves tests and single-process users.
   std::shared_ptr<Transport> transport;

@@ -66,7 +66,9 @@ class Transport {
 // Content-Type: application/json and no Expect: 100-continue; does not follow redirects. Failures:
 // could not resolve / connect, or a timeout while connecting -> sent = false; a send or receive
 // error, an empty reply, or a timeout once the request was on its way -> sent = true.
-std::shared_ptr<Transport> make_curl_transport(std::string base_url);
+// An https:// base_url speaks TLS: the server's certificate must chain to `ca_file` (PEM; empty:
+// the system's CAs) and name the URL's host; a certificate refused is connection_failed, not sent.
+std::shared_ptr<Transport> make_curl_transport(std::string base_url, std::string ca_file = {});
 
 // Calls a Service over `state` in this process, through the same codec as the server. Timeouts do
 // not apply, and answers never carry X-Request-Id-Dedup (Service keeps no request ids). A null

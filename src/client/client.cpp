@@ -212,7 +212,7 @@ Result<T> success_of(auto&& decoded) {
 struct Client::Impl {
   explicit Impl(ClientOptions o)
       : options(std::move(o)),
-        transport(options.transport ? options.transport : make_curl_transport(options.base_url)),
+        transport(options.transport ? options.transport : make_curl_transport(options.base_url, options.ca_file)),
         retry(options.retry_policy ? options.retry_policy->clone() : std::make_unique<LimitedAttemptsRetryPolicy>()),
         backoff(options.backoff_policy ? options.backoff_policy->clone()
                                        : std::make_unique<ExponentialBackoffPolicy>()),

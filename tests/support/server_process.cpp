@@ -45,7 +45,7 @@ ServerProcess::~ServerProcess() {
   if (running()) terminate();
 }
 
-std::string ServerProcess::base_url() const { return "http://" + host_ + ":" + std::to_string(port_); }
+std::string ServerProcess::base_url() const { return scheme_ + "://" + host_ + ":" + std::to_string(port_); }
 
 void ServerProcess::start(std::uint16_t port) {
   std::vector<std::string> args{binary_path(), "--host", host_, "--port", std::to_string(port)};
@@ -97,7 +97,8 @@ void ServerProcess::start(std::uint16_t port) {
   }
   close(fds[0]);
 
-  const std::string prefix = "listening on http://";
+  const bool tls = line.rfind("listening on https://", 0) == 0;
+  const std::string prefix = tls ? "listening on https://" : "listening on http://";
   const auto colon = line.rfind(':');
   if (!complete || line.rfind(prefix, 0) != 0 || colon == std::string::npos || colon < prefix.size()) {
     const int status = terminate(std::chrono::seconds(2));
@@ -105,6 +106,7 @@ void ServerProcess::start(std::uint16_t port) {
                              "', exit " + std::to_string(status));
   }
   startup_line_ = line;
+  scheme_ = tls ? "https" : "http";
   host_ = line.substr(prefix.size(), colon - prefix.size());
   port_ = static_cast<std::uint16_t>(std::stoi(line.substr(colon + 1)));
 }

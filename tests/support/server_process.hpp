@@ -23,7 +23,7 @@ class ServerProcess {
 
   std::uint16_t port() const noexcept { return port_; }
   const std::string& host() const noexcept { return host_; }
-  std::string base_url() const;                                 // "http://127.0.0.1:PORT"
+  std::string base_url() const;                                 // "http://127.0.0.1:PORT" (https with TLS)
   const std::string& startup_line() const noexcept { return startup_line_; }  // without the newline
   pid_t pid() const noexcept { return pid_; }
   bool running() const noexcept { return pid_ > 0; }
@@ -51,6 +51,7 @@ class ServerProcess {
   pid_t pid_ = -1;
   std::uint16_t port_ = 0;
   std::string host_ = "127.0.0.1";
+  std::string scheme_ = "http";
   std::string startup_line_;
 };
 

@@ -1,0 +1,96 @@
+// HTTPS: the server with --tls-cert/--tls-key, the SDK with an https:// URL and a CA file. The
+// certificates are made at test time.
+#include "contract/contract_support.hpp"
+#include "support/temp_file.hpp"
+#include "support/test_certificate.hpp"
+
+namespace hf3fs_meta::contract {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+class ContractTlsTest : public ::testing::Test {
+ protected:
+  static inline testing::TestCertificate server_cert;
+  static inline testing::TestCertificate other_cert;  // a CA that did not sign the server's certificate
+
+  ServerProcess server_{{"--threads", "2", "--tls-cert", server_cert.cert_path(), "--tls-key", server_cert.key_path()}};
+
+  ClientOptions options(const std::string& ca_file) {
+    auto o = fast_options(server_, 1);
+    o.ca_file = ca_file;
+    return o;
+  }
+
+  void TearDown() override { EXPECT_EQ(server_.terminate(), 0); }
+};
+
+TEST_F(ContractTlsTest, TheSdkTalksToTheServerOverTls) {
+  EXPECT_THAT(server_.startup_line(), StartsWith("listening on https://127.0.0.1:"));
+  ASSERT_THAT(server_.base_url(), StartsWith("https://"));
+  Client client(options(server_cert.cert_path()));
+  ASSERT_THAT(client.initialize(0, 8), IsOk());
+  auto allocated = client.allocate(0, std::vector<std::string>{"k"});
+  ASSERT_THAT(allocated, IsOk());
+  ASSERT_EQ(allocated.value().size(), 1u);
+  ASSERT_THAT(client.confirm_write(0, {Confirmation{"k", allocated.value()[0].page}}), IsOk());
+  EXPECT_THAT(client.batch_exists({"k", "other"}), HasValue(std::vector<bool>{true, false}));
+  // A 4xx travels back over TLS as well, and one connection carries many requests.
+  auto refused = client.raw("/keys/batch_exists", "[");
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().status, 400);
+  for (int i = 0; i < 20; ++i) ASSERT_THAT(client.batch_exists({"k"}), IsOk());
+}
+
+TEST_F(ContractTlsTest, ACertificateFromAnotherCaIsRefusedAndNothingIsSent) {
+  Client wrong(options(other_cert.cert_path()));
+  auto r = wrong.initialize(0, 8);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, errc::connection_failed);
+  EXPECT_THAT(r.error().message(), HasSubstr("certificate"));
+  // Nothing reached the server: the rank does not exist, for a client that trusts the right CA.
+  Client right(options(server_cert.cert_path()));
+  auto locations = right.get_locations(0, {"k"});
+  ASSERT_FALSE(locations);
+  EXPECT_EQ(locations.error().code, errc::rank_not_initialized);
+}
+
+TEST_F(ContractTlsTest, PlainHttpToTheTlsPortGetsNoAnswer) {
+  auto o = options("");
+  o.base_url = "http://127.0.0.1:" + std::to_string(server_.port());
+  Client plain(o);
+  auto r = plain.batch_exists({"k"});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, errc::connection_failed);
+}
+
+TEST(ContractTlsOptionsTest, TokenAndTlsTogether) {
+  testing::TestCertificate cert;
+  testing::TempFile token("tls-token\n");
+  ServerProcess server({"--threads", "1", "--tls-cert", cert.cert_path(), "--tls-key", cert.key_path(),
+                        "--auth-token-file", token.path()});
+  auto o = fast_options(server, 1);
+  o.ca_file = cert.cert_path();
+  Client without(o);
+  auto r = without.clear();
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().status, 401);
+  o.auth_token = "tls-token";
+  Client with(o);
+  EXPECT_THAT(with.clear(), IsOk());
+  EXPECT_EQ(server.terminate(), 0);
+}
+
+TEST(ContractTlsOptionsTest, UnusableCertificateOptionsStopTheServer) {
+  testing::TestCertificate cert;
+  testing::TempFile not_pem("not a certificate\n");
+  EXPECT_THROW(ServerProcess({"--tls-cert", cert.cert_path()}), std::runtime_error);  // no key
+  EXPECT_THROW(ServerProcess({"--tls-cert", not_pem.path(), "--tls-key", cert.key_path()}), std::runtime_error);
+  testing::TestCertificate other;
+  EXPECT_THROW(ServerProcess({"--tls-cert", cert.cert_path(), "--tls-key", other.key_path()}),  // key mismatch
+               std::runtime_error);
+}
+
+}  // namespace
+}  // namespace hf3fs_meta::contract
