@@ -27,7 +27,6 @@ class SessionStream {
     }
   }
 
-  bool is_tls() const noexcept { return tls_.has_value(); }
   tcp::socket& socket() noexcept { return tls_ ? boost::beast::get_lowest_layer(*tls_) : *plain_; }
   executor_type get_executor() noexcept { return socket().get_executor(); }
 
