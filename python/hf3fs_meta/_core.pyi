@@ -17,11 +17,13 @@ class Client:
     deadline: seconds for a whole call, retries included (default 10).
     token: the bearer token of a server started with --auth-token-file (default: $HF3FS_META_TOKEN
         if set, else none).
+    ca_file: for an https:// url, the PEM file of the CA that signed the server's certificate
+        (default: $HF3FS_META_CA_FILE if set, else the system's CAs).
     """
 
     def __init__(self, url: str = "http://127.0.0.1:18000", *, timeout: Optional[float] = None,
                  attempts: Optional[int] = None, deadline: Optional[float] = None,
-                 token: Optional[str] = None) -> None: ...
+                 token: Optional[str] = None, ca_file: Optional[str] = None) -> None: ...
     def initialize(self, rank: int, num_pages: int, role: Role = "worker") -> str:
         """Initialize a rank; nothing is registered. Returns the server's message."""
     def ensure_initialized(self, rank: int, num_pages: int, role: Role = "worker") -> str:
@@ -59,7 +61,8 @@ class Hf3fsGlobalMetadataClient:
     unless the server deduplicates; only failures that can succeed on a repeat are repeated, up to
     max_retries times (max_retries + 1 attempts), within 10 s; failures raise MetadataError with the
     server's detail, code and cause. A server started with --auth-token-file gets the bearer token
-    in $HF3FS_META_TOKEN.
+    in $HF3FS_META_TOKEN; an https:// base_url is checked against the CA file in
+    $HF3FS_META_CA_FILE (else the system's CAs).
     """
 
     def __init__(self, base_url: str = "http://localhost:18000", max_retries: int = 3) -> None: ...

@@ -209,19 +209,26 @@ py::list locations(const std::vector<std::optional<Page>>& v) {
 
 // ---- the clients ---------------------------------------------------------------------------------
 
-// The bearer token for a server started with --auth-token-file: the one given, else
-// $HF3FS_META_TOKEN (as the CLI), else none.
-std::string token_or_env(std::optional<std::string> token) {
-  if (token) return std::move(*token);
-  const char* env = std::getenv("HF3FS_META_TOKEN");
+// The value given, else the environment variable (as the CLI reads it), else empty: the bearer token
+// of a server started with --auth-token-file ($HF3FS_META_TOKEN) and, for an https:// URL, the CA
+// file that signed its certificate ($HF3FS_META_CA_FILE; empty: the system's CAs).
+std::string given_or_env(std::optional<std::string> given, const char* variable) {
+  if (given) return std::move(*given);
+  const char* env = std::getenv(variable);
   return env != nullptr ? env : "";
+}
+std::string token_or_env(std::optional<std::string> token) { return given_or_env(std::move(token), "HF3FS_META_TOKEN"); }
+std::string ca_file_or_env(std::optional<std::string> ca_file) {
+  return given_or_env(std::move(ca_file), "HF3FS_META_CA_FILE");
 }
 
 ClientOptions client_options(std::string url, std::optional<double> timeout, std::optional<int> attempts,
-                             std::optional<double> deadline, std::optional<std::string> token) {
+                             std::optional<double> deadline, std::optional<std::string> token,
+                             std::optional<std::string> ca_file) {
   ClientOptions options;
   options.base_url = std::move(url);
   options.auth_token = token_or_env(std::move(token));
+  options.ca_file = ca_file_or_env(std::move(ca_file));
   if (timeout) options.request_timeout = milliseconds_of(*timeout, "timeout");
   if (attempts || deadline) {
     if (attempts && *attempts < 1) throw py::value_error("attempts: must be at least 1, got " + std::to_string(*attempts));
@@ -294,6 +301,7 @@ struct PyGlobalMetadataClient {
     ClientOptions o;
     o.base_url = std::move(base_url);
     o.auth_token = token_or_env(std::nullopt);
+    o.ca_file = ca_file_or_env(std::nullopt);
     // vLLM's urllib3 Retry(total=max_retries): one first attempt and max_retries retries.
     o.retry_policy = std::make_shared<LimitedAttemptsRetryPolicy>(max_retries + 1, LimitedAttemptsRetryPolicy().deadline());
     return o;
@@ -337,12 +345,14 @@ PYBIND11_MODULE(_core, m) {
   // Docstrings here are the short forms help() shows; __init__.pyi and the README say more.
   py::class_<PyClient>(m, "Client", "A client of the HF3FS metadata service; safe to share between threads.")
       .def(py::init([](std::string url, std::optional<double> timeout, std::optional<int> attempts,
-                       std::optional<double> deadline, std::optional<std::string> token) {
+                       std::optional<double> deadline, std::optional<std::string> token,
+                       std::optional<std::string> ca_file) {
              return std::make_unique<PyClient>(
-                 client_options(std::move(url), timeout, attempts, deadline, std::move(token)));
+                 client_options(std::move(url), timeout, attempts, deadline, std::move(token), std::move(ca_file)));
            }),
            py::arg("url") = ClientOptions().base_url, py::kw_only(), py::arg("timeout") = py::none(),
-           py::arg("attempts") = py::none(), py::arg("deadline") = py::none(), py::arg("token") = py::none())
+           py::arg("attempts") = py::none(), py::arg("deadline") = py::none(), py::arg("token") = py::none(),
+           py::arg("ca_file") = py::none())
       .def("initialize", [](Self c, py::handle r, py::handle n, py::handle ro) { return c.initialize(r, n, ro, false); },
            rank, py::arg("num_pages"), role, "Initialize a rank without registering it; returns the server's message.")
       .def("ensure_initialized",

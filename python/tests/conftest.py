@@ -24,13 +24,14 @@ class Server:
         self.binary = binary
         self.args = ["--host", "127.0.0.1", "--enable-fault-injection", *args]
         self.port = 0
+        self.scheme = "https" if "--tls-cert" in args else "http"
         self.process: Optional[subprocess.Popen] = None
         self.log = tempfile.TemporaryFile(mode="w+")
         self._start()
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
     def _start(self) -> None:
         self.log.seek(0)
@@ -40,7 +41,7 @@ class Server:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             self.log.seek(0)
-            found = re.search(r"^listening on http://[^:]+:(\d+)$", self.log.read(), re.MULTILINE)
+            found = re.search(r"^listening on https?://[^:]+:(\d+)$", self.log.read(), re.MULTILINE)
             if found:
                 self.port = int(found.group(1))
                 return
