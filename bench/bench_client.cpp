@@ -104,7 +104,7 @@ void BM_ServiceBatchExists1250(benchmark::State& state) {
   Service service(metadata);
   const std::string request = protocol::encode_batch_exists_request(md5_like_keys(1250));
   for (auto _ : state) {
-    ServiceAnswer answer = service.handle("POST", protocol::kBatchExistsPath, request);
+    ServiceAnswer answer = service.handle("POST", path_of(Route::batch_exists), request);
     if (answer.status != 200) {
       state.SkipWithError("exists failed");
       break;

@@ -2,7 +2,7 @@
 // The key is (route, id). A 2xx answer is kept (bounded by count and age) and given again to a repeat
 // without applying anything; a repeat that arrives while the first is still being handled waits for
 // it; the same id with another body is refused; errors are not kept, so a repeat is applied again.
-// clear() (on /clear and forget_state) starts a new generation: nothing from before it is kept.
+// clear() (on the clear route and forget_state) starts a new generation: nothing from before it is kept.
 #pragma once
 
 #include <chrono>

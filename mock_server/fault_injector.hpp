@@ -1,5 +1,5 @@
-// Fault injection (only with --enable-fault-injection): rules added through POST /_faults make the
-// next matching requests fail in a chosen way, so clients can be tested against a misbehaving server.
+// Fault injection (only with --enable-fault-injection): rules POSTed to the faults route make the next
+// matching requests fail in a chosen way, so clients can be tested against a misbehaving server.
 #pragma once
 
 #include <atomic>
@@ -27,13 +27,13 @@ struct FaultRule {
   long long times = 1;
 };
 
-// What POST /_faults asked for.
+// What a POST to the faults route asked for.
 struct FaultRequest {
   bool forget_state = false;
   FaultRule rule;  // when !forget_state
 };
 
-// Parses a POST /_faults body; the error is the detail of a 400.
+// Parses the body of a POST to the faults route; the error is the detail of a 400.
 struct ParsedFaultRequest {
   std::optional<FaultRequest> request;
   std::string error;
@@ -46,7 +46,7 @@ class FaultInjector {
   std::size_t clear();              // returns the number removed
 
   // The first matching rule, in the order added, fires and counts down its `times`.
-  // `protocol_route`: the request goes to one of the six routes of the protocol.
+  // `protocol_route`: the request goes to one of the protocol's endpoints (routes.hpp).
   FaultAction match(std::string_view path, bool protocol_route);
 
  private:

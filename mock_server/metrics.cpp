@@ -5,27 +5,6 @@
 
 namespace hf3fs_meta::server {
 
-std::string_view label_name(RouteLabel label) noexcept {
-  switch (label) {
-    case RouteLabel::initialize: return "/rank/{rank}/initialize";
-    case RouteLabel::batch_allocate: return "/keys/batch_allocate";
-    case RouteLabel::confirm_write: return "/keys/confirm_write";
-    case RouteLabel::batch_exists: return "/keys/batch_exists";
-    case RouteLabel::get_locations: return "/keys/get_locations";
-    case RouteLabel::clear: return "/clear";
-    case RouteLabel::redirect: return "redirect";
-    case RouteLabel::method_not_allowed: return "method_not_allowed";
-    case RouteLabel::not_found: return "not_found";
-    case RouteLabel::healthz: return "/healthz";
-    case RouteLabel::metrics: return "/metrics";
-    case RouteLabel::faults: return "/_faults";
-    case RouteLabel::bad_request: return "bad_request";
-    case RouteLabel::unauthorized: return "unauthorized";
-    case RouteLabel::count_: break;
-  }
-  return "unknown";
-}
-
 Metrics::Metrics(std::size_t shards) : shard_count_(std::max<std::size_t>(shards, 1)),
                                        shards_(new Shard[shard_count_]) {}
 
@@ -35,7 +14,7 @@ void Metrics::record(std::size_t shard, RouteLabel route, int status,
                      std::chrono::nanoseconds latency) noexcept {
   auto& s = shards_[shard % shard_count_];
   const auto index = static_cast<std::size_t>(std::clamp(status, 0, 599));
-  s.requests[static_cast<std::size_t>(route)][index].fetch_add(1, std::memory_order_relaxed);
+  s.requests[route.index()][index].fetch_add(1, std::memory_order_relaxed);
   const double seconds = std::chrono::duration<double>(latency).count();
   const auto bucket = static_cast<std::size_t>(
       std::lower_bound(kBuckets.begin(), kBuckets.end(), seconds) - kBuckets.begin());
@@ -60,8 +39,8 @@ std::string Metrics::render(const MetadataState& state, std::uint64_t dedup_hits
 
   out += "# HELP hf3fs_meta_requests_total Requests answered, by route and status.\n"
          "# TYPE hf3fs_meta_requests_total counter\n";
-  for (std::size_t r = 0; r < static_cast<std::size_t>(RouteLabel::count_); ++r) {
-    const auto name = label_name(static_cast<RouteLabel>(r));
+  for (std::size_t r = 0; r < RouteLabel::kCount; ++r) {
+    const auto name = RouteLabel::at(r).name();
     for (std::size_t status = 0; status < 600; ++status) {
       std::uint64_t total = 0;
       for (std::size_t i = 0; i < shard_count_; ++i)

@@ -1,5 +1,5 @@
-// Server metrics, rendered as Prometheus text by GET /metrics. Counters are sharded per I/O thread
-// so that recording a request touches no cache line another thread writes.
+// Server metrics, rendered as Prometheus text by the server's metrics route. Counters are sharded per
+// I/O thread so that recording a request touches no cache line another thread writes.
 #pragma once
 
 #include <array>
@@ -11,29 +11,49 @@
 #include <string>
 #include <string_view>
 
+#include "hf3fs_meta/routes.hpp"
 #include "hf3fs_meta/state.hpp"
 
 namespace hf3fs_meta::server {
 
-// Every answer is counted under one of these.
-enum class RouteLabel : std::uint8_t {
-  initialize,
-  batch_allocate,
-  confirm_write,
-  batch_exists,
-  get_locations,
-  clear,
-  redirect,
-  method_not_allowed,
-  not_found,
-  healthz,
-  metrics,
-  faults,
-  bad_request,  // malformed HTTP or a body over the limit, before any route is known
-  unauthorized,  // 401: no or a wrong bearer token (--auth-token-file), before any route is served
-  count_
+// The server's own routes, beside the protocol's (routes.hpp).
+enum class ServerRoute : std::uint8_t { healthz, metrics, faults, bad_request, unauthorized };
+struct ServerRouteInfo {
+  ServerRoute route;
+  std::string_view name;   // the path, or for bad_request the label
+  std::string_view allow;  // the methods it takes
 };
-std::string_view label_name(RouteLabel label) noexcept;
+// bad_request: malformed HTTP or a body over the limit, before any route is known.
+// unauthorized: 401, no or a wrong bearer token (--auth-token-file), before any route is served.
+inline constexpr ServerRouteInfo kServerRoutes[] = {
+    {ServerRoute::healthz, "/healthz", "GET"},
+    {ServerRoute::metrics, "/metrics", "GET"},
+    {ServerRoute::faults, "/_faults", "DELETE, POST"},
+    {ServerRoute::bad_request, "bad_request", ""},
+    {ServerRoute::unauthorized, "unauthorized", ""},
+};
+constexpr const ServerRouteInfo& route_info(ServerRoute route) noexcept {
+  return kServerRoutes[static_cast<std::size_t>(route)];
+}
+
+// What an answer is counted under: a protocol route (its number) or a server route (after them).
+class RouteLabel {
+ public:
+  static constexpr std::size_t kCount = kRouteCount + std::size(kServerRoutes);
+  constexpr RouteLabel(Route route) noexcept : index_(static_cast<std::size_t>(route)) {}
+  constexpr RouteLabel(ServerRoute route) noexcept : index_(kRouteCount + static_cast<std::size_t>(route)) {}
+  static constexpr RouteLabel at(std::size_t index) noexcept {
+    return index < kRouteCount ? RouteLabel(static_cast<Route>(index))
+                               : RouteLabel(static_cast<ServerRoute>(index - kRouteCount));
+  }
+  constexpr std::size_t index() const noexcept { return index_; }
+  constexpr std::string_view name() const noexcept {
+    return index_ < kRouteCount ? to_string(static_cast<Route>(index_)) : kServerRoutes[index_ - kRouteCount].name;
+  }
+
+ private:
+  std::size_t index_;
+};
 
 class Metrics {
  public:
@@ -49,7 +69,7 @@ class Metrics {
                                                       0.0025,  0.005,  0.01,    0.025,  0.05,
                                                       0.1,     0.25,   0.5,     1.0,    2.5};
   struct alignas(64) Shard {
-    std::array<std::array<std::atomic<std::uint64_t>, 600>, static_cast<std::size_t>(RouteLabel::count_)>
+    std::array<std::array<std::atomic<std::uint64_t>, 600>, RouteLabel::kCount>
         requests{};
     std::array<std::atomic<std::uint64_t>, kBuckets.size() + 1> buckets{};  // the last one is +Inf
     std::atomic<std::uint64_t> latency_sum_ns{0};

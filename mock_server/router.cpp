@@ -12,25 +12,6 @@ namespace {
 
 constexpr std::string_view kJson = "application/json";
 
-RouteLabel label_of(Route route) noexcept {
-  switch (route) {
-    case Route::initialize: return RouteLabel::initialize;
-    case Route::batch_allocate: return RouteLabel::batch_allocate;
-    case Route::confirm_write: return RouteLabel::confirm_write;
-    case Route::batch_exists: return RouteLabel::batch_exists;
-    case Route::get_locations: return RouteLabel::get_locations;
-    case Route::clear: return RouteLabel::clear;
-    case Route::redirect: return RouteLabel::redirect;
-    case Route::method_not_allowed: return RouteLabel::method_not_allowed;
-    case Route::not_found: return RouteLabel::not_found;
-  }
-  return RouteLabel::not_found;
-}
-
-bool is_protocol_route(Route route) noexcept {
-  return route != Route::redirect && route != Route::method_not_allowed && route != Route::not_found;
-}
-
 void set_json(Reply& reply, int status, std::string body) {
   reply.status = status;
   reply.content_type = kJson;
@@ -64,32 +45,29 @@ Router::Router(const ServerOptions& options, MetadataState& state, Metrics& metr
 
 bool Router::serve_server_route(const Request& request, std::string_view path, Exchange& exchange) {
   auto& reply = exchange.reply;
-  const bool get = request.method == "GET";
-  if (path == "/healthz") {
-    exchange.label = RouteLabel::healthz;
-    if (get) {
-      set_json(reply, 200, R"({"status":"ok"})");
-    } else {
-      set_method_not_allowed(reply, "GET");
+  for (const auto& row : kServerRoutes) {
+    if (path != row.name || (row.route == ServerRoute::faults && !options_.enable_fault_injection)) continue;
+    exchange.label = row.route;
+    switch (row.route) {
+      case ServerRoute::healthz:
+        if (request.method != "GET") break;
+        set_json(reply, 200, R"({"status":"ok"})");
+        return true;
+      case ServerRoute::metrics:
+        if (request.method != "GET") break;
+        reply.status = 200;
+        reply.content_type = "text/plain; version=0.0.4; charset=utf-8";
+        reply.body = metrics_.render(service_.state(), dedup_.hits(), dedup_.size());
+        reply.location.clear();
+        reply.allow.clear();
+        return true;
+      case ServerRoute::faults:
+        serve_faults(request, exchange);
+        return true;
+      case ServerRoute::bad_request:
+        break;
     }
-    return true;
-  }
-  if (path == "/metrics") {
-    exchange.label = RouteLabel::metrics;
-    if (get) {
-      reply.status = 200;
-      reply.content_type = "text/plain; version=0.0.4; charset=utf-8";
-      reply.body = metrics_.render(service_.state(), dedup_.hits(), dedup_.size());
-      reply.location.clear();
-      reply.allow.clear();
-    } else {
-      set_method_not_allowed(reply, "GET");
-    }
-    return true;
-  }
-  if (options_.enable_fault_injection && path == "/_faults") {
-    exchange.label = RouteLabel::faults;
-    serve_faults(request, exchange);
+    set_method_not_allowed(reply, row.allow);
     return true;
   }
   return false;
@@ -103,7 +81,7 @@ void Router::serve_faults(const Request& request, Exchange& exchange) {
     return;
   }
   if (request.method != "POST") {
-    set_method_not_allowed(reply, "DELETE, POST");
+    set_method_not_allowed(reply, route_info(ServerRoute::faults).allow);
     return;
   }
   auto parsed = parse_fault_request(request.body);
@@ -127,19 +105,19 @@ Router::Next Router::step(const Request& request, Exchange& exchange) {
     exchange.started = true;
     std::string_view path = request.target;
     path = path.substr(0, path.find('?'));
-    if (!options_.auth_token.empty() && path != "/healthz" &&
+    if (!options_.auth_token.empty() && path != route_info(ServerRoute::healthz).name &&
         !bearer_matches(request.authorization, options_.auth_token)) {
-      exchange.label = RouteLabel::unauthorized;
+      exchange.label = ServerRoute::unauthorized;
       set_json(reply, 401, protocol::encode_detail(request.authorization.empty() ? "Not authenticated"
                                                                                  : "Invalid authentication credentials"));
       return Next::reply;
     }
     if (serve_server_route(request, path, exchange)) return Next::reply;
 
-    exchange.route = Service::route_of(request.method, request.target);
-    exchange.label = label_of(exchange.route);
+    Service::route(request.method, request.target, exchange.target);
+    exchange.label = exchange.target.route;
     if (options_.enable_fault_injection) {
-      exchange.action = faults_.match(path, is_protocol_route(exchange.route));
+      exchange.action = faults_.match(path, route_info(exchange.target.route).is_endpoint());
       switch (exchange.action.kind) {
         case FaultAction::Kind::status:
           set_json(reply, exchange.action.status, std::move(exchange.action.body));
@@ -153,10 +131,8 @@ Router::Next Router::step(const Request& request, Exchange& exchange) {
   }
 
   if (!exchange.dedup_done) {
-    const bool deduplicated = (exchange.route == Route::batch_allocate || exchange.route == Route::confirm_write) &&
-                              !request.request_id.empty();
-    if (deduplicated) {
-      auto acquired = dedup_.acquire(static_cast<int>(exchange.route), request.request_id, request.body);
+    if (route_info(exchange.target.route).deduplicated && !request.request_id.empty()) {
+      auto acquired = dedup_.acquire(static_cast<int>(exchange.target.route), request.request_id, request.body);
       switch (acquired.kind) {
         case DedupCache::Kind::owner:
           exchange.claim = std::move(acquired.claim);
@@ -190,9 +166,9 @@ Router::Next Router::step(const Request& request, Exchange& exchange) {
   }
 
   if (!exchange.has_reply) {
-    auto answer = service_.handle(request.method, request.target, request.body);
+    auto answer = service_.handle(exchange.target, request.body);
     if (exchange.claim) exchange.claim.complete(answer.status, answer.content_type, answer.body);
-    if (exchange.route == Route::clear && answer.status >= 200 && answer.status < 300) dedup_.clear();
+    if (exchange.target.route == Route::clear && answer.status >= 200 && answer.status < 300) dedup_.clear();
     reply.status = answer.status;
     reply.content_type = std::move(answer.content_type);
     reply.body = std::move(answer.body);

@@ -1,7 +1,7 @@
 // The server's router: what the server answers to a complete request, without knowing about sockets.
-// The protocol routes go to Service; the router adds the server-level routes (/healthz, /metrics,
-// /_faults), request-id deduplication and fault injection. An answer may need the connection to wait
-// (a delay fault, or a repeat of a request id still in flight), so the router is driven in steps.
+// The protocol routes go to Service; the router adds the server's own routes (kServerRoutes),
+// request-id deduplication and fault injection. An answer may need the connection to wait (a delay
+// fault, or a repeat of a request id still in flight), so the router is driven in steps.
 #pragma once
 
 #include <cstddef>
@@ -28,8 +28,8 @@ struct Reply {
 
 // The progress of one request through the router; reused from one request to the next.
 struct Exchange {
-  RouteLabel label = RouteLabel::not_found;
-  Route route = Route::not_found;
+  RouteLabel label = Route::not_found;
+  RoutedTarget target;  // routed once, handed to Service::handle
   bool started = false;
   bool dedup_done = false;
   bool delayed = false;
@@ -40,8 +40,8 @@ struct Exchange {
   Reply reply;
 
   void reset() {
-    label = RouteLabel::not_found;
-    route = Route::not_found;
+    label = Route::not_found;
+    target.route = Route::not_found;
     started = dedup_done = delayed = has_reply = false;
     action = {};
     claim.reset();

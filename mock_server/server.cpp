@@ -183,7 +183,7 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_.reset();
     started_ = Clock::now();
     exchange_.reset();
-    exchange_.label = RouteLabel::bad_request;
+    exchange_.label = ServerRoute::bad_request;
     auto& reply = exchange_.reply;
     reply.location.clear();
     reply.allow.clear();

@@ -73,9 +73,9 @@ class IdempotencyPolicy {
   virtual bool safe_to_repeat(const RepeatQuery& query) const = 0;
 };
 
-// Default: initialize, batch_exists, get_locations and confirm_write without releases are safe;
-// allocate only with `repeat_allocate` or a deduplicating server; clear, raw and a releasing
-// confirm_write never.
+// Default: the route table's Repeat column (routes.hpp): initialize, batch_exists, get_locations and
+// confirm_write without releases are safe; allocate only with `repeat_allocate` or a deduplicating
+// server; clear, raw and a releasing confirm_write never.
 class DefaultIdempotencyPolicy final : public IdempotencyPolicy {
  public:
   explicit DefaultIdempotencyPolicy(bool repeat_allocate = false) : repeat_allocate_(repeat_allocate) {}

@@ -18,12 +18,7 @@
 
 namespace hf3fs_meta::protocol {
 
-inline constexpr std::string_view kAllocatePath = "/keys/batch_allocate";
-inline constexpr std::string_view kConfirmWritePath = "/keys/confirm_write";
-inline constexpr std::string_view kBatchExistsPath = "/keys/batch_exists";
-inline constexpr std::string_view kGetLocationsPath = "/keys/get_locations";
-inline constexpr std::string_view kClearPath = "/clear";
-std::string initialize_path(Rank rank);  // "/rank/3/initialize"
+// The routes' paths and their other facts: routes.hpp.
 
 // A decoder's failure: what is wrong, naming the field and index.
 struct DecodeError {

@@ -8,25 +8,10 @@
 #include <string>
 #include <string_view>
 
+#include "hf3fs_meta/routes.hpp"
 #include "hf3fs_meta/state.hpp"
 
 namespace hf3fs_meta {
-
-enum class Route {
-  initialize,      // POST /rank/{rank}/initialize
-  batch_allocate,  // POST /keys/batch_allocate
-  confirm_write,   // POST /keys/confirm_write
-  batch_exists,    // POST /keys/batch_exists
-  get_locations,   // POST /keys/get_locations
-  clear,           // POST /clear
-  redirect,        // a route with a trailing slash: 307
-  method_not_allowed,
-  not_found,
-};
-std::string_view to_string(Route route) noexcept;  // "/keys/batch_allocate", "not_found", ...
-// Routes are numbered 0..kRouteCount-1 in declaration order: a server keeps per-route metrics in an
-// array indexed by static_cast<std::size_t>(route).
-inline constexpr std::size_t kRouteCount = static_cast<std::size_t>(Route::not_found) + 1;
 
 struct ServiceAnswer {
   int status = 200;
@@ -34,21 +19,36 @@ struct ServiceAnswer {
   std::string body;
   std::string location;  // 307: the target to redirect to, as a path (the server makes it absolute)
   std::string allow;     // 405: the Allow header ("POST")
-  // For the server's metrics and logs: the route the request went to (as route_of gives it), the
-  // number of items the request carried (keys or confirmations; 0 when refused), and the pages a
-  // confirm_write kept because a key still maps to them (PROTOCOL.md, deliberate deviations).
+};
+
+// A request's target routed as Starlette routes it (percent-decoded path; 405 for another method;
+// 307 for an endpoint's path with a trailing slash). The views point into the target routed, which
+// must outlive this; the server routes once, keeps this, and hands it back to handle().
+struct RoutedTarget {
   Route route = Route::not_found;
-  std::size_t items = 0;
-  std::size_t kept_mapped = 0;
+  Route endpoint = Route::not_found;  // the endpoint the path names, whatever the method
+  std::string_view raw;    // the path as sent, query removed
+  std::string_view query;  // after '?', may be empty
+  std::string decoded;     // the percent-decoded path, when `raw` has a '%'
+  bool percent_decoded = false;
+  std::size_t rank_at = 0, rank_size = 0;  // the {rank} segment of path(), if the route has one
+
+  std::string_view path() const noexcept { return percent_decoded ? std::string_view(decoded) : raw; }
+  std::string_view rank_segment() const noexcept { return path().substr(rank_at, rank_size); }
 };
 
 class Service {
  public:
   explicit Service(MetadataState& state) : state_(state) {}
 
-  // The route a request goes to, from its method and target (a query string is ignored).
-  static Route route_of(std::string_view method, std::string_view target);  // may allocate
+  // Routes a request by its method and target (a query string is ignored). Reusing `out` keeps
+  // its buffer. May allocate (a percent-encoded path).
+  static void route(std::string_view method, std::string_view target, RoutedTarget& out);
+  static RoutedTarget route(std::string_view method, std::string_view target);
 
+  // Answers a request routed by route().
+  ServiceAnswer handle(const RoutedTarget& target, std::string_view body);
+  // route() then handle().
   ServiceAnswer handle(std::string_view method, std::string_view target, std::string_view body);
 
   MetadataState& state() noexcept { return state_; }

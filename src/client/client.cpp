@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "hf3fs_meta/protocol.hpp"
+#include "hf3fs_meta/routes.hpp"
 
 #include "internal/field_text.hpp"
 
@@ -274,15 +275,16 @@ struct Client::Impl {
     return id;
   }
 
-  CallSpec spec(Operation op, std::optional<Rank> rank, const CallOptions& call, bool has_releases = false) {
+  // `route` names the call's operation; Route::not_found stands for raw.
+  CallSpec spec(Route route, std::optional<Rank> rank, const CallOptions& call, bool has_releases = false) {
     const auto length = call.deadline ? *call.deadline : retry->deadline();
     const TimePoint start = clock->now();
-    return CallSpec{op, rank, has_releases, start, start + length, length};
+    return CallSpec{route_info(route).operation, rank, has_releases, start, start + length, length};
   }
 
   Result<std::string> do_initialize(Rank rank, std::int64_t num_pages, Role role, const CallSpec& s) {
     if (auto e = check_initialize(rank, num_pages, role)) return std::move(*e);
-    HttpRequest request{protocol::initialize_path(rank), protocol::encode_initialize_request(num_pages, role), {}};
+    HttpRequest request{request_path(Route::initialize, rank), protocol::encode_initialize_request(num_pages, role), {}};
     return run<std::string>(s, request,
                             [](const HttpResponse& r) { return protocol::decode_initialize_response(r.body); });
   }
@@ -530,7 +532,7 @@ Client::Client(Client&&) noexcept = default;
 Client& Client::operator=(Client&&) noexcept = default;
 
 Result<std::string> Client::initialize(Rank rank, std::int64_t num_pages, Role role, const CallOptions& call) {
-  return impl_->do_initialize(rank, num_pages, role, impl_->spec(Operation::initialize, std::nullopt, call));
+  return impl_->do_initialize(rank, num_pages, role, impl_->spec(Route::initialize, std::nullopt, call));
 }
 
 Result<std::string> Client::ensure_initialized(Rank rank, std::int64_t num_pages, Role role,
@@ -549,14 +551,14 @@ void Client::register_rank(Rank rank, std::int64_t num_pages, Role role) {
 
 Result<std::vector<Allocation>> Client::allocate(Rank rank, const std::vector<BlockKey>& keys,
                                                  const CallOptions& call) {
-  constexpr auto op = Operation::allocate;
-  if (auto e = check_keys(op, "keys", keys.size(), [&](std::size_t i) { return std::string_view(keys[i].key); },
-                          false)) {
+  constexpr auto route = Route::batch_allocate;
+  if (auto e = check_keys(route_info(route).operation, "keys", keys.size(),
+                          [&](std::size_t i) { return std::string_view(keys[i].key); }, false)) {
     return std::move(*e);
   }
-  HttpRequest request{std::string(protocol::kAllocatePath), protocol::encode_allocate_request(rank, keys), {}};
+  HttpRequest request{request_path(route), protocol::encode_allocate_request(rank, keys), {}};
   return impl_->run<std::vector<Allocation>>(
-      impl_->spec(op, rank, call), request,
+      impl_->spec(route, rank, call), request,
       [&](const HttpResponse& r) { return protocol::decode_allocate_response(r.body, keys); });
 }
 
@@ -571,45 +573,47 @@ Result<std::vector<Allocation>> Client::allocate(Rank rank, const std::vector<st
 Result<void> Client::confirm_write(Rank rank, const std::vector<Confirmation>& confirmations,
                                    const std::vector<Page>& pages_to_release, const CallOptions& call) {
   if (auto e = check_confirm_write(confirmations, pages_to_release)) return std::move(*e);
-  HttpRequest request{std::string(protocol::kConfirmWritePath),
+  HttpRequest request{request_path(Route::confirm_write),
                       protocol::encode_confirm_write_request(rank, confirmations, pages_to_release),
                       {}};
-  return impl_->run<void>(impl_->spec(Operation::confirm_write, rank, call, !pages_to_release.empty()), request,
+  return impl_->run<void>(impl_->spec(Route::confirm_write, rank, call, !pages_to_release.empty()), request,
                           [](const HttpResponse&) { return protocol::Decoded<void>(boost::outcome_v2::success()); });
 }
 
 Result<std::vector<bool>> Client::batch_exists(const std::vector<std::string>& keys, const CallOptions& call) {
-  constexpr auto op = Operation::batch_exists;
-  if (auto e = check_keys(op, "keys", keys.size(), [&](std::size_t i) { return std::string_view(keys[i]); }, true)) {
+  constexpr auto route = Route::batch_exists;
+  if (auto e = check_keys(route_info(route).operation, "keys", keys.size(),
+                          [&](std::size_t i) { return std::string_view(keys[i]); }, true)) {
     return std::move(*e);
   }
-  HttpRequest request{std::string(protocol::kBatchExistsPath), protocol::encode_batch_exists_request(keys), {}};
+  HttpRequest request{request_path(route), protocol::encode_batch_exists_request(keys), {}};
   return impl_->run<std::vector<bool>>(
-      impl_->spec(op, std::nullopt, call), request,
+      impl_->spec(route, std::nullopt, call), request,
       [&](const HttpResponse& r) { return protocol::decode_batch_exists_response(r.body, keys.size()); });
 }
 
 Result<std::vector<std::optional<Page>>> Client::get_locations(Rank rank, const std::vector<std::string>& keys,
                                                                const CallOptions& call) {
-  constexpr auto op = Operation::get_locations;
-  if (auto e = check_keys(op, "keys", keys.size(), [&](std::size_t i) { return std::string_view(keys[i]); }, true)) {
+  constexpr auto route = Route::get_locations;
+  if (auto e = check_keys(route_info(route).operation, "keys", keys.size(),
+                          [&](std::size_t i) { return std::string_view(keys[i]); }, true)) {
     return std::move(*e);
   }
-  HttpRequest request{std::string(protocol::kGetLocationsPath), protocol::encode_get_locations_request(rank, keys), {}};
+  HttpRequest request{request_path(route), protocol::encode_get_locations_request(rank, keys), {}};
   return impl_->run<std::vector<std::optional<Page>>>(
-      impl_->spec(op, rank, call), request,
+      impl_->spec(route, rank, call), request,
       [&](const HttpResponse& r) { return protocol::decode_get_locations_response(r.body, keys.size()); });
 }
 
 Result<void> Client::clear(const CallOptions& call) {
-  HttpRequest request{std::string(protocol::kClearPath), std::string(), {}};
-  return impl_->run<void>(impl_->spec(Operation::clear, std::nullopt, call), request,
+  HttpRequest request{request_path(Route::clear), std::string(), {}};
+  return impl_->run<void>(impl_->spec(Route::clear, std::nullopt, call), request,
                           [](const HttpResponse&) { return protocol::Decoded<void>(boost::outcome_v2::success()); });
 }
 
 Result<RawResponse> Client::raw(std::string_view path, std::string_view body, const CallOptions& call) {
   HttpRequest request{std::string(path), std::string(body), {}};
-  return impl_->run<RawResponse>(impl_->spec(Operation::raw, std::nullopt, call), request,
+  return impl_->run<RawResponse>(impl_->spec(Route::not_found, std::nullopt, call), request,
                                  [](const HttpResponse& r) -> protocol::Decoded<RawResponse> {
                                    return RawResponse{r.status, r.content_type, r.body};
                                  });

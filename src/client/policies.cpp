@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "hf3fs_meta/routes.hpp"
+
 namespace hf3fs_meta {
 
 LimitedAttemptsRetryPolicy::LimitedAttemptsRetryPolicy(int max_attempts, std::chrono::milliseconds deadline)
@@ -41,20 +43,13 @@ std::unique_ptr<IdempotencyPolicy> DefaultIdempotencyPolicy::clone() const {
 }
 
 bool DefaultIdempotencyPolicy::safe_to_repeat(const RepeatQuery& query) const {
-  switch (query.operation) {
-    case Operation::initialize:
-    case Operation::batch_exists:
-    case Operation::get_locations:
-      return true;
-    case Operation::confirm_write:
-      // Released pages may belong to another key by the time a repeat arrives.
-      return !query.has_releases;
-    case Operation::allocate:
-      // A repeat would take a second page per key, unless the server recognises the request id.
-      return repeat_allocate_ || query.server_dedups;
-    case Operation::clear:  // could wipe what others built since the first attempt
-    case Operation::raw:    // unknown semantics
-      return false;
+  const RouteInfo* route = route_of(query.operation);
+  if (!route) return false;  // raw: unknown semantics
+  switch (route->repeat) {
+    case Repeat::always: return true;
+    case Repeat::without_releases: return !query.has_releases;
+    case Repeat::if_deduplicated: return repeat_allocate_ || query.server_dedups;
+    case Repeat::never: return false;
   }
   return false;
 }

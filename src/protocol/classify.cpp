@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "hf3fs_meta/protocol.hpp"
+#include "hf3fs_meta/routes.hpp"
 #include "internal/json.hpp"
 
 namespace hf3fs_meta::protocol {
@@ -18,8 +19,15 @@ using internal::string_of;
 using rapidjson::Value;
 
 constexpr std::size_t kMaxRawDetail = 200;
-constexpr std::string_view kKnownPrefixes[] = {
-    "Allocation failed", "Confirmation failed", "Key existence check failed", "Failed to get key locations"};
+
+// The endpoint whose 500 details carry this prefix (routes.hpp), if any.
+const RouteInfo* route_of_prefix(std::string_view prefix) {
+  if (prefix.empty()) return nullptr;
+  for (const auto& row : kRoutes) {
+    if (row.failure_prefix == prefix) return &row;
+  }
+  return nullptr;
+}
 
 // A body that carries no usable detail is kept as the detail, cut short without splitting a UTF-8
 // character: a proxy's HTML page must not flood a log line.
@@ -109,25 +117,12 @@ std::optional<Rank> rank_of_stale_detail(std::string_view cause) {
 void split_prefix(ClassifiedError& out) {
   const std::string_view detail = out.detail;
   const auto colon = detail.find(": ");
-  if (colon != std::string_view::npos) {
-    const std::string_view prefix = detail.substr(0, colon);
-    for (std::string_view known : kKnownPrefixes) {
-      if (prefix == known) {
-        out.prefix = prefix;
-        out.cause = detail.substr(colon + 2);
-        return;
-      }
-    }
+  if (colon != std::string_view::npos && route_of_prefix(detail.substr(0, colon))) {
+    out.prefix = detail.substr(0, colon);
+    out.cause = detail.substr(colon + 2);
+    return;
   }
   out.cause = out.detail;
-}
-
-errc code_of_prefix(std::string_view prefix) {
-  if (prefix == kKnownPrefixes[0]) return errc::allocation_failed;
-  if (prefix == kKnownPrefixes[1]) return errc::confirmation_failed;
-  if (prefix == kKnownPrefixes[2]) return errc::existence_check_failed;
-  if (prefix == kKnownPrefixes[3]) return errc::location_lookup_failed;
-  return errc::server_error;
 }
 
 void classify_500(ClassifiedError& out) {
@@ -135,8 +130,9 @@ void classify_500(ClassifiedError& out) {
     out.code = errc::rank_not_initialized;
     return;
   }
+  const RouteInfo* route = route_of_prefix(out.prefix);
   // vLLM's confirm_write on a missing rank raises KeyError(rank): str() of it is the bare rank.
-  if (out.prefix == kKnownPrefixes[1] && is_decimal_integer(out.cause)) {
+  if (route && route->missing_rank == MissingRank::key_error && is_decimal_integer(out.cause)) {
     out.code = errc::rank_not_initialized;
     out.rank = rank_of_repr(out.cause);
     return;
@@ -152,7 +148,7 @@ void classify_500(ClassifiedError& out) {
       return;
     }
   }
-  out.code = code_of_prefix(out.prefix);
+  out.code = route ? route->failure_code : errc::server_error;
 }
 
 }  // namespace

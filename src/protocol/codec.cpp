@@ -10,6 +10,7 @@
 // server's strict decoders refuse what vLLM would take with a 500 or corrupt its state with, and
 // keep vLLM's exact 400 texts where vLLM has one (PROTOCOL.md, "Deliberate deviations").
 #include "hf3fs_meta/protocol.hpp"
+#include "hf3fs_meta/routes.hpp"
 
 #include <algorithm>
 #include <charconv>
@@ -97,13 +98,6 @@ std::optional<DecodeError> read_rank_and_keys(const Value& root, Rank& rank, con
 }
 
 }  // namespace
-
-std::string initialize_path(Rank rank) {
-  std::string path = "/rank/";
-  append_int(path, rank);
-  path += "/initialize";
-  return path;
-}
 
 // ---- Client side: request encoders ----
 
@@ -712,3 +706,17 @@ std::string encode_path_rank_validation_error(std::string_view input) {
 }
 
 }  // namespace hf3fs_meta::protocol
+
+namespace hf3fs_meta {
+
+std::string request_path(Route route, Rank rank) {
+  const std::string_view pattern = path_of(route);
+  const auto at = pattern.find(kRankParameter);
+  if (at == std::string_view::npos) return std::string(pattern);
+  std::string path(pattern.substr(0, at));
+  internal::append_int(path, rank);
+  path += pattern.substr(at + kRankParameter.size());
+  return path;
+}
+
+}  // namespace hf3fs_meta

@@ -1,5 +1,6 @@
 // Service: routing as Starlette does it (percent-decoded path, 405 for another method, 307 for a
-// trailing slash), then decode -> MetadataState -> encode, answering as vLLM's FastAPI app does.
+// trailing slash) over the route table, then decode -> MetadataState -> encode, answering as vLLM's
+// FastAPI app does.
 #include "hf3fs_meta/service.hpp"
 
 #include <optional>
@@ -15,8 +16,6 @@ namespace hf3fs_meta {
 namespace {
 
 constexpr std::string_view kJson = "application/json";
-constexpr std::string_view kRankPrefix = "/rank/";
-constexpr std::string_view kInitializeSuffix = "/initialize";
 
 int hex_value(char c) {
   if (c >= '0' && c <= '9') return c - '0';
@@ -84,56 +83,32 @@ std::string sanitize_utf8(std::string_view text) {
   return out;
 }
 
-struct Target {
-  std::string_view path;   // percent-decoded, query removed
-  std::string_view raw;    // as sent, query removed
-  std::string_view query;  // after '?', may be empty
-  std::string decoded;     // holds `path` when decoding changed it
-};
-
-void split_target(std::string_view target, Target& out) {
-  const auto question = target.find('?');
-  out.raw = target.substr(0, question);
-  if (question != std::string_view::npos) out.query = target.substr(question + 1);
-  if (out.raw.find('%') == std::string_view::npos) {
-    out.path = out.raw;
-  } else {
-    out.decoded = percent_decode(out.raw);
-    out.path = out.decoded;
-  }
+// Whether a decoded path names an endpoint's pattern; the {rank} segment is any non-empty text
+// without '/' (Starlette's {rank} pattern: validating it is the endpoint's job, hence 422 not 404).
+bool matches(std::string_view pattern, std::string_view path, std::size_t& rank_at, std::size_t& rank_size) {
+  const auto at = pattern.find(kRankParameter);
+  if (at == std::string_view::npos) return path == pattern;
+  const std::string_view head = pattern.substr(0, at);
+  const std::string_view tail = pattern.substr(at + kRankParameter.size());
+  if (path.size() <= head.size() + tail.size() || !path.starts_with(head) || !path.ends_with(tail)) return false;
+  const std::size_t size = path.size() - head.size() - tail.size();
+  if (path.substr(head.size(), size).find('/') != std::string_view::npos) return false;
+  rank_at = head.size();
+  rank_size = size;
+  return true;
 }
 
-// The POST route a decoded path names, by path alone; the rank segment is any non-empty text
-// without '/' (Starlette's {rank} pattern: validating it is the endpoint's job, hence 422 not 404).
-std::optional<Route> match_path(std::string_view path, std::string_view* rank_segment = nullptr) {
-  if (path == protocol::kAllocatePath) return Route::batch_allocate;
-  if (path == protocol::kConfirmWritePath) return Route::confirm_write;
-  if (path == protocol::kBatchExistsPath) return Route::batch_exists;
-  if (path == protocol::kGetLocationsPath) return Route::get_locations;
-  if (path == protocol::kClearPath) return Route::clear;
-  if (path.size() > kRankPrefix.size() + kInitializeSuffix.size() && path.starts_with(kRankPrefix) &&
-      path.ends_with(kInitializeSuffix)) {
-    const std::string_view segment =
-        path.substr(kRankPrefix.size(), path.size() - kRankPrefix.size() - kInitializeSuffix.size());
-    if (segment.find('/') != std::string_view::npos) return std::nullopt;
-    if (rank_segment) *rank_segment = segment;
-    return Route::initialize;
+// The endpoint a decoded path names, by path alone.
+const RouteInfo* match_path(std::string_view path, std::size_t& rank_at, std::size_t& rank_size) {
+  for (const auto& row : kRoutes) {
+    if (row.is_endpoint() && matches(row.name, path, rank_at, rank_size)) return &row;
   }
-  return std::nullopt;
+  return nullptr;
 }
 
 std::string_view strip_trailing_slashes(std::string_view path) {
   while (!path.empty() && path.back() == '/') path.remove_suffix(1);
   return path;
-}
-
-Route route_of_target(std::string_view method, const Target& target) {
-  if (auto route = match_path(target.path)) return method == "POST" ? *route : Route::method_not_allowed;
-  // Starlette's redirect_slashes: any method, and only for a path that ends with '/'.
-  if (target.path.size() > 1 && target.path.back() == '/' && match_path(strip_trailing_slashes(target.path))) {
-    return Route::redirect;
-  }
-  return Route::not_found;
 }
 
 ServiceAnswer json_answer(int status, std::string body) {
@@ -171,18 +146,18 @@ std::string rank_not_initialized(Rank rank) { return "Rank " + std::to_string(ra
 // A StateError -> the answer vLLM gives (not_initialized) or our deviation's answer (the others).
 // The rank named is the request's: the state's message is not trusted for vLLM's exact texts.
 ServiceAnswer state_error_answer(Route route, Rank rank, const StateError& error) {
+  const RouteInfo& info = route_info(route);
+  const std::string prefix = std::string(info.failure_prefix) + ": ";
   switch (error.kind) {
     case StateErrc::not_initialized:
-      switch (route) {
-        case Route::batch_allocate: return detail_answer(500, "Allocation failed: " + rank_not_initialized(rank));
-        case Route::get_locations:
-          return detail_answer(500, "Failed to get key locations: " + rank_not_initialized(rank));
-        case Route::confirm_write:  // vLLM's KeyError(rank): its str() is the bare rank
-          return detail_answer(500, "Confirmation failed: " + std::to_string(rank));
-        default: return detail_answer(500, rank_not_initialized(rank));
+      switch (info.missing_rank) {
+        case MissingRank::plain: return detail_answer(500, rank_not_initialized(rank));
+        case MissingRank::prefixed: return detail_answer(500, prefix + rank_not_initialized(rank));
+        case MissingRank::key_error: return detail_answer(500, prefix + std::to_string(rank));
       }
+      break;
     case StateErrc::stale:
-    case StateErrc::conflict: return detail_answer(409, "Confirmation failed: " + error.message);
+    case StateErrc::conflict: return detail_answer(409, prefix + error.message);
     case StateErrc::invalid_initialization:
     case StateErrc::invalid_argument: break;
   }
@@ -191,119 +166,119 @@ ServiceAnswer state_error_answer(Route route, Rank rank, const StateError& error
 
 }  // namespace
 
-std::string_view to_string(Route route) noexcept {
-  switch (route) {
-    case Route::initialize: return "/rank/{rank}/initialize";
-    case Route::batch_allocate: return protocol::kAllocatePath;
-    case Route::confirm_write: return protocol::kConfirmWritePath;
-    case Route::batch_exists: return protocol::kBatchExistsPath;
-    case Route::get_locations: return protocol::kGetLocationsPath;
-    case Route::clear: return protocol::kClearPath;
-    case Route::redirect: return "redirect";
-    case Route::method_not_allowed: return "method_not_allowed";
-    case Route::not_found: return "not_found";
+void Service::route(std::string_view method, std::string_view target, RoutedTarget& out) {
+  const auto question = target.find('?');
+  out.raw = target.substr(0, question);
+  out.query = question == std::string_view::npos ? std::string_view() : target.substr(question + 1);
+  out.percent_decoded = out.raw.find('%') != std::string_view::npos;
+  if (out.percent_decoded) {
+    out.decoded = percent_decode(out.raw);
+  } else {
+    out.decoded.clear();
   }
-  return "not_found";
+  out.rank_at = out.rank_size = 0;
+  out.endpoint = Route::not_found;
+  const std::string_view path = out.path();
+  if (const RouteInfo* row = match_path(path, out.rank_at, out.rank_size)) {
+    out.endpoint = row->route;
+    out.route = method == row->method ? row->route : Route::method_not_allowed;
+    return;
+  }
+  // Starlette's redirect_slashes: any method, and only for a path that ends with '/'.
+  std::size_t unused_at = 0, unused_size = 0;
+  if (path.size() > 1 && path.back() == '/' && match_path(strip_trailing_slashes(path), unused_at, unused_size)) {
+    out.route = Route::redirect;
+    return;
+  }
+  out.route = Route::not_found;
 }
 
-Route Service::route_of(std::string_view method, std::string_view target) {
-  Target parsed;
-  split_target(target, parsed);
-  return route_of_target(method, parsed);
+RoutedTarget Service::route(std::string_view method, std::string_view target) {
+  RoutedTarget out;
+  route(method, target, out);
+  return out;
 }
 
 ServiceAnswer Service::handle(std::string_view method, std::string_view target, std::string_view body) {
-  Target parsed;
-  split_target(target, parsed);
-  const Route route = route_of_target(method, parsed);
-  ServiceAnswer answer = [&]() -> ServiceAnswer {
-    switch (route) {
-      case Route::not_found: return detail_answer(404, "Not Found");
-      case Route::method_not_allowed: {
-        ServiceAnswer a = detail_answer(405, "Method Not Allowed");
-        a.allow = "POST";
-        return a;
-      }
-      case Route::redirect: {
-        ServiceAnswer a;
-        a.status = 307;
-        a.location = strip_trailing_slashes(parsed.raw);
-        if (!parsed.query.empty()) {
-          a.location += '?';
-          a.location += parsed.query;
-        }
-        return a;
-      }
-      case Route::clear:
-        state_.clear();
-        return no_content();
+  return handle(route(method, target), body);
+}
 
-      case Route::initialize: {
-        std::string_view segment;
-        match_path(parsed.path, &segment);
-        const auto rank = protocol::parse_path_rank(segment);
-        if (!rank) return json_answer(422, protocol::encode_path_rank_validation_error(sanitize_utf8(segment)));
-        auto request = protocol::decode_initialize_request(body);
-        if (!request) return detail_answer(400, request.error().message);
-        if (request.value().role == Role::scheduler) {
-          // Nothing to record for a scheduler; vLLM does not even look at num_pages.
-          return json_answer(200, protocol::encode_message("Scheduler role does not require initialization"));
-        }
-        const std::int64_t num_pages = request.value().num_pages;
-        auto result = state_.initialize(*rank, num_pages, Role::worker);
-        if (!result) return state_error_answer(route, *rank, result.error());
-        // The requested count, even when the rank existed with another: vLLM's reply.
-        return json_answer(200, protocol::encode_message("Rank " + std::to_string(*rank) + " initialized with " +
-                                                         std::to_string(num_pages) + " pages"));
-      }
-
-      case Route::batch_allocate: {
-        auto request = protocol::decode_allocate_request(body);
-        if (!request) return detail_answer(400, request.error().message);
-        const auto& r = request.value();
-        auto pages = state_.allocate(r.rank, r.keys);
-        if (!pages) return state_error_answer(route, r.rank, pages.error());
-        ServiceAnswer a = json_answer(200, protocol::encode_allocate_response(r.rank, r.keys, pages.value()));
-        a.items = r.keys.size();
-        return a;
-      }
-
-      case Route::confirm_write: {
-        auto request = protocol::decode_confirm_write_request(body);
-        if (!request) return detail_answer(400, request.error().message);
-        const auto& r = request.value();
-        auto outcome = state_.confirm_write(r.rank, r.confirmations, r.pages_to_release);
-        if (!outcome) return state_error_answer(route, r.rank, outcome.error());
-        ServiceAnswer a = no_content();
-        a.items = r.confirmations.size();
-        a.kept_mapped = outcome.value().kept_mapped;
-        return a;
-      }
-
-      case Route::batch_exists: {
-        protocol::KeyListRequest& r = key_list_scratch();
-        if (auto error = protocol::decode_batch_exists_request(body, r)) return detail_answer(400, error->message);
-        const std::span<const std::string_view> keys = r.keys;
-        ServiceAnswer a = json_answer(200, protocol::encode_batch_exists_response(state_.batch_exists(keys)));
-        a.items = keys.size();
-        return a;
-      }
-
-      case Route::get_locations: {
-        protocol::KeyListRequest& r = key_list_scratch();
-        if (auto error = protocol::decode_get_locations_request(body, r)) return detail_answer(400, error->message);
-        const std::span<const std::string_view> keys = r.keys;
-        auto locations = state_.get_locations(r.rank, keys);
-        if (!locations) return state_error_answer(route, r.rank, locations.error());
-        ServiceAnswer a = json_answer(200, protocol::encode_get_locations_response(locations.value()));
-        a.items = keys.size();
-        return a;
-      }
+ServiceAnswer Service::handle(const RoutedTarget& target, std::string_view body) {
+  const Route route = target.route;
+  switch (route) {
+    case Route::not_found: return detail_answer(404, "Not Found");
+    case Route::method_not_allowed: {
+      ServiceAnswer a = detail_answer(405, "Method Not Allowed");
+      a.allow = route_info(target.endpoint).method;
+      return a;
     }
-    return detail_answer(404, "Not Found");
-  }();
-  answer.route = route;
-  return answer;
+    case Route::redirect: {
+      ServiceAnswer a;
+      a.status = 307;
+      a.location = strip_trailing_slashes(target.raw);
+      if (!target.query.empty()) {
+        a.location += '?';
+        a.location += target.query;
+      }
+      return a;
+    }
+    case Route::clear:
+      state_.clear();
+      return no_content();
+
+    case Route::initialize: {
+      const std::string_view segment = target.rank_segment();
+      const auto rank = protocol::parse_path_rank(segment);
+      if (!rank) return json_answer(422, protocol::encode_path_rank_validation_error(sanitize_utf8(segment)));
+      auto request = protocol::decode_initialize_request(body);
+      if (!request) return detail_answer(400, request.error().message);
+      if (request.value().role == Role::scheduler) {
+        // Nothing to record for a scheduler; vLLM does not even look at num_pages.
+        return json_answer(200, protocol::encode_message("Scheduler role does not require initialization"));
+      }
+      const std::int64_t num_pages = request.value().num_pages;
+      auto result = state_.initialize(*rank, num_pages, Role::worker);
+      if (!result) return state_error_answer(route, *rank, result.error());
+      // The requested count, even when the rank existed with another: vLLM's reply.
+      return json_answer(200, protocol::encode_message("Rank " + std::to_string(*rank) + " initialized with " +
+                                                       std::to_string(num_pages) + " pages"));
+    }
+
+    case Route::batch_allocate: {
+      auto request = protocol::decode_allocate_request(body);
+      if (!request) return detail_answer(400, request.error().message);
+      const auto& r = request.value();
+      auto pages = state_.allocate(r.rank, r.keys);
+      if (!pages) return state_error_answer(route, r.rank, pages.error());
+      return json_answer(200, protocol::encode_allocate_response(r.rank, r.keys, pages.value()));
+    }
+
+    case Route::confirm_write: {
+      auto request = protocol::decode_confirm_write_request(body);
+      if (!request) return detail_answer(400, request.error().message);
+      const auto& r = request.value();
+      auto outcome = state_.confirm_write(r.rank, r.confirmations, r.pages_to_release);
+      if (!outcome) return state_error_answer(route, r.rank, outcome.error());
+      return no_content();
+    }
+
+    case Route::batch_exists: {
+      protocol::KeyListRequest& r = key_list_scratch();
+      if (auto error = protocol::decode_batch_exists_request(body, r)) return detail_answer(400, error->message);
+      const std::span<const std::string_view> keys = r.keys;
+      return json_answer(200, protocol::encode_batch_exists_response(state_.batch_exists(keys)));
+    }
+
+    case Route::get_locations: {
+      protocol::KeyListRequest& r = key_list_scratch();
+      if (auto error = protocol::decode_get_locations_request(body, r)) return detail_answer(400, error->message);
+      const std::span<const std::string_view> keys = r.keys;
+      auto locations = state_.get_locations(r.rank, keys);
+      if (!locations) return state_error_answer(route, r.rank, locations.error());
+      return json_answer(200, protocol::encode_get_locations_response(locations.value()));
+    }
+  }
+  return detail_answer(404, "Not Found");
 }
 
 }  // namespace hf3fs_meta

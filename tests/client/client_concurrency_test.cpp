@@ -10,6 +10,7 @@
 
 #include "client/http_peer.hpp"
 #include "hf3fs_meta/client.hpp"
+#include "hf3fs_meta/routes.hpp"
 #include "hf3fs_meta/protocol.hpp"
 #include "hf3fs_meta/state.hpp"
 #include "support/fakes.hpp"
@@ -71,7 +72,7 @@ TEST(ClientConcurrencyTest, SixteenThreadsOneInitialize) {
   for (auto& t : threads) t.join();
   EXPECT_EQ(ok.load(), kThreads);
   EXPECT_EQ(transport->count("/rank/3/initialize"), 1u);
-  EXPECT_EQ(transport->count(protocol::kAllocatePath), 2u * kThreads);
+  EXPECT_EQ(transport->count(path_of(Route::batch_allocate)), 2u * kThreads);
   int reinitializations = 0, successes = 0;
   for (const auto& e : observer->events()) {
     if (e.kind == ObservedEvent::Kind::reinitialize) ++reinitializations;

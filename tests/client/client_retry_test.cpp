@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "hf3fs_meta/client.hpp"
+#include "hf3fs_meta/routes.hpp"
 #include "hf3fs_meta/protocol.hpp"
 #include "support/fakes.hpp"
 
@@ -20,11 +21,11 @@ using ::testing::StartsWith;
 using namespace hf3fs_meta::testing;
 using namespace std::chrono_literals;
 
-constexpr std::string_view kAllocate = protocol::kAllocatePath;
-constexpr std::string_view kConfirm = protocol::kConfirmWritePath;
-constexpr std::string_view kExists = protocol::kBatchExistsPath;
-constexpr std::string_view kLocations = protocol::kGetLocationsPath;
-constexpr std::string_view kClear = protocol::kClearPath;
+constexpr std::string_view kAllocate = path_of(Route::batch_allocate);
+constexpr std::string_view kConfirm = path_of(Route::confirm_write);
+constexpr std::string_view kExists = path_of(Route::batch_exists);
+constexpr std::string_view kLocations = path_of(Route::get_locations);
+constexpr std::string_view kClear = path_of(Route::clear);
 
 // Always waits the same: makes the clock arithmetic of deadline tests exact.
 class FixedBackoff final : public BackoffPolicy {
@@ -427,7 +428,7 @@ TEST_F(ClientRetryTest, ServerForgettingARankCostsOneInitialize) {
   auto r = client->allocate(3, std::vector<std::string>{"k"});
   ASSERT_TRUE(r) << r.error().message();
   EXPECT_EQ(r.value(), (std::vector<Allocation>{{"k", 7}}));
-  EXPECT_EQ(transport->count(protocol::initialize_path(3)), 2u);  // ensure_initialized's, and one restore
+  EXPECT_EQ(transport->count(request_path(Route::initialize, 3)), 2u);  // ensure_initialized's, and one restore
   EXPECT_EQ(transport->posted()[2].body, R"({"num_pages":64,"role":"worker"})");
   EXPECT_TRUE(sleeper->sleeps().empty());  // repeated at once
   const auto events = observer->events();
@@ -469,7 +470,7 @@ TEST_F(ClientRetryTest, RegisteredRankSendsNothingUntilTheServerForgets) {
   EXPECT_TRUE(transport->posted().empty());
   transport->then(ok_allocate());
   ASSERT_TRUE(client->allocate(3, std::vector<std::string>{"k"}));
-  EXPECT_EQ(transport->count(protocol::initialize_path(3)), 0u);
+  EXPECT_EQ(transport->count(request_path(Route::initialize, 3)), 0u);
   transport->then(allocate_not_initialized());
   transport->then(ok_init());
   transport->then(ok_allocate());

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "hf3fs_meta/protocol.hpp"
+#include "hf3fs_meta/routes.hpp"
 
 namespace hf3fs_meta::protocol {
 namespace {
@@ -21,9 +22,11 @@ using ::testing::StartsWith;
 // ---- Encoders ----
 
 TEST(EncodeTest, InitializePath) {
-  EXPECT_EQ(initialize_path(3), "/rank/3/initialize");
-  EXPECT_EQ(initialize_path(-7), "/rank/-7/initialize");
-  EXPECT_EQ(initialize_path(std::numeric_limits<Rank>::min()), "/rank/-9223372036854775808/initialize");
+  EXPECT_EQ(request_path(Route::initialize, 3), "/rank/3/initialize");
+  EXPECT_EQ(request_path(Route::initialize, -7), "/rank/-7/initialize");
+  EXPECT_EQ(request_path(Route::initialize, std::numeric_limits<Rank>::min()), "/rank/-9223372036854775808/initialize");
+  EXPECT_EQ(request_path(Route::clear), "/clear");
+  EXPECT_EQ(request_path(Route::batch_allocate, 3), "/keys/batch_allocate");
 }
 
 TEST(EncodeTest, ClientRequestsAreCompact) {

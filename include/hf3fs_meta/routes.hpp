@@ -1,0 +1,136 @@
+// The protocol's routes, in one table: every fact about an endpoint that the server (routing,
+// metrics, deduplication, its 500 details), the classifier and the client (its operation, whether
+// a call may be repeated) need. Adding an endpoint is one row here plus its handler in Service and
+// its method in Client (README, "Adding an endpoint").
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "hf3fs_meta/error.hpp"
+#include "hf3fs_meta/types.hpp"
+
+namespace hf3fs_meta {
+
+// Declared in the order of kRoutes' rows: a route's number is its row (servers index per-route
+// metrics by it). The last three are what routing answers when no endpoint takes the request.
+enum class Route : std::uint8_t {
+  initialize,
+  batch_allocate,
+  confirm_write,
+  batch_exists,
+  get_locations,
+  clear,
+  redirect,  // an endpoint's path with a trailing slash: 307
+  method_not_allowed,
+  not_found,
+};
+
+// Whether a call may be repeated after an ambiguous failure, when the request may have been applied
+// (DESIGN.md, "Retries"): DefaultIdempotencyPolicy reads it.
+enum class Repeat : std::uint8_t {
+  always,            // reads, and setting what is already set
+  without_releases,  // released pages may belong to another key by the time a repeat arrives
+  if_deduplicated,   // a repeat would apply twice, unless the server knows the request id (or the policy allows it)
+  never,             // could undo what others did since the first attempt
+};
+
+// How a 500 says that the request's rank is not initialized (vLLM's wording differs by endpoint).
+enum class MissingRank : std::uint8_t {
+  plain,      // "Rank 3 not initialized"
+  prefixed,   // "<failure_prefix>: Rank 3 not initialized"
+  key_error,  // "<failure_prefix>: 3" (vLLM's KeyError(rank): its str() is the bare rank)
+};
+
+inline constexpr std::string_view kRankParameter = "{rank}";
+
+struct RouteInfo {
+  Route route = Route::not_found;
+  // An endpoint's path ("{rank}" stands for the path's rank segment), else the routing outcome's
+  // name. Either way it is the route's name in metrics, logs and to_string().
+  std::string_view name{};
+  std::string_view method{};        // the one method the endpoint takes (also the 405's Allow)
+  Operation operation = Operation::raw;  // the Client call that sends it
+  std::string_view failure_prefix{};  // vLLM's prefix of this endpoint's 500 details, e.g. "Allocation failed"
+  errc failure_code = errc::server_error;  // what a 500 with that prefix means
+  MissingRank missing_rank = MissingRank::plain;
+  bool deduplicated = false;  // the reference server applies it once per X-Request-Id
+  Repeat repeat = Repeat::never;
+
+  constexpr bool is_endpoint() const noexcept { return name.starts_with('/'); }
+};
+
+inline constexpr RouteInfo kRoutes[] = {
+    {.route = Route::initialize,
+     .name = "/rank/{rank}/initialize",
+     .method = "POST",
+     .operation = Operation::initialize,
+     .repeat = Repeat::always},
+    {.route = Route::batch_allocate,
+     .name = "/keys/batch_allocate",
+     .method = "POST",
+     .operation = Operation::allocate,
+     .failure_prefix = "Allocation failed",
+     .failure_code = errc::allocation_failed,
+     .missing_rank = MissingRank::prefixed,
+     .deduplicated = true,
+     .repeat = Repeat::if_deduplicated},
+    {.route = Route::confirm_write,
+     .name = "/keys/confirm_write",
+     .method = "POST",
+     .operation = Operation::confirm_write,
+     .failure_prefix = "Confirmation failed",
+     .failure_code = errc::confirmation_failed,
+     .missing_rank = MissingRank::key_error,
+     .deduplicated = true,
+     .repeat = Repeat::without_releases},
+    {.route = Route::batch_exists,
+     .name = "/keys/batch_exists",
+     .method = "POST",
+     .operation = Operation::batch_exists,
+     .failure_prefix = "Key existence check failed",
+     .failure_code = errc::existence_check_failed,
+     .missing_rank = MissingRank::prefixed,
+     .repeat = Repeat::always},
+    {.route = Route::get_locations,
+     .name = "/keys/get_locations",
+     .method = "POST",
+     .operation = Operation::get_locations,
+     .failure_prefix = "Failed to get key locations",
+     .failure_code = errc::location_lookup_failed,
+     .missing_rank = MissingRank::prefixed,
+     .repeat = Repeat::always},
+    {.route = Route::clear, .name = "/clear", .method = "POST", .operation = Operation::clear, .repeat = Repeat::never},
+    {.route = Route::redirect, .name = "redirect"},
+    {.route = Route::method_not_allowed, .name = "method_not_allowed"},
+    {.route = Route::not_found, .name = "not_found"},
+};
+inline constexpr std::size_t kRouteCount = std::size(kRoutes);
+
+constexpr bool routes_in_order() {
+  for (std::size_t i = 0; i < kRouteCount; ++i) {
+    if (static_cast<std::size_t>(kRoutes[i].route) != i) return false;
+  }
+  return static_cast<std::size_t>(Route::not_found) + 1 == kRouteCount;
+}
+static_assert(routes_in_order(), "kRoutes has one row per Route, in declaration order");
+
+constexpr const RouteInfo& route_info(Route route) noexcept { return kRoutes[static_cast<std::size_t>(route)]; }
+constexpr std::string_view to_string(Route route) noexcept { return route_info(route).name; }
+// The path pattern of an endpoint ("/keys/batch_allocate", "/rank/{rank}/initialize").
+constexpr std::string_view path_of(Route route) noexcept { return route_info(route).name; }
+
+// The endpoint a Client operation sends to; nullptr for Operation::raw.
+constexpr const RouteInfo* route_of(Operation operation) noexcept {
+  for (const auto& row : kRoutes) {
+    if (row.is_endpoint() && row.operation == operation) return &row;
+  }
+  return nullptr;
+}
+
+// The path to send to: the pattern with `rank` in place of "{rank}" ("/rank/3/initialize").
+std::string request_path(Route route, Rank rank = 0);
+
+}  // namespace hf3fs_meta
