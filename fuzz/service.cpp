@@ -26,9 +26,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const std::string_view target = line.substr(0, space2);
     const std::string_view body = space2 == std::string_view::npos ? std::string_view() : line.substr(space2 + 1);
 
-    const auto answer = service.handle(method, target, body);
+    const RoutedTarget routed = Service::route(method, target);
+    const auto answer = service.handle(routed, body);
     HF3FS_FUZZ_CHECK(answer.status >= 200 && answer.status <= 599);
-    HF3FS_FUZZ_CHECK(answer.route == Service::route_of(method, target));
+    HF3FS_FUZZ_CHECK((routed.route == Route::not_found) == (answer.status == 404 && !route_info(routed.endpoint).is_endpoint()));
+    HF3FS_FUZZ_CHECK((routed.route == Route::method_not_allowed) == (answer.status == 405));
+    HF3FS_FUZZ_CHECK((routed.route == Route::redirect) == (answer.status == 307));
     if (answer.content_type == "application/json") {
       rapidjson::Document doc;
       HF3FS_FUZZ_CHECK(fuzz::parse_object(answer.body, doc));

@@ -65,6 +65,7 @@ bool Router::serve_server_route(const Request& request, std::string_view path, E
         serve_faults(request, exchange);
         return true;
       case ServerRoute::bad_request:
+      case ServerRoute::unauthorized:
         break;
     }
     set_method_not_allowed(reply, row.allow);
