@@ -2,18 +2,7 @@
 # The installed-style binary against a live reference server ($HF3FS_META_URL, set by with_server).
 set -u
 cli=$1
-failures=0
-check() {  # check NAME EXPECTED_STATUS EXPECTED_SUBSTRING -- ARGS...
-  local name=$1 want_status=$2 want=$3; shift 4
-  local out status
-  out=$("$cli" "$@" 2>&1); status=$?
-  if [ "$status" -ne "$want_status" ] || [[ "$out" != *"$want"* ]]; then
-    echo "FAIL $name: status $status (want $want_status), output: $out"
-    failures=$((failures + 1))
-  else
-    echo "ok   $name"
-  fi
-}
+. "$(dirname "$0")/e2e_check.sh"
 check init 0 "Rank 3 initialized with 8 pages" -- init 3 --pages 8
 check allocate 0 '"allocations":[{"key":"k1","page":0},{"key":"k2","page":1}]' -- --json allocate 3 k1 k2
 check confirm 0 '"ok":true' -- --json confirm 3 k1=0 --release 1
@@ -28,5 +17,4 @@ check usage 2 "unknown command" -- frobnicate
 check invalid-argument 2 '"code":"invalid_argument"' -- --json confirm 3 k1=-2
 check no-server 3 '"code":"connection_failed"' -- --json --url http://127.0.0.1:1 --attempts 1 exists k1
 check clear 0 "ok" -- clear
-echo "$((14 - failures)) passed, $failures failed"
-[ "$failures" -eq 0 ]
+finish

@@ -13,24 +13,13 @@ make_cert server && make_cert other || { echo "FAIL: openssl could not make the 
 
 # shellcheck disable=SC2016
 "$with_server" "$server" --tls-cert "$work/server.crt" --tls-key "$work/server.key" -- bash -c '
-  cli=$1 work=$2 failures=0
-  check() {  # check NAME EXPECTED_STATUS EXPECTED_SUBSTRING -- ARGS...
-    local name=$1 want_status=$2 want=$3; shift 4
-    local out status
-    out=$("$cli" "$@" 2>&1); status=$?
-    if [ "$status" -ne "$want_status" ] || [[ "$out" != *"$want"* ]]; then
-      echo "FAIL $name: status $status (want $want_status), output: $out"
-      failures=$((failures + 1))
-    else
-      echo "ok   $name"
-    fi
-  }
-  if [[ "$HF3FS_META_URL" == https://* ]]; then echo "ok   https-url"; else
+  cli=$1 work=$2
+  . "$3"
+  if [[ "$HF3FS_META_URL" == https://* ]]; then echo "ok   https-url"; passed=$((passed + 1)); else
     echo "FAIL https-url: $HF3FS_META_URL"; failures=$((failures + 1)); fi
   check right-ca 0 "Rank 1 initialized" -- --ca-file "$work/server.crt" init 1 --pages 4
   check right-ca-json 0 "\"exists\":[false]" -- --json --ca-file "$work/server.crt" exists k1
   check wrong-ca 3 "\"code\":\"connection_failed\"" -- --json --attempts 1 --ca-file "$work/other.crt" exists k1
   check system-cas 3 "certificate" -- --attempts 1 exists k1
-  echo "$((5 - failures)) passed, $failures failed"
-  [ "$failures" -eq 0 ]
-' cli_tls_e2e "$cli" "$work"
+  finish
+' cli_tls_e2e "$cli" "$work" "$(dirname "$0")/e2e_check.sh"
