@@ -36,7 +36,8 @@ struct ParsedOptions {
   std::string message;  // --help text (stdout) or the error (stderr)
 };
 
+// args excludes the program name. A flag is added in one place: a member above and its line in
+// server_options.cpp (name, help, range).
 ParsedOptions parse_options(const std::vector<std::string>& args);
-std::string usage();
 
 }  // namespace hf3fs_meta::server

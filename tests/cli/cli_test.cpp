@@ -19,6 +19,7 @@ namespace hf3fs_meta::cli {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 struct CliRun {
   int status;
@@ -292,7 +293,75 @@ TEST_F(CliTest, TheTokenComesFromTheTokenFileElseTheEnvironment) {
 TEST_F(CliTest, HelpGoesToStdoutAndExitsZero) {
   CliRun r = run({"--help"});
   EXPECT_EQ(r.status, kSuccess);
-  EXPECT_THAT(r.out, HasSubstr("usage: hf3fs-meta"));
+  EXPECT_THAT(r.out, HasSubstr("Usage: hf3fs-meta"));
+  EXPECT_THAT(r.out, HasSubstr("allocate"));
+  EXPECT_EQ(r.err, "");
+}
+
+TEST_F(CliTest, EachCommandHasItsOwnHelp) {
+  CliRun allocate = run({"allocate", "--help"});
+  EXPECT_EQ(allocate.status, kSuccess);
+  EXPECT_THAT(allocate.out, HasSubstr("Usage: hf3fs-meta allocate"));
+  EXPECT_THAT(allocate.out, HasSubstr("--ensure-pages"));
+  CliRun exists = run({"exists", "--help"});
+  EXPECT_EQ(exists.status, kSuccess);
+  EXPECT_THAT(exists.out, Not(HasSubstr("--ensure-pages")));
+  EXPECT_THAT(run({"init", "-h"}).out, HasSubstr("--role"));
+}
+
+TEST_F(CliTest, AnOptionOfAnotherCommandIsAUsageError) {
+  auto counting = std::make_shared<CannedTransport>([](const HttpRequest&) -> TransportResult {
+    return HttpResponse{200, "application/json", R"({"exists":[false]})", {}};
+  });
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"exists", "k", "--pages", "3"},
+           {"exists", "k", "--ensure-pages", "3"},
+           {"clear", "--release", "1"},
+           {"init", "3", "--pages", "4", "--release", "1"},
+           {"--pages", "3", "exists", "k"},
+       }) {
+    CliRun r = run_with(counting, args);
+    EXPECT_EQ(r.status, kUsage) << ::testing::PrintToString(args);
+    EXPECT_THAT(r.err, HasSubstr("--")) << ::testing::PrintToString(args);
+  }
+  EXPECT_EQ(counting->calls, 0);
+}
+
+TEST_F(CliTest, OptionsTakeEqualsValuesAndDoubleDashEndsThem) {
+  CliRun init = run({"init", "3", "--pages=8", "--role=worker"});
+  EXPECT_EQ(init.status, kSuccess) << init.err;
+  EXPECT_EQ(state_->rank_stats(3)->num_pages, 8);
+  // The program's options work before and after the command, with = or without.
+  CliRun allocate = run({"allocate", "--attempts=1", "3", "k", "--json"});
+  EXPECT_EQ(allocate.status, kSuccess) << allocate.err;
+  EXPECT_EQ(allocate.json()["allocations"][0]["page"].GetInt(), 0);
+  // After --, a key that looks like an option is a key.
+  CliRun exists = run({"exists", "--", "--json", "-k"});
+  EXPECT_EQ(exists.status, kSuccess) << exists.err;
+  EXPECT_EQ(exists.out, "--json false\n-k false\n");
+  // A negative rank is a rank, not an option.
+  EXPECT_EQ(run({"init", "-2", "--pages", "1"}).status, kSuccess);
+  EXPECT_TRUE(state_->rank_stats(-2).has_value());
+}
+
+TEST_F(CliTest, EveryParseErrorExitsTwoNotCli11sCodes) {
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {},                              // no command
+           {"frobnicate"},                  // unknown command
+           {"init", "3", "--pages"},        // an option without its value
+           {"init", "3", "--pages", "x"},   // not an integer
+           {"init", "3", "--json=maybe"},   // a flag given a value
+           {"raw", "/clear"},               // a missing positional
+           {"clear", "--attempts", "1000"}, // out of range
+       }) {
+    CliRun r = run(args);
+    EXPECT_EQ(r.status, kUsage) << ::testing::PrintToString(args);
+    EXPECT_THAT(r.err, HasSubstr("hf3fs-meta: ")) << ::testing::PrintToString(args);
+  }
+  EXPECT_THAT(run({"frobnicate"}).err, HasSubstr("unknown command 'frobnicate'"));
+  CliRun json = run({"--json", "init", "x"});
+  EXPECT_EQ(json.status, kUsage);
+  EXPECT_STREQ(json.json()["error"]["code"].GetString(), "usage");
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // hf3fs-meta-server at the HTTP level: framing, headers, server routes, timeouts and shutdown.
 #include <signal.h>
+#include <sys/wait.h>
 
 #include <chrono>
 #include <random>
@@ -12,6 +13,7 @@ namespace hf3fs_meta::testing {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::Optional;
 
 class ServerHttpTest : public ServerTestBase {};
@@ -421,19 +423,41 @@ TEST_F(ServerMetricsTest, MetricsCountRequestsAndDescribeTheState) {
   EXPECT_THAT(scrape, HasSubstr("hf3fs_meta_request_duration_seconds_bucket{le=\"+Inf\"} " + count + "\n"));
 }
 
-TEST_F(ServerMetricsTest, HelpDescribesTheOptions) {
-  // Run the binary directly: --help prints usage and exits 0 without listening.
-  const std::string command = "'" + ServerProcess::binary_path() + "' --help";
-  FILE* pipe = ::popen(command.c_str(), "r");
-  ASSERT_NE(pipe, nullptr);
+// Runs the binary directly with `args` (stderr folded into stdout): its exit status and output.
+struct Ran {
+  int status = -1;
   std::string out;
+};
+Ran run_server_binary(const char* args) {
+  std::string command = "'";
+  command.append(ServerProcess::binary_path()).append("' ").append(args).append(" 2>&1");
+  Ran ran;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return ran;
   char chunk[1024];
-  while (auto n = std::fread(chunk, 1, sizeof chunk, pipe)) out.append(chunk, n);
+  while (auto n = std::fread(chunk, 1, sizeof chunk, pipe)) ran.out.append(chunk, n);
   const int status = ::pclose(pipe);
-  EXPECT_EQ(status, 0);
-  EXPECT_THAT(out, HasSubstr("--threads"));
-  EXPECT_THAT(out, HasSubstr("0.0.0.0"));
-  EXPECT_THAT(out, HasSubstr("--idle-timeout-ms"));
+  if (WIFEXITED(status)) ran.status = WEXITSTATUS(status);
+  return ran;
+}
+
+TEST_F(ServerMetricsTest, HelpDescribesTheOptions) {
+  // --help prints usage and exits 0 without listening.
+  const Ran ran = run_server_binary("--help");
+  EXPECT_EQ(ran.status, 0);
+  EXPECT_THAT(ran.out, HasSubstr("--threads"));
+  EXPECT_THAT(ran.out, HasSubstr("0.0.0.0"));
+  EXPECT_THAT(ran.out, HasSubstr("--idle-timeout-ms"));
+}
+
+TEST_F(ServerMetricsTest, EveryBadOptionExitsTwoWithoutListening) {
+  for (const char* args : {"--bogus", "--port=99999", "--port 99999", "--threads=0", "--max-pages", "--host=",
+                           "--dedup-ttl-ms=0", "--log-requests=maybe", "stray"}) {
+    const Ran ran = run_server_binary(args);
+    EXPECT_EQ(ran.status, 2) << args << ": " << ran.out;
+    EXPECT_THAT(ran.out, HasSubstr("hf3fs-meta-server: ")) << args;
+    EXPECT_THAT(ran.out, Not(HasSubstr("listening"))) << args;
+  }
 }
 
 }  // namespace
