@@ -3,8 +3,10 @@
 // the state exactly as it was (the whole batch is validated before any of it is applied).
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -45,10 +47,28 @@ struct StateError {
 template <class T>
 using StateResult = boost::outcome_v2::result<T, StateError, boost::outcome_v2::policy::terminate>;
 
+enum class Eviction { none, lru };
+
+// The cache lifecycle (eviction, read leases, reclaim) is off by default; with all of it off, every
+// answer is the one above and no clock is read.
 struct StateOptions {
   std::int64_t max_pages = std::int64_t{1} << 24;        // largest worker num_pages accepted
   std::int64_t max_ranks = 1024;                         // ranks that may exist at once
   std::int64_t max_total_pages = std::int64_t{1} << 28;  // pages of all ranks together (12 bytes each)
+  // lru: an allocate on a rank short of pages first evicts least recently used complete keys with a
+  // page there (never a key of that allocate, never a leased key), each from every rank.
+  Eviction eviction = Eviction::none;
+  // > 0: a key that batch_exists finds complete, get_locations returns or allocate reuses is not
+  // evicted for this long, and a deleted or reclaimed key's pages drain back to their pools only when
+  // its lease ends.
+  std::chrono::milliseconds read_lease{0};
+  // > 0: a page allocated and not confirmed within this, a key still not complete this long after its
+  // first confirmation (or after it stopped being complete), and an orphaned page this long after it
+  // was orphaned, return to their pools.
+  std::chrono::milliseconds allocation_ttl{0};
+  // Read at the start of every call while one of the above is on; what expired by then is processed
+  // first. A reading below an earlier one counts as the earlier one. Empty: std::chrono::steady_clock.
+  std::function<std::chrono::milliseconds()> clock{};
 };
 
 struct InitializeOutcome {
@@ -61,7 +81,8 @@ struct ConfirmOutcome {
   std::size_t kept_mapped = 0;  // releases refused because a key maps to the page (deviation)
 };
 
-enum class PageState { free, allocated, mapped, orphaned };
+// draining: the page of a deleted (or reclaimed) key still under a read lease; free when the lease ends.
+enum class PageState { free, allocated, mapped, orphaned, draining };
 
 struct RankStats {
   std::int64_t num_pages = 0;
@@ -69,7 +90,23 @@ struct RankStats {
   std::int64_t allocated = 0;  // taken from the pool, not (yet) confirmed
   std::int64_t mapped = 0;     // a key maps to it on this rank
   std::int64_t orphaned = 0;   // its key moved to another page on this rank: owned by nobody
+  std::int64_t draining = 0;   // its key was deleted under a read lease; free when the lease ends
   std::uint64_t kept_on_release = 0;  // total releases refused because the page was mapped
+};
+
+// The whole state in figures (GET /stats, /metrics). The page counts of a rank add up to num_pages.
+struct StateStats {
+  std::vector<std::pair<Rank, RankStats>> ranks;  // sorted by rank
+  std::uint64_t keys_complete = 0;
+  std::uint64_t keys_incomplete = 0;
+  std::uint64_t keys_leased = 0;       // under a read lease now (deleted ones still draining included)
+  std::uint64_t key_records = 0;       // key records held (live, draining and free for reuse): memory
+  // Since the state was made (clear() keeps them: they are counters).
+  std::uint64_t evicted_keys = 0;
+  std::uint64_t deleted_keys = 0;
+  std::uint64_t reclaimed_keys = 0;             // incomplete keys dropped
+  std::uint64_t reclaimed_allocated_pages = 0;  // allocated, never confirmed
+  std::uint64_t reclaimed_orphaned_pages = 0;
 };
 
 // What the state knows about one key (introspection).
@@ -113,6 +150,11 @@ class MetadataState {
   StateResult<std::vector<std::optional<Page>>> get_locations(Rank rank,
                                                               std::span<const std::string_view> keys) const;
 
+  // Removes each key from every lookup at once (an extension, like SGLang's delete_keys): true for a
+  // key that existed. Its pages return to their pools, or drain back when its read lease ends.
+  std::vector<bool> delete_keys(std::span<const std::string> keys);
+  std::vector<bool> delete_keys(std::span<const std::string_view> keys);
+
   // Forgets every rank and key, as a restart does.
   void clear();
 
@@ -123,7 +165,8 @@ class MetadataState {
   std::optional<std::string> page_owner(Rank rank, Page page) const;  // the key mapping it, if any
   std::vector<Page> free_pages(Rank rank) const;  // the pool, front first; O(num_pages): tests, debugging
   std::optional<KeyInfo> key_info(std::string_view key) const;
-  std::size_t key_count() const;
+  std::size_t key_count() const;  // keys that exist (deleted and draining ones not counted)
+  StateStats stats() const;
   std::size_t rank_count() const;
   const StateOptions& options() const noexcept;
 

@@ -8,10 +8,11 @@
 //   costs nothing to fill). "Is this page free?"
 //   is one load from the page table, which is what lets a release skip a page already in the pool
 //   without searching it (vLLM's O(n) membership test).
-// - keys: a flat hash map from the key (bytes and hash) to a dense key id, the bytes themselves in
-//   an append-only arena (so the map's string_views stay valid), and a record per id holding
-//   tp_world_size and the key's (rank slot, page) list. The page table stores ids, not pointers, so
-//   a conflict can name the other key and a page costs 4 bytes.
+// - keys: a flat hash map from the key (bytes and hash) to a dense key id, and a record per id holding
+//   the key's bytes (the map's string_views point there; records never move), tp_world_size and the
+//   key's (rank slot, page) list. The page table stores ids, not pointers, so a conflict can name the
+//   other key and a page costs 4 bytes. Ids of removed keys are reused, their memory freed.
+// - the cache lifecycle (issue 11; all of it off by default): see "Lifecycle" below.
 // - one shared_mutex: writers (initialize, allocate, confirm_write, clear) exclusive, readers
 //   (batch_exists, get_locations, introspection) shared. Every call holds it once, so each call is
 //   atomic. What does not need the state is done outside it: hashing the keys, finding duplicates,
@@ -24,6 +25,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <deque>
 #include <functional>
 #include <limits>
 #include <mutex>
@@ -74,41 +76,26 @@ struct HashedKeyEqual {
 template <class V>
 using KeyMap = boost::unordered_flat_map<HashedKey, V, HashedKeyHash, HashedKeyEqual>;
 
-// Append-only storage for key bytes: the map's string_views point here and never move.
-class StringArena {
- public:
-  std::string_view store(std::string_view s) {
-    if (s.size() > kChunk / 8) {
-      auto& block = large_.emplace_back(std::make_unique_for_overwrite<char[]>(s.size()));
-      std::copy(s.begin(), s.end(), block.get());
-      return {block.get(), s.size()};
-    }
-    if (chunks_.empty() || kChunk - used_ < s.size()) {
-      chunks_.emplace_back(std::make_unique_for_overwrite<char[]>(kChunk));
-      used_ = 0;
-    }
-    char* out = chunks_.back().get() + used_;
-    std::copy(s.begin(), s.end(), out);
-    used_ += s.size();
-    return {out, s.size()};
-  }
-
- private:
-  static constexpr std::size_t kChunk = 64 * 1024;
-  std::vector<std::unique_ptr<char[]>> chunks_;
-  std::vector<std::unique_ptr<char[]>> large_;
-  std::size_t used_ = 0;
-};
-
 struct RankPage {
   std::uint32_t slot;  // index of the rank in Impl::ranks
   std::uint32_t page;
 };
 
+// Where a key stands in the lifecycle: its pages in their ranks' LRU lists (complete, evictable), in
+// the lease list (not evictable until the lease ends), or neither (incomplete, or nothing is on).
+enum class Where : std::uint8_t { none, lru, leased };
+
 struct KeyRecord {
-  std::string_view name;
+  std::string name;  // key_ids views these bytes: not changed while the key is in the map
   std::uint32_t tp_world_size = 0;
   std::vector<RankPage> pages;  // one entry per rank the key is mapped on; short (one per TP rank)
+  // Lifecycle: the lease list's links (key ids), and clock times in milliseconds.
+  std::uint32_t lease_prev = kNone;
+  std::uint32_t lease_next = kNone;
+  std::int64_t lease_end = 0;
+  std::int64_t incomplete_since = 0;  // with a TTL: when it was created, or stopped being complete
+  Where where = Where::none;
+  bool live = false;  // in key_ids; false for a free id and for a deleted key draining under a lease
 
   bool complete() const noexcept { return pages.size() == tp_world_size; }
   const RankPage* on(std::uint32_t slot) const noexcept {
@@ -153,9 +140,19 @@ struct RankData {
   std::uint32_t allocated = 0;
   std::uint32_t mapped = 0;
   std::uint32_t orphaned = 0;
+  std::uint32_t draining = 0;
   std::uint64_t kept_on_release = 0;
+  // Eviction: the pages of complete, unleased keys, least recently used first, as a list threaded
+  // through two per-page arrays (8 bytes a page), so that a use or an eviction is O(1) per page.
+  std::unique_ptr<std::uint32_t[]> lru_prev;
+  std::unique_ptr<std::uint32_t[]> lru_next;
+  std::uint32_t lru_head = kNone;
+  std::uint32_t lru_tail = kNone;
+  std::uint32_t lru_size = 0;
+  // TTL: when each allocated or orphaned page became so (8 bytes a page).
+  std::unique_ptr<std::int64_t[]> since;
 
-  RankData(Rank r, std::uint32_t n)
+  RankData(Rank r, std::uint32_t n, bool lru = false, bool timed = false)
       : rank(r),
         num_pages(n),
         ring(std::make_unique_for_overwrite<std::uint32_t[]>(n)),
@@ -164,6 +161,35 @@ struct RankData {
         free_count(n) {
     std::iota(ring.get(), ring.get() + n, std::uint32_t{0});
     std::fill(owner.get(), owner.get() + n, kFree);
+    if (lru) {
+      lru_prev = std::make_unique_for_overwrite<std::uint32_t[]>(n);
+      lru_next = std::make_unique_for_overwrite<std::uint32_t[]>(n);
+    }
+    if (timed) since = std::make_unique_for_overwrite<std::int64_t[]>(n);
+  }
+
+  void lru_push_back(std::uint32_t page) noexcept {
+    lru_prev[page] = lru_tail;
+    lru_next[page] = kNone;
+    (lru_tail == kNone ? lru_head : lru_next[lru_tail]) = page;
+    lru_tail = page;
+    ++lru_size;
+  }
+  void lru_remove(std::uint32_t page) noexcept {
+    const std::uint32_t p = lru_prev[page];
+    const std::uint32_t n = lru_next[page];
+    (p == kNone ? lru_head : lru_next[p]) = n;
+    (n == kNone ? lru_tail : lru_prev[n]) = p;
+    --lru_size;
+  }
+  // A key in the list moved to another page on this rank: the new page takes the old one's place.
+  void lru_replace(std::uint32_t old_page, std::uint32_t page) noexcept {
+    const std::uint32_t p = lru_prev[old_page];
+    const std::uint32_t n = lru_next[old_page];
+    lru_prev[page] = p;
+    lru_next[page] = n;
+    (p == kNone ? lru_head : lru_next[p]) = page;
+    (n == kNone ? lru_tail : lru_prev[n]) = page;
   }
 
   std::uint32_t pop_front() noexcept {
@@ -243,17 +269,41 @@ std::string out_of_range(std::string_view field, std::size_t index, Page page, c
 }
 
 RankStats stats_of(const RankData& r) {
-  return RankStats{r.num_pages, r.free_count, r.allocated, r.mapped, r.orphaned, r.kept_on_release};
+  return RankStats{r.num_pages, r.free_count, r.allocated, r.mapped, r.orphaned, r.draining, r.kept_on_release};
 }
 
-PageState state_of(std::uint32_t owner) {
-  switch (owner) {
-    case kFree: return PageState::free;
-    case kAllocated: return PageState::allocated;
-    case kOrphaned: return PageState::orphaned;
-    default: return PageState::mapped;
-  }
-}
+// Lifecycle events kept in the order they happened (a clock that never goes back keeps them sorted).
+struct TimedPage {
+  std::int64_t at = 0;  // when the page became allocated or orphaned
+  std::uint32_t slot = 0;
+  std::uint32_t page = 0;
+  std::uint32_t marker = kAllocated;  // kAllocated or kOrphaned; stale once the page is no longer so
+};
+
+struct TimedKey {
+  std::int64_t at = 0;  // the key's incomplete_since; stale once the key completed or was removed
+  std::uint32_t id = 0;
+};
+
+// Lifecycle state that clear() forgets with the ranks and keys.
+struct Lifecycle {
+  std::uint32_t lease_head = kNone;  // leases in the order they began, which is the order they end
+  std::uint32_t lease_tail = kNone;
+  std::uint64_t leased = 0;
+  std::uint64_t complete = 0;          // live complete keys
+  std::vector<std::uint32_t> free_ids;  // ids of removed keys, for reuse
+  std::deque<TimedPage> timed_pages;
+  std::deque<TimedKey> timed_keys;
+};
+
+// Lifecycle counters, kept across clear().
+struct Counters {
+  std::uint64_t evicted = 0;
+  std::uint64_t deleted = 0;
+  std::uint64_t reclaimed_keys = 0;
+  std::uint64_t reclaimed_allocated = 0;
+  std::uint64_t reclaimed_orphaned = 0;
+};
 
 }  // namespace
 
@@ -265,8 +315,23 @@ struct MetadataState::Impl {
   std::vector<std::unique_ptr<RankData>> ranks;  // by slot
   KeyMap<std::uint32_t> key_ids;
   KeyRecords keys;
-  StringArena names;
   std::int64_t total_pages = 0;  // of all ranks
+  Lifecycle life;
+  Counters counters;
+  // Fixed at construction from the options.
+  bool lifecycle = false;  // any of eviction, leases, TTL on
+  bool lru = false;
+  std::int64_t lease_ms = 0;
+  std::int64_t ttl_ms = 0;
+  std::int64_t now = std::numeric_limits<std::int64_t>::min() / 4;  // the latest clock reading
+
+  explicit Impl(StateOptions o = {}) : options(std::move(o)) {
+    options.max_pages = std::min(options.max_pages, kPageLimit);
+    lru = options.eviction == Eviction::lru;
+    lease_ms = std::max<std::int64_t>(0, options.read_lease.count());
+    ttl_ms = std::max<std::int64_t>(0, options.allocation_ttl.count());
+    lifecycle = lru || lease_ms > 0 || ttl_ms > 0;
+  }
 
   // Only under the lock.
   std::uint32_t slot_of(Rank rank) const {
@@ -287,37 +352,87 @@ struct MetadataState::Impl {
     return rp ? rp->page : kNone;
   }
 
+  // Readers share the lock, unless the lifecycle is on: then a lookup changes the state (recency,
+  // leases) and what expired is processed first, so it takes the lock exclusively.
+  class ReadAccess {
+   public:
+    explicit ReadAccess(Impl& impl) : impl_(impl) {
+      if (impl_.lifecycle) {
+        impl_.mutex.lock();
+        impl_.advance();
+      } else {
+        impl_.mutex.lock_shared();
+      }
+    }
+    ~ReadAccess() {
+      if (impl_.lifecycle) {
+        impl_.mutex.unlock();
+      } else {
+        impl_.mutex.unlock_shared();
+      }
+    }
+    ReadAccess(const ReadAccess&) = delete;
+    ReadAccess& operator=(const ReadAccess&) = delete;
+
+   private:
+    Impl& impl_;
+  };
+
   // The lookups behind both overloads of batch_exists and get_locations (std::string keys and
   // views), on the call's keys hashed before the lock is taken.
-  std::vector<bool> batch_exists(const std::vector<HashedKey>& hashed) const {
+  std::vector<bool> batch_exists(const std::vector<HashedKey>& hashed) {
     std::vector<bool> result(hashed.size(), false);
-    std::shared_lock lock(mutex);
+    ReadAccess access(*this);
     for (std::size_t i = 0; i < hashed.size(); ++i) {
       const std::uint32_t id = id_of(hashed[i]);
       result[i] = id != kNone && keys[id].complete();
+      if (lifecycle && result[i]) use(id, true);
     }
     return result;
   }
-  StateResult<std::vector<std::optional<Page>>> get_locations(Rank rank, const std::vector<HashedKey>& hashed) const {
+  StateResult<std::vector<std::optional<Page>>> get_locations(Rank rank, const std::vector<HashedKey>& hashed) {
     std::vector<std::optional<Page>> result(hashed.size());
-    std::shared_lock lock(mutex);
+    ReadAccess access(*this);
     const std::uint32_t slot = slot_of(rank);
     if (slot == kNone) return not_initialized(rank);
     for (std::size_t i = 0; i < hashed.size(); ++i) {
-      const std::uint32_t page = complete_page(hashed[i], slot);
-      if (page != kNone) result[i] = page;
+      if (!lifecycle) {
+        const std::uint32_t page = complete_page(hashed[i], slot);
+        if (page != kNone) result[i] = page;
+        continue;
+      }
+      const std::uint32_t id = id_of(hashed[i]);
+      if (id == kNone || !keys[id].complete()) continue;
+      if (const RankPage* rp = keys[id].on(slot)) {
+        result[i] = rp->page;
+        use(id, true);
+      }
     }
     return result;
   }
 
   std::uint32_t create_key(const HashedKey& key) {
-    const auto id = static_cast<std::uint32_t>(keys.size());
-    const std::string_view name = names.store(key.name);
+    std::uint32_t id;
+    if (life.free_ids.empty()) {
+      id = static_cast<std::uint32_t>(keys.size());
+      keys.push_back(KeyRecord{});
+    } else {
+      id = life.free_ids.back();
+      life.free_ids.pop_back();
+    }
+    KeyRecord& k = keys[id];
+    k.name.assign(key.name);
     // Ranks initialized now; a scheduler never creates one, so this counts workers only.
-    keys.push_back(KeyRecord{name, static_cast<std::uint32_t>(ranks.size()), {}});
-    key_ids.emplace(HashedKey{name, key.hash}, id);
+    k.tp_world_size = static_cast<std::uint32_t>(ranks.size());
+    k.live = true;
+    key_ids.emplace(HashedKey{k.name, key.hash}, id);
+    if (ttl_ms > 0) {
+      k.incomplete_since = now;
+      life.timed_keys.push_back(TimedKey{now, id});
+    }
     return id;
   }
+  std::size_t ids_in_use() const noexcept { return keys.size() - life.free_ids.size(); }
 
   // Preconditions (checked by validation): page is allocated, orphaned, or already this key's.
   void map_page(RankData& r, std::uint32_t slot, std::uint32_t id, std::uint32_t page) {
@@ -325,12 +440,17 @@ struct MetadataState::Impl {
     if (RankPage* rp = k.on(slot)) {
       if (rp->page == page) return;
       // vLLM overwrites the key's page and never frees the old one: it stays owned by nobody.
+      if (k.where == Where::lru) r.lru_replace(rp->page, page);
       r.owner[rp->page] = kOrphaned;
       --r.mapped;
       ++r.orphaned;
+      if (ttl_ms > 0) timed(r, slot, rp->page, kOrphaned);
       rp->page = page;
     } else {
+      const bool was_complete = k.complete();
+      if (k.where == Where::lru) lru_unlink(id);  // the key stops being complete
       k.pages.push_back(RankPage{slot, page});
+      completeness_changed(id, was_complete);
     }
     const std::uint32_t before = r.owner[page];
     assert(before == kAllocated || before == kOrphaned);
@@ -342,12 +462,227 @@ struct MetadataState::Impl {
     r.owner[page] = id;
     ++r.mapped;
   }
+
+  // ---- Lifecycle: recency, leases, eviction, reclaim, deletion. Every operation is O(1) per page
+  // it touches. Only under the exclusive lock.
+
+  std::int64_t read_clock() const {
+    const auto t = options.clock ? options.clock()
+                                 : std::chrono::duration_cast<std::chrono::milliseconds>(
+                                       std::chrono::steady_clock::now().time_since_epoch());
+    return t.count();
+  }
+
+  // Processes what expired by now, in the order it happened; at one instant, leases first, then
+  // pages, then keys.
+  void advance() {
+    if (!lifecycle) return;
+    now = std::max(now, read_clock());
+    constexpr std::int64_t kNever = std::numeric_limits<std::int64_t>::max();
+    for (;;) {
+      const std::int64_t lease = life.lease_head != kNone ? keys[life.lease_head].lease_end : kNever;
+      const std::int64_t page = life.timed_pages.empty() ? kNever : life.timed_pages.front().at + ttl_ms;
+      const std::int64_t key = life.timed_keys.empty() ? kNever : life.timed_keys.front().at + ttl_ms;
+      const std::int64_t first = std::min({lease, page, key});
+      if (first > now) return;
+      if (lease == first) {
+        end_lease(life.lease_head);
+      } else if (page == first) {
+        const TimedPage e = life.timed_pages.front();
+        life.timed_pages.pop_front();
+        expire_page(e);
+      } else {
+        const TimedKey e = life.timed_keys.front();
+        life.timed_keys.pop_front();
+        expire_key(e);
+      }
+    }
+  }
+
+  void timed(RankData& r, std::uint32_t slot, std::uint32_t page, std::uint32_t marker) {
+    r.since[page] = now;
+    life.timed_pages.push_back(TimedPage{now, slot, page, marker});
+  }
+  // A page allocate took for a key (not handed back).
+  void allocated(RankData& r, std::uint32_t slot, std::uint32_t page) {
+    if (ttl_ms > 0) timed(r, slot, page, kAllocated);
+  }
+
+  void expire_page(const TimedPage& e) {
+    RankData& r = *ranks[e.slot];
+    if (r.owner[e.page] != e.marker || r.since[e.page] != e.at) return;  // confirmed or released since
+    if (e.marker == kAllocated) {
+      --r.allocated;
+      ++counters.reclaimed_allocated;
+    } else {
+      --r.orphaned;
+      ++counters.reclaimed_orphaned;
+    }
+    r.owner[e.page] = kFree;
+    r.push_back(e.page);
+  }
+
+  void expire_key(const TimedKey& e) {
+    const KeyRecord& k = keys[e.id];
+    if (!k.live || k.complete() || k.incomplete_since != e.at) return;
+    ++counters.reclaimed_keys;
+    remove_key(e.id);
+  }
+
+  void completeness_changed(std::uint32_t id, bool was_complete) {
+    KeyRecord& k = keys[id];
+    const bool complete = k.complete();
+    if (complete == was_complete) return;
+    if (complete) {
+      ++life.complete;
+      use(id, false);
+    } else {
+      --life.complete;
+      if (ttl_ms > 0) {
+        k.incomplete_since = now;
+        life.timed_keys.push_back(TimedKey{now, id});
+      }
+    }
+  }
+
+  // A use of a complete key: to the most recent end of the LRU order, or, for a read (lookup or
+  // reuse) with leases on, into the lease list until now + lease; a leased key re-enters the LRU
+  // order when its lease ends.
+  void use(std::uint32_t id, bool read) {
+    KeyRecord& k = keys[id];
+    if (read && lease_ms > 0) {
+      if (k.where == Where::lru) lru_unlink(id);
+      if (k.where == Where::leased) lease_unlink(id);
+      k.lease_end = now + lease_ms;
+      lease_push_back(id);
+      return;
+    }
+    if (!lru || k.where == Where::leased) return;
+    if (k.where == Where::lru) lru_unlink(id);
+    lru_link(id);
+  }
+
+  void lru_link(std::uint32_t id) {
+    KeyRecord& k = keys[id];
+    for (const RankPage& rp : k.pages) ranks[rp.slot]->lru_push_back(rp.page);
+    k.where = Where::lru;
+  }
+  void lru_unlink(std::uint32_t id) {
+    KeyRecord& k = keys[id];
+    for (const RankPage& rp : k.pages) ranks[rp.slot]->lru_remove(rp.page);
+    k.where = Where::none;
+  }
+
+  void lease_push_back(std::uint32_t id) {
+    KeyRecord& k = keys[id];
+    k.lease_prev = life.lease_tail;
+    k.lease_next = kNone;
+    (life.lease_tail == kNone ? life.lease_head : keys[life.lease_tail].lease_next) = id;
+    life.lease_tail = id;
+    k.where = Where::leased;
+    ++life.leased;
+  }
+  void lease_unlink(std::uint32_t id) {
+    KeyRecord& k = keys[id];
+    (k.lease_prev == kNone ? life.lease_head : keys[k.lease_prev].lease_next) = k.lease_next;
+    (k.lease_next == kNone ? life.lease_tail : keys[k.lease_next].lease_prev) = k.lease_prev;
+    k.where = Where::none;
+    --life.leased;
+  }
+
+  void end_lease(std::uint32_t id) {
+    lease_unlink(id);
+    KeyRecord& k = keys[id];
+    if (!k.live) {
+      free_pages(id, true);
+      free_id(id);
+    } else if (lru && k.complete()) {
+      lru_link(id);
+    }
+  }
+
+  // Removes a key from every lookup (eviction, deletion, reclaim). Its pages return to the back of
+  // their pools now, or, under a read lease, drain back when the lease ends.
+  void remove_key(std::uint32_t id) {
+    KeyRecord& k = keys[id];
+    key_ids.erase(HashedKey{k.name});
+    k.live = false;
+    if (k.complete()) --life.complete;
+    if (k.where == Where::leased) {
+      for (const RankPage& rp : k.pages) {
+        RankData& r = *ranks[rp.slot];
+        --r.mapped;
+        ++r.draining;
+      }
+      return;
+    }
+    if (k.where == Where::lru) lru_unlink(id);
+    free_pages(id, false);
+    free_id(id);
+  }
+  void free_pages(std::uint32_t id, bool draining) {
+    for (const RankPage& rp : keys[id].pages) {
+      RankData& r = *ranks[rp.slot];
+      --(draining ? r.draining : r.mapped);
+      r.owner[rp.page] = kFree;
+      r.push_back(rp.page);
+    }
+  }
+  void free_id(std::uint32_t id) {
+    KeyRecord& k = keys[id];
+    std::string().swap(k.name);
+    std::vector<RankPage>().swap(k.pages);
+    k.tp_world_size = 0;
+    k.where = Where::none;
+    life.free_ids.push_back(id);
+  }
+
+  // Before an allocate of keys on rank r is answered: the keys it reuses (complete, with a page on
+  // r) are used in request order, then, with eviction, least recently used keys with a page on r are
+  // evicted until the pool holds one page per key. The reused keys are leased, or at the most recent
+  // end of r's list: the first lru_size - (reused keys in the list) entries are never this call's.
+  void before_allocate(RankData& r, std::uint32_t slot, const std::vector<HashedKey>& hashed) {
+    std::uint32_t reused_in_list = 0;
+    for (const HashedKey& key : hashed) {
+      const std::uint32_t id = id_of(key);
+      if (id == kNone || !keys[id].complete() || keys[id].on(slot) == nullptr) continue;
+      use(id, true);
+      if (keys[id].where == Where::lru) ++reused_in_list;
+    }
+    if (!lru) return;
+    while (r.free_count < hashed.size() && r.lru_size > reused_in_list) {
+      ++counters.evicted;
+      remove_key(r.owner[r.lru_head]);
+    }
+  }
+
+  PageState page_state(const RankData& r, std::uint32_t page) const {
+    switch (const std::uint32_t owner = r.owner[page]) {
+      case kFree: return PageState::free;
+      case kAllocated: return PageState::allocated;
+      case kOrphaned: return PageState::orphaned;
+      default: return keys[owner].live ? PageState::mapped : PageState::draining;
+    }
+  }
+
+  template <class Keys>
+  std::vector<bool> delete_keys(const Keys& keys_to_delete) {
+    const auto& hashed = hash_all(scratch(), keys_to_delete, [](std::string_view k) { return k; });
+    std::vector<bool> result(hashed.size(), false);
+    std::unique_lock lock(mutex);
+    advance();
+    for (std::size_t i = 0; i < hashed.size(); ++i) {
+      const std::uint32_t id = id_of(hashed[i]);
+      if (id == kNone) continue;
+      ++counters.deleted;
+      remove_key(id);
+      result[i] = true;
+    }
+    return result;
+  }
 };
 
-MetadataState::MetadataState(StateOptions options) : impl_(std::make_unique<Impl>()) {
-  options.max_pages = std::min(options.max_pages, kPageLimit);
-  impl_->options = options;
-}
+MetadataState::MetadataState(StateOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
 
 MetadataState::~MetadataState() = default;
 
@@ -383,13 +718,15 @@ StateResult<InitializeOutcome> MetadataState::initialize(Rank rank, std::int64_t
     return make_error(StateErrc::invalid_initialization, "Invalid initialization parameters: " + reason, rank);
   };
   {
-    std::shared_lock lock(impl_->mutex);
+    Impl::ReadAccess access(*impl_);
     if (impl_->slot_of(rank) != kNone) return InitializeOutcome{false};
     if (auto refused = over_limits()) return std::move(*refused);
   }
   // Filling megabytes of page arrays must not stall the other ranks: build first, then insert.
-  auto data = std::make_unique<RankData>(rank, static_cast<std::uint32_t>(num_pages));
+  auto data = std::make_unique<RankData>(rank, static_cast<std::uint32_t>(num_pages), impl_->lru,
+                                         impl_->ttl_ms > 0);
   std::unique_lock lock(impl_->mutex);
+  impl_->advance();
   if (impl_->slot_of(rank) != kNone) return InitializeOutcome{false};  // another thread won the race
   if (auto refused = over_limits()) return std::move(*refused);
   impl_->total_pages += num_pages;
@@ -421,10 +758,12 @@ StateResult<std::vector<Page>> MetadataState::allocate(Rank rank, std::span<cons
   std::vector<Page> result(keys.size(), kNoPage);
 
   std::unique_lock lock(impl_->mutex);
+  impl_->advance();
   const std::uint32_t slot = impl_->slot_of(rank);
   if (slot == kNone) return not_initialized(rank);
   if (duplicate) return std::move(*duplicate);
   RankData& r = *impl_->ranks[slot];
+  if (impl_->lifecycle) impl_->before_allocate(r, slot, hashed);
 
   if (r.free_count < keys.size()) {
     // Nothing is taken; only complete keys already on this rank get an answer.
@@ -445,6 +784,7 @@ StateResult<std::vector<Page>> MetadataState::allocate(Rank rank, std::span<cons
       r.owner[page] = kAllocated;
       r.allocated_for[page] = hashed[i].short_hash();
       ++r.allocated;
+      impl_->allocated(r, slot, page);
       result[i] = page;
     }
   }
@@ -469,6 +809,7 @@ StateResult<ConfirmOutcome> MetadataState::confirm_write(Rank rank, std::span<co
   }
 
   std::unique_lock lock(impl_->mutex);
+  impl_->advance();
   const std::uint32_t slot = impl_->slot_of(rank);
   if (slot == kNone) return not_initialized(rank);
   RankData& r = *impl_->ranks[slot];
@@ -484,7 +825,7 @@ StateResult<ConfirmOutcome> MetadataState::confirm_write(Rank rank, std::span<co
       local.page = rp->page;
     }
   }
-  if (new_keys > kKeyIdLimit - impl_->keys.size()) {
+  if (new_keys > kKeyIdLimit - impl_->ids_in_use()) {
     return make_error(StateErrc::invalid_argument, "confirmations: too many keys", rank);
   }
   s.page_overlay.reserve(2 * confirmations.size());
@@ -584,6 +925,14 @@ StateResult<std::vector<std::optional<Page>>> MetadataState::get_locations(
   return impl_->get_locations(rank, hash_all(scratch(), keys, [](std::string_view k) { return k; }));
 }
 
+std::vector<bool> MetadataState::delete_keys(std::span<const std::string> keys) {
+  return impl_->delete_keys(keys);
+}
+
+std::vector<bool> MetadataState::delete_keys(std::span<const std::string_view> keys) {
+  return impl_->delete_keys(keys);
+}
+
 void MetadataState::clear() {
   // Swapped out under the lock, freed after it: releasing gigabytes must not stall other callers.
   Impl old;
@@ -593,13 +942,13 @@ void MetadataState::clear() {
     std::swap(old.ranks, impl_->ranks);
     std::swap(old.key_ids, impl_->key_ids);
     std::swap(old.keys, impl_->keys);
-    std::swap(old.names, impl_->names);
     std::swap(old.total_pages, impl_->total_pages);
+    std::swap(old.life, impl_->life);
   }
 }
 
 std::optional<RankStats> MetadataState::rank_stats(Rank rank) const {
-  std::shared_lock lock(impl_->mutex);
+  Impl::ReadAccess access(*impl_);
   const std::uint32_t slot = impl_->slot_of(rank);
   if (slot == kNone) return std::nullopt;
   return stats_of(*impl_->ranks[slot]);
@@ -608,7 +957,7 @@ std::optional<RankStats> MetadataState::rank_stats(Rank rank) const {
 std::vector<std::pair<Rank, RankStats>> MetadataState::all_rank_stats() const {
   std::vector<std::pair<Rank, RankStats>> result;
   {
-    std::shared_lock lock(impl_->mutex);
+    Impl::ReadAccess access(*impl_);
     result.reserve(impl_->ranks.size());
     for (const auto& r : impl_->ranks) result.emplace_back(r->rank, stats_of(*r));
   }
@@ -617,24 +966,24 @@ std::vector<std::pair<Rank, RankStats>> MetadataState::all_rank_stats() const {
 }
 
 std::optional<PageState> MetadataState::page_state(Rank rank, Page page) const {
-  std::shared_lock lock(impl_->mutex);
+  Impl::ReadAccess access(*impl_);
   const std::uint32_t slot = impl_->slot_of(rank);
   if (slot == kNone || !impl_->ranks[slot]->in_range(page)) return std::nullopt;
-  return state_of(impl_->ranks[slot]->owner[static_cast<std::uint32_t>(page)]);
+  return impl_->page_state(*impl_->ranks[slot], static_cast<std::uint32_t>(page));
 }
 
 std::optional<std::string> MetadataState::page_owner(Rank rank, Page page) const {
-  std::shared_lock lock(impl_->mutex);
+  Impl::ReadAccess access(*impl_);
   const std::uint32_t slot = impl_->slot_of(rank);
   if (slot == kNone || !impl_->ranks[slot]->in_range(page)) return std::nullopt;
   const std::uint32_t owner = impl_->ranks[slot]->owner[static_cast<std::uint32_t>(page)];
-  if (owner >= kKeyIdLimit) return std::nullopt;
+  if (owner >= kKeyIdLimit || !impl_->keys[owner].live) return std::nullopt;
   return std::string(impl_->keys[owner].name);
 }
 
 std::vector<Page> MetadataState::free_pages(Rank rank) const {
   std::vector<Page> result;
-  std::shared_lock lock(impl_->mutex);
+  Impl::ReadAccess access(*impl_);
   const std::uint32_t slot = impl_->slot_of(rank);
   if (slot == kNone) return result;
   const RankData& r = *impl_->ranks[slot];
@@ -649,7 +998,7 @@ std::vector<Page> MetadataState::free_pages(Rank rank) const {
 std::optional<KeyInfo> MetadataState::key_info(std::string_view key) const {
   KeyInfo info;
   {
-    std::shared_lock lock(impl_->mutex);
+    Impl::ReadAccess access(*impl_);
     const std::uint32_t id = impl_->id_of(HashedKey{key});
     if (id == kNone) return std::nullopt;
     const KeyRecord& k = impl_->keys[id];
@@ -662,12 +1011,32 @@ std::optional<KeyInfo> MetadataState::key_info(std::string_view key) const {
 }
 
 std::size_t MetadataState::key_count() const {
-  std::shared_lock lock(impl_->mutex);
-  return impl_->keys.size();
+  Impl::ReadAccess access(*impl_);
+  return impl_->key_ids.size();
+}
+
+StateStats MetadataState::stats() const {
+  StateStats out;
+  {
+    Impl::ReadAccess access(*impl_);
+    out.ranks.reserve(impl_->ranks.size());
+    for (const auto& r : impl_->ranks) out.ranks.emplace_back(r->rank, stats_of(*r));
+    out.keys_complete = impl_->life.complete;
+    out.keys_incomplete = impl_->key_ids.size() - impl_->life.complete;
+    out.keys_leased = impl_->life.leased;
+    out.key_records = impl_->keys.size();
+    out.evicted_keys = impl_->counters.evicted;
+    out.deleted_keys = impl_->counters.deleted;
+    out.reclaimed_keys = impl_->counters.reclaimed_keys;
+    out.reclaimed_allocated_pages = impl_->counters.reclaimed_allocated;
+    out.reclaimed_orphaned_pages = impl_->counters.reclaimed_orphaned;
+  }
+  std::sort(out.ranks.begin(), out.ranks.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  return out;
 }
 
 std::size_t MetadataState::rank_count() const {
-  std::shared_lock lock(impl_->mutex);
+  Impl::ReadAccess access(*impl_);
   return impl_->ranks.size();
 }
 
