@@ -938,6 +938,7 @@ void MetadataState::clear() {
   Impl old;
   {
     std::unique_lock lock(impl_->mutex);
+    impl_->advance();  // what expired before the clear is counted
     std::swap(old.rank_slots, impl_->rank_slots);
     std::swap(old.ranks, impl_->ranks);
     std::swap(old.key_ids, impl_->key_ids);

@@ -1,10 +1,17 @@
 // Randomized property test: MetadataState against a small model written the obvious way (a deque for
 // the pool, linear searches, every call applied to a copy that is kept only if the call succeeds).
 // Every answer, every refusal and everything observable afterwards must be the same.
+// The second test switches the cache lifecycle on (eviction, leases, reclaim, deletion) with a fake
+// clock; the model keeps a use counter per key and finds victims and expirations by searching all
+// of them.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
+#include <limits>
+#include <memory>
+#include <tuple>
 #include <deque>
 #include <map>
 #include <optional>
@@ -25,8 +32,10 @@ struct ModelRank {
   std::int64_t num_pages = 0;
   std::deque<Page> pool;
   std::vector<PageState> state;    // meaningful for pages not in the pool
-  std::vector<std::string> owner;  // for mapped pages
+  std::vector<std::string> owner;  // for mapped (and draining) pages
   std::vector<std::string> allocated_for;  // for allocated pages
+  std::vector<std::int64_t> since;      // when the page became allocated or orphaned
+  std::vector<std::uint64_t> since_seq;  // and in which order
   std::uint64_t kept = 0;
   bool is_free(Page p) const { return std::find(pool.begin(), pool.end(), p) != pool.end(); }
 };
@@ -34,6 +43,25 @@ struct ModelRank {
 struct ModelKey {
   std::int64_t tp = 0;
   std::map<Rank, Page> pages;
+  // Lifecycle.
+  std::uint64_t recency = 0;                 // the sequence number of its latest use
+  std::optional<std::int64_t> lease_end;     // leased until then
+  std::uint64_t lease_seq = 0;               // when the lease began, in sequence
+  std::int64_t incomplete_since = 0;         // created, or stopped being complete
+  std::uint64_t incomplete_seq = 0;
+  bool complete() const { return static_cast<std::int64_t>(pages.size()) == tp; }
+};
+
+struct Lifecycle {
+  bool lru = false;
+  std::int64_t lease = 0;
+  std::int64_t ttl = 0;
+  bool on() const { return lru || lease > 0 || ttl > 0; }
+};
+
+struct ModelCounters {
+  std::uint64_t evicted = 0, deleted = 0, reclaimed_keys = 0, reclaimed_allocated = 0, reclaimed_orphaned = 0;
+  friend bool operator==(const ModelCounters&, const ModelCounters&) = default;
 };
 
 template <class T>
@@ -43,6 +71,148 @@ struct Model {
   std::int64_t max_pages = 0;
   std::map<Rank, ModelRank> ranks;
   std::map<std::string, ModelKey> keys;
+  Lifecycle life;
+  std::int64_t now = 0;
+  std::uint64_t seq = 0;
+  std::vector<ModelKey> draining;  // deleted under a lease
+  ModelCounters counters;
+
+  void clear() {
+    ranks.clear();
+    keys.clear();
+    draining.clear();
+  }
+
+  // ---- Lifecycle, the obvious way.
+  void use(ModelKey& k, bool read) {
+    if (read && life.lease > 0) {
+      k.lease_end = now + life.lease;
+      k.lease_seq = ++seq;
+    } else if (!k.lease_end) {
+      k.recency = ++seq;
+    }
+  }
+  void free_page(Rank rank, Page p) {
+    ModelRank& r = ranks[rank];
+    r.state[p] = PageState::free;
+    r.owner[p] = "";
+    r.pool.push_back(p);
+  }
+  void remove(const std::string& name) {
+    ModelKey k = keys[name];
+    keys.erase(name);
+    if (k.lease_end) {
+      for (const auto& [rank, p] : k.pages) ranks[rank].state[p] = PageState::draining;
+      draining.push_back(k);
+      return;
+    }
+    for (const auto& [rank, p] : k.pages) free_page(rank, p);
+  }
+  void timed(Rank rank, Page p) {
+    ranks[rank].since[p] = now;
+    ranks[rank].since_seq[p] = ++seq;
+  }
+  // Everything that expired by `t`, earliest first; at one instant leases, then pages, then keys.
+  void advance(std::int64_t t) {
+    if (!life.on()) return;
+    now = std::max(now, t);
+    using Event = std::tuple<std::int64_t, int, std::uint64_t>;  // time, class, sequence
+    for (;;) {
+      std::optional<Event> first;
+      std::function<void()> apply;
+      auto consider = [&](Event e, std::function<void()> f) {
+        if (std::get<0>(e) <= now && (!first || e < *first)) {
+          first = e;
+          apply = std::move(f);
+        }
+      };
+      for (auto& [name, k] : keys) {
+        if (k.lease_end) {
+          consider({*k.lease_end, 0, k.lease_seq}, [&k, this] {
+            k.lease_end.reset();
+            if (k.complete()) k.recency = ++seq;
+          });
+        }
+        if (life.ttl > 0 && !k.complete()) {
+          consider({k.incomplete_since + life.ttl, 2, k.incomplete_seq}, [this, n = name] {
+            ++counters.reclaimed_keys;
+            remove(n);
+          });
+        }
+      }
+      for (std::size_t i = 0; i < draining.size(); ++i) {
+        consider({*draining[i].lease_end, 0, draining[i].lease_seq}, [this, i] {
+          for (const auto& [rank, p] : draining[i].pages) free_page(rank, p);
+          draining.erase(draining.begin() + static_cast<std::ptrdiff_t>(i));
+        });
+      }
+      if (life.ttl > 0) {
+        for (auto& [rank, r] : ranks) {
+          for (Page p = 0; p < r.num_pages; ++p) {
+            if (r.is_free(p) || (r.state[p] != PageState::allocated && r.state[p] != PageState::orphaned)) continue;
+            consider({r.since[p] + life.ttl, 1, r.since_seq[p]}, [this, rank = rank, p] {
+              ++(ranks[rank].state[p] == PageState::allocated ? counters.reclaimed_allocated
+                                                               : counters.reclaimed_orphaned);
+              free_page(rank, p);
+            });
+          }
+        }
+      }
+      if (!first) return;
+      apply();
+    }
+  }
+  // The least recently used complete key, not leased, with a page on the rank, not in the batch.
+  std::optional<std::string> victim(Rank rank, const std::vector<BlockKey>& batch) {
+    std::optional<std::string> best;
+    for (const auto& [name, k] : keys) {
+      if (!k.complete() || k.lease_end || !k.pages.count(rank)) continue;
+      if (std::any_of(batch.begin(), batch.end(), [&](const BlockKey& b) { return b.key == name; })) continue;
+      if (!best || k.recency < keys[*best].recency) best = name;
+    }
+    return best;
+  }
+
+  std::vector<bool> delete_keys(const std::vector<std::string>& ks) {
+    std::vector<bool> result;
+    for (const auto& k : ks) {
+      result.push_back(keys.count(k) > 0);
+      if (keys.count(k)) {
+        ++counters.deleted;
+        remove(k);
+      }
+    }
+    return result;
+  }
+
+  StateStats stats() const {
+    StateStats st;
+    for (const auto& [rank, r] : ranks) {
+      RankStats rs;
+      rs.num_pages = r.num_pages;
+      for (Page p = 0; p < r.num_pages; ++p) {
+        const PageState ps = r.is_free(p) ? PageState::free : r.state[p];
+        ++(ps == PageState::free        ? rs.free
+           : ps == PageState::allocated ? rs.allocated
+           : ps == PageState::mapped    ? rs.mapped
+           : ps == PageState::orphaned  ? rs.orphaned
+                                        : rs.draining);
+      }
+      rs.kept_on_release = r.kept;
+      st.ranks.emplace_back(rank, rs);
+    }
+    for (const auto& [name, k] : keys) {
+      ++(k.complete() ? st.keys_complete : st.keys_incomplete);
+      if (k.lease_end) ++st.keys_leased;
+    }
+    st.keys_leased += draining.size();
+    st.evicted_keys = counters.evicted;
+    st.deleted_keys = counters.deleted;
+    st.reclaimed_keys = counters.reclaimed_keys;
+    st.reclaimed_allocated_pages = counters.reclaimed_allocated;
+    st.reclaimed_orphaned_pages = counters.reclaimed_orphaned;
+    return st;
+  }
 
   static StateError error(StateErrc kind, std::string message, Rank rank, std::optional<std::size_t> index = {}) {
     return StateError{kind, std::move(message), rank, index};
@@ -67,6 +237,8 @@ struct Model {
     r.state.assign(n, PageState::free);
     r.owner.assign(n, "");
     r.allocated_for.assign(n, "");
+    r.since.assign(n, 0);
+    r.since_seq.assign(n, 0);
     ranks[rank] = r;
     return true;
   }
@@ -91,6 +263,17 @@ struct Model {
         }
       }
     }
+    if (life.on()) {
+      for (const auto& k : batch) {
+        if (complete_page(k.key, rank)) use(keys[k.key], true);
+      }
+      while (life.lru && ranks[rank].pool.size() < batch.size()) {
+        const auto v = victim(rank, batch);
+        if (!v) break;
+        ++counters.evicted;
+        remove(*v);
+      }
+    }
     ModelRank& r = ranks[rank];
     std::vector<Page> result;
     if (r.pool.size() < batch.size()) {
@@ -106,6 +289,7 @@ struct Model {
       } else {
         r.state[p] = PageState::allocated;
         r.allocated_for[p] = k.key;
+        timed(rank, p);
         result.push_back(p);
       }
     }
@@ -137,19 +321,31 @@ struct Model {
                          std::to_string(rank),
                      rank, i);
       }
-      if (r.state[p] == PageState::mapped && r.owner[p] != key) {
+      if (r.state[p] == PageState::draining || (r.state[p] == PageState::mapped && r.owner[p] != key)) {
         return error(StateErrc::conflict,
                      "page " + std::to_string(p) + " of key " + key + " is mapped to key " + r.owner[p] + " on rank " +
                          std::to_string(rank),
                      rank, i);
       }
-      if (!next.keys.count(key)) next.keys[key].tp = static_cast<std::int64_t>(next.ranks.size());
+      if (!next.keys.count(key)) {
+        ModelKey& created = next.keys[key];
+        created.tp = static_cast<std::int64_t>(next.ranks.size());
+        created.incomplete_since = now;
+        created.incomplete_seq = ++next.seq;
+      }
       ModelKey& k = next.keys[key];
       if (k.pages.count(rank) && k.pages[rank] != p) {
         r.state[k.pages[rank]] = PageState::orphaned;
         r.owner[k.pages[rank]] = "";
+        next.timed(rank, k.pages[rank]);
       }
+      const bool was_complete = k.complete();
       k.pages[rank] = p;
+      if (!was_complete && k.complete()) next.use(k, false);
+      if (was_complete && !k.complete()) {
+        k.incomplete_since = now;
+        k.incomplete_seq = ++next.seq;
+      }
       r.state[p] = PageState::mapped;
       r.owner[p] = key;
       ++out.confirmed;
@@ -162,7 +358,7 @@ struct Model {
     }
     for (Page p : rel) {
       if (r.is_free(p)) continue;
-      if (r.state[p] == PageState::mapped) {
+      if (r.state[p] == PageState::mapped || r.state[p] == PageState::draining) {
         ++out.kept_mapped;
         ++r.kept;
         continue;
@@ -175,19 +371,23 @@ struct Model {
     return out;
   }
 
-  std::vector<bool> exists(const std::vector<std::string>& ks) const {
+  std::vector<bool> exists(const std::vector<std::string>& ks) {
     std::vector<bool> result;
     for (const auto& k : ks) {
       auto it = keys.find(k);
       result.push_back(it != keys.end() && static_cast<std::int64_t>(it->second.pages.size()) == it->second.tp);
+      if (result.back() && life.on()) use(it->second, true);
     }
     return result;
   }
 
-  ModelResult<std::vector<std::optional<Page>>> locations(Rank rank, const std::vector<std::string>& ks) const {
+  ModelResult<std::vector<std::optional<Page>>> locations(Rank rank, const std::vector<std::string>& ks) {
     if (!ranks.count(rank)) return not_initialized(rank);
     std::vector<std::optional<Page>> result;
-    for (const auto& k : ks) result.push_back(complete_page(k, rank));
+    for (const auto& k : ks) {
+      result.push_back(complete_page(k, rank));
+      if (result.back() && life.on()) use(keys[k], true);
+    }
     return result;
   }
 
@@ -205,7 +405,8 @@ struct Model {
         (st == PageState::free        ? view.stats.free
          : st == PageState::allocated ? view.stats.allocated
          : st == PageState::mapped    ? view.stats.mapped
-                                      : view.stats.orphaned) += 1;
+         : st == PageState::orphaned  ? view.stats.orphaned
+                                      : view.stats.draining) += 1;
       }
       s.ranks.push_back(view);
     }
@@ -245,17 +446,27 @@ template <class T, class U>
 
 class Driver {
  public:
-  explicit Driver(unsigned seed) : rng_(seed), state_(StateOptions{16}) {
+  explicit Driver(unsigned seed, Lifecycle life = {}) : rng_(seed), state_(options(life, clock_)) {
     model_.max_pages = 16;
+    model_.life = life;
     // Appended rather than "k" + to_string(i), which trips a false -Wrestrict in GCC 12.
     for (int i = 0; i < 12; ++i) universe_.push_back(std::string("k").append(std::to_string(i)));
     universe_.push_back("");
   }
 
   void run(int steps) {
+    const Lifecycle& life = model_.life;
     for (step_ = 0; step_ < steps; ++step_) {
-      const int op = pick(0, 99);
-      if (op < 6) {
+      if (life.on()) {
+        // Mostly small steps, sometimes past every lease and TTL.
+        *clock_ += std::chrono::milliseconds(pick(0, 9) == 0 ? pick(0, static_cast<int>(2 * std::max(life.lease, life.ttl)))
+                                                             : pick(0, 3));
+        model_.advance(clock_->count());
+      }
+      const int op = pick(0, life.on() ? 104 : 99);
+      if (op >= 100) {
+        do_delete();
+      } else if (op < 6) {
         do_initialize();
       } else if (op < 40) {
         do_allocate();
@@ -267,16 +478,67 @@ class Driver {
         do_locations();
       } else if (pick(0, 3) == 0) {
         state_.clear();
-        model_ = Model{model_.max_pages, {}, {}};
+        model_.clear();
       }
       ASSERT_EQ(testing::snapshot(state_, universe_), model_.snapshot(universe_)) << "step " << step_;
+      if (life.on()) {
+        ASSERT_TRUE(same_stats(state_.stats(), model_.stats())) << "step " << step_;
+      }
       if (::testing::Test::HasFailure()) return;
     }
   }
 
  private:
+  static StateOptions options(const Lifecycle& life, const std::shared_ptr<std::chrono::milliseconds>& clock) {
+    StateOptions o{16};
+    o.eviction = life.lru ? Eviction::lru : Eviction::none;
+    o.read_lease = std::chrono::milliseconds(life.lease);
+    o.allocation_ttl = std::chrono::milliseconds(life.ttl);
+    o.clock = [clock] { return *clock; };
+    return o;
+  }
+
+  static ::testing::AssertionResult same_stats(const StateStats& got, const StateStats& want) {
+    auto fail = [](const char* what, auto a, auto b) {
+      return ::testing::AssertionFailure() << what << ": " << a << ", model " << b;
+    };
+    if (got.ranks.size() != want.ranks.size()) return fail("ranks", got.ranks.size(), want.ranks.size());
+    for (std::size_t i = 0; i < got.ranks.size(); ++i) {
+      const RankStats& a = got.ranks[i].second;
+      const RankStats& b = want.ranks[i].second;
+      if (a.draining != b.draining) return fail("draining", a.draining, b.draining);
+      if (a.free + a.allocated + a.mapped + a.orphaned + a.draining != a.num_pages) {
+        return fail("pages that add up", a.free + a.allocated + a.mapped + a.orphaned + a.draining, a.num_pages);
+      }
+    }
+    if (got.keys_complete != want.keys_complete) return fail("complete", got.keys_complete, want.keys_complete);
+    if (got.keys_incomplete != want.keys_incomplete) return fail("incomplete", got.keys_incomplete, want.keys_incomplete);
+    if (got.keys_leased != want.keys_leased) return fail("leased", got.keys_leased, want.keys_leased);
+    if (got.evicted_keys != want.evicted_keys) return fail("evicted", got.evicted_keys, want.evicted_keys);
+    if (got.deleted_keys != want.deleted_keys) return fail("deleted", got.deleted_keys, want.deleted_keys);
+    if (got.reclaimed_keys != want.reclaimed_keys) return fail("reclaimed keys", got.reclaimed_keys, want.reclaimed_keys);
+    if (got.reclaimed_allocated_pages != want.reclaimed_allocated_pages) {
+      return fail("reclaimed allocated", got.reclaimed_allocated_pages, want.reclaimed_allocated_pages)
+             << " (orphaned " << got.reclaimed_orphaned_pages << ", model " << want.reclaimed_orphaned_pages << ")";
+    }
+    if (got.reclaimed_orphaned_pages != want.reclaimed_orphaned_pages) {
+      return fail("reclaimed orphaned", got.reclaimed_orphaned_pages, want.reclaimed_orphaned_pages);
+    }
+    return ::testing::AssertionSuccess();
+  }
+
+  void do_delete() {
+    std::vector<std::string> ks;
+    for (int i = pick(0, 3); i > 0; --i) ks.push_back(key());
+    EXPECT_EQ(state_.delete_keys(ks), model_.delete_keys(ks)) << "step " << step_;
+  }
+
   int pick(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng_); }
-  Rank rank() { return pick(-1, 3); }
+  // With the lifecycle on, fewer ranks: more keys complete, so more of them to use, lease and evict.
+  Rank rank() {
+    if (model_.life.on()) return pick(0, 9) == 0 ? -1 : pick(0, 1);
+    return pick(-1, 3);
+  }
   const std::string& key() { return universe_[pick(0, static_cast<int>(universe_.size()) - 1)]; }
 
   // Mostly pages that can be confirmed or released, sometimes anything, sometimes out of range.
@@ -390,12 +652,14 @@ class Driver {
   }
 
  public:
+  StateStats stats() const { return state_.stats(); }
   int accepted_ = 0;
   int refused_ = 0;
   std::map<int, int> refusals_;  // by StateErrc
 
  private:
   std::mt19937 rng_;
+  std::shared_ptr<std::chrono::milliseconds> clock_ = std::make_shared<std::chrono::milliseconds>(0);
   MetadataState state_;
   Model model_;
   std::vector<std::string> universe_;
@@ -421,6 +685,38 @@ TEST(StateProperty, AgreesWithTheModel) {
   for (StateErrc kind : {StateErrc::invalid_argument, StateErrc::invalid_initialization, StateErrc::not_initialized,
                          StateErrc::stale, StateErrc::conflict}) {
     EXPECT_GT(refusals[static_cast<int>(kind)], 20) << "kind " << static_cast<int>(kind);
+  }
+}
+
+// The same with the cache lifecycle on, in each combination that changes what is observable.
+TEST(StateProperty, AgreesWithTheModelWithEvictionLeasesAndReclaim) {
+  const char* seeds_env = std::getenv("HF3FS_META_PROPERTY_SEEDS");
+  const unsigned seeds = seeds_env ? static_cast<unsigned>(std::strtoul(seeds_env, nullptr, 10)) : 4u;
+  const Lifecycle configs[] = {{true, 0, 0}, {true, 20, 0}, {false, 20, 40}, {true, 20, 40}, {true, 0, 15}};
+  for (const Lifecycle& life : configs) {
+    const std::string config = "lru " + std::to_string(life.lru) + " lease " + std::to_string(life.lease) + " ttl " +
+                               std::to_string(life.ttl);
+    StateStats total;
+    for (unsigned seed = 1; seed <= seeds; ++seed) {
+      SCOPED_TRACE("seed " + std::to_string(seed) + " " + config);
+      Driver driver(seed, life);
+      driver.run(3000);
+      if (HasFailure()) return;
+      EXPECT_GT(driver.accepted_, 200);
+      const StateStats st = driver.stats();
+      total.evicted_keys += st.evicted_keys;
+      total.deleted_keys += st.deleted_keys;
+      total.reclaimed_keys += st.reclaimed_keys;
+      total.reclaimed_allocated_pages += st.reclaimed_allocated_pages;
+      total.reclaimed_orphaned_pages += st.reclaimed_orphaned_pages;
+    }
+    // Each switched-on part of the lifecycle came up often enough for the comparison to mean something.
+    SCOPED_TRACE(config);
+    EXPECT_GT(total.deleted_keys, 20u);
+    EXPECT_TRUE(!life.lru || total.evicted_keys > 20u) << total.evicted_keys;
+    EXPECT_TRUE(life.ttl == 0 || (total.reclaimed_keys > 20u && total.reclaimed_allocated_pages > 20u &&
+                                  total.reclaimed_orphaned_pages > 0u))
+        << total.reclaimed_keys << " " << total.reclaimed_allocated_pages << " " << total.reclaimed_orphaned_pages;
   }
 }
 
