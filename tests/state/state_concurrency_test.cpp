@@ -1,11 +1,12 @@
 // Threads on several ranks at once (and several threads on one rank), then a full consistency check:
-// every page is exactly one of free, allocated, mapped or orphaned, the pool holds exactly the free
+// every page is exactly one of free, allocated, mapped, orphaned or draining, the pool holds exactly the free
 // pages once each, no page is mapped by two keys, and the counts add up to num_pages.
 // Its own binary, labelled "concurrency", so that ThreadSanitizer runs it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <random>
 #include <set>
 #include <string>
@@ -29,7 +30,9 @@ std::vector<std::string> make_universe() {
 }
 
 void worker(MetadataState& state, Rank rank, unsigned seed, const std::vector<std::string>& universe,
-            std::atomic<int>& unexpected) {
+            std::atomic<int>& unexpected, std::int64_t pages) {
+  constexpr std::int64_t kDefaultPages = kPages;
+  const auto kPages = static_cast<int>(pages);
   std::mt19937 rng(seed);
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   std::vector<Confirmation> mine;  // what this thread believes it mapped, possibly overtaken since
@@ -73,6 +76,8 @@ void worker(MetadataState& state, Rank rank, unsigned seed, const std::vector<st
       back.insert(back.end(), release.begin(), release.end());
       (void)state.confirm_write(rank, {}, back);
     }
+    // With the lifecycle on (small ranks), delete a key of this batch now and then.
+    if (pages != kDefaultPages && pick(0, 9) == 0) (void)state.delete_keys(std::vector<std::string>{batch[0].key});
     // Free the rank now and then: a key's mapped pages are kept, orphaned ones return.
     if (mine.size() > 40) {
       std::vector<Page> all;
@@ -107,8 +112,8 @@ void check_consistency(const MetadataState& state, const std::vector<std::string
   std::int64_t mapped_total = 0;
   for (const auto& [rank, st] : all) {
     SCOPED_TRACE("rank " + std::to_string(rank));
-    EXPECT_EQ(st.free + st.allocated + st.mapped + st.orphaned, st.num_pages);
-    std::int64_t counted[4] = {0, 0, 0, 0};
+    EXPECT_EQ(st.free + st.allocated + st.mapped + st.orphaned + st.draining, st.num_pages);
+    std::int64_t counted[5] = {0, 0, 0, 0, 0};
     for (Page p = 0; p < st.num_pages; ++p) {
       const auto s = state.page_state(rank, p);
       ASSERT_TRUE(s.has_value());
@@ -127,6 +132,7 @@ void check_consistency(const MetadataState& state, const std::vector<std::string
     EXPECT_EQ(counted[static_cast<int>(PageState::allocated)], st.allocated);
     EXPECT_EQ(counted[static_cast<int>(PageState::mapped)], st.mapped);
     EXPECT_EQ(counted[static_cast<int>(PageState::orphaned)], st.orphaned);
+    EXPECT_EQ(counted[static_cast<int>(PageState::draining)], st.draining);
     const auto pool = state.free_pages(rank);
     EXPECT_EQ(static_cast<std::int64_t>(pool.size()), st.free);
     EXPECT_EQ(std::set<Page>(pool.begin(), pool.end()).size(), pool.size()) << "a page is twice in the pool";
@@ -160,9 +166,9 @@ TEST(StateConcurrency, ThreadsOnSeveralRanksLeaveAConsistentState) {
   // One thread per rank, and a second one on rank 0 to race within a rank.
   for (Rank r = 0; r < kRanks; ++r) {
     threads.emplace_back(worker, std::ref(state), r, 100u + static_cast<unsigned>(r), std::cref(universe),
-                         std::ref(unexpected));
+                         std::ref(unexpected), kPages);
   }
-  threads.emplace_back(worker, std::ref(state), Rank{0}, 7u, std::cref(universe), std::ref(unexpected));
+  threads.emplace_back(worker, std::ref(state), Rank{0}, 7u, std::cref(universe), std::ref(unexpected), kPages);
   std::thread read(reader, std::cref(state), std::cref(universe), std::ref(stop), std::ref(unexpected));
   // Ranks joining mid-run change the tp_world_size of keys seen from then on.
   std::thread joiner([&] {
@@ -179,6 +185,57 @@ TEST(StateConcurrency, ThreadsOnSeveralRanksLeaveAConsistentState) {
 
   EXPECT_EQ(unexpected.load(), 0);
   EXPECT_GT(state.key_count(), 0u);
+  check_consistency(state, universe);
+}
+
+// The same with the cache lifecycle on: small ranks, so that allocates evict; a clock that threads
+// move forward, so that leases end and abandoned pages and incomplete keys are reclaimed; deletions.
+TEST(StateConcurrency, WithEvictionLeasesReclaimAndDeletionTheStateStaysConsistent) {
+  constexpr std::int64_t kSmall = 64;
+  std::atomic<std::int64_t> now{0};
+  StateOptions options;
+  options.eviction = Eviction::lru;
+  options.read_lease = std::chrono::milliseconds(3);
+  options.allocation_ttl = std::chrono::milliseconds(40);
+  options.clock = [&now] { return std::chrono::milliseconds(now.load()); };
+  MetadataState state(options);
+  const auto universe = make_universe();
+  for (Rank r = 0; r < kRanks; ++r) ASSERT_TRUE(state.initialize(r, kSmall).has_value());
+  std::atomic<int> unexpected{0};
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> threads;
+  for (Rank r = 0; r < kRanks; ++r) {
+    threads.emplace_back(worker, std::ref(state), r, 300u + static_cast<unsigned>(r), std::cref(universe),
+                         std::ref(unexpected), kSmall);
+  }
+  threads.emplace_back(worker, std::ref(state), Rank{0}, 9u, std::cref(universe), std::ref(unexpected), kSmall);
+  std::thread read(reader, std::cref(state), std::cref(universe), std::ref(stop), std::ref(unexpected));
+  std::thread ticker([&] {
+    std::mt19937 rng(5);
+    while (!stop.load()) {
+      now.fetch_add(1);
+      const auto& key = universe[std::uniform_int_distribution<std::size_t>(0, universe.size() - 1)(rng)];
+      (void)state.batch_exists(std::vector<std::string>{key});
+      std::this_thread::yield();
+    }
+  });
+  for (auto& t : threads) t.join();
+  stop = true;
+  read.join();
+  ticker.join();
+
+  EXPECT_EQ(unexpected.load(), 0);
+  const StateStats st = state.stats();
+  EXPECT_GT(st.evicted_keys, 0u);
+  EXPECT_GT(st.deleted_keys, 0u);
+  check_consistency(state, universe);
+  // Every lease ends, every abandoned page and incomplete key is reclaimed: what is left is mapped by
+  // complete keys or free.
+  now.fetch_add(1000);
+  for (const auto& [rank, rs] : state.all_rank_stats()) {
+    EXPECT_EQ(rs.allocated + rs.orphaned + rs.draining, 0) << "rank " << rank;
+  }
+  EXPECT_EQ(state.stats().keys_incomplete, 0u);
   check_consistency(state, universe);
 }
 
