@@ -93,7 +93,8 @@ struct KeyRecord {
   std::uint32_t lease_prev = kNone;
   std::uint32_t lease_next = kNone;
   std::int64_t lease_end = 0;
-  std::int64_t incomplete_since = 0;  // with a TTL: when it was created, or stopped being complete
+  // With a TTL: the event (TimedKey::stamp) of its creation, or of its ceasing to be complete.
+  std::uint64_t incomplete_stamp = 0;
   Where where = Where::none;
   bool live = false;  // in key_ids; false for a free id and for a deleted key draining under a lease
 
@@ -149,8 +150,8 @@ struct RankData {
   std::uint32_t lru_head = kNone;
   std::uint32_t lru_tail = kNone;
   std::uint32_t lru_size = 0;
-  // TTL: when each allocated or orphaned page became so (8 bytes a page).
-  std::unique_ptr<std::int64_t[]> since;
+  // TTL: the event (TimedPage::stamp) of each page's becoming allocated or orphaned (8 bytes a page).
+  std::unique_ptr<std::uint64_t[]> stamp;
 
   RankData(Rank r, std::uint32_t n, bool lru = false, bool timed = false)
       : rank(r),
@@ -165,7 +166,7 @@ struct RankData {
       lru_prev = std::make_unique_for_overwrite<std::uint32_t[]>(n);
       lru_next = std::make_unique_for_overwrite<std::uint32_t[]>(n);
     }
-    if (timed) since = std::make_unique_for_overwrite<std::int64_t[]>(n);
+    if (timed) stamp = std::make_unique_for_overwrite<std::uint64_t[]>(n);
   }
 
   void lru_push_back(std::uint32_t page) noexcept {
@@ -273,15 +274,19 @@ RankStats stats_of(const RankData& r) {
 }
 
 // Lifecycle events kept in the order they happened (a clock that never goes back keeps them sorted).
+// Each has a stamp unique in the state's life; the page or key keeps the stamp of its latest event,
+// so an older event about the same page or id (reallocated, or reused, since) is recognised as stale.
 struct TimedPage {
   std::int64_t at = 0;  // when the page became allocated or orphaned
+  std::uint64_t stamp = 0;
   std::uint32_t slot = 0;
   std::uint32_t page = 0;
-  std::uint32_t marker = kAllocated;  // kAllocated or kOrphaned; stale once the page is no longer so
+  std::uint32_t marker = kAllocated;  // kAllocated or kOrphaned
 };
 
 struct TimedKey {
-  std::int64_t at = 0;  // the key's incomplete_since; stale once the key completed or was removed
+  std::int64_t at = 0;  // when the key was created or stopped being complete
+  std::uint64_t stamp = 0;
   std::uint32_t id = 0;
 };
 
@@ -324,6 +329,7 @@ struct MetadataState::Impl {
   std::int64_t lease_ms = 0;
   std::int64_t ttl_ms = 0;
   std::int64_t now = std::numeric_limits<std::int64_t>::min() / 4;  // the latest clock reading
+  std::uint64_t stamps = 0;                                         // of timed events, never reused
 
   explicit Impl(StateOptions o = {}) : options(std::move(o)) {
     options.max_pages = std::min(options.max_pages, kPageLimit);
@@ -427,8 +433,8 @@ struct MetadataState::Impl {
     k.live = true;
     key_ids.emplace(HashedKey{k.name, key.hash}, id);
     if (ttl_ms > 0) {
-      k.incomplete_since = now;
-      life.timed_keys.push_back(TimedKey{now, id});
+      k.incomplete_stamp = ++stamps;
+      life.timed_keys.push_back(TimedKey{now, stamps, id});
     }
     return id;
   }
@@ -500,8 +506,8 @@ struct MetadataState::Impl {
   }
 
   void timed(RankData& r, std::uint32_t slot, std::uint32_t page, std::uint32_t marker) {
-    r.since[page] = now;
-    life.timed_pages.push_back(TimedPage{now, slot, page, marker});
+    r.stamp[page] = ++stamps;
+    life.timed_pages.push_back(TimedPage{now, stamps, slot, page, marker});
   }
   // A page allocate took for a key (not handed back).
   void allocated(RankData& r, std::uint32_t slot, std::uint32_t page) {
@@ -510,7 +516,7 @@ struct MetadataState::Impl {
 
   void expire_page(const TimedPage& e) {
     RankData& r = *ranks[e.slot];
-    if (r.owner[e.page] != e.marker || r.since[e.page] != e.at) return;  // confirmed or released since
+    if (r.owner[e.page] != e.marker || r.stamp[e.page] != e.stamp) return;  // confirmed or released since
     if (e.marker == kAllocated) {
       --r.allocated;
       ++counters.reclaimed_allocated;
@@ -524,7 +530,7 @@ struct MetadataState::Impl {
 
   void expire_key(const TimedKey& e) {
     const KeyRecord& k = keys[e.id];
-    if (!k.live || k.complete() || k.incomplete_since != e.at) return;
+    if (!k.live || k.complete() || k.incomplete_stamp != e.stamp) return;
     ++counters.reclaimed_keys;
     remove_key(e.id);
   }
@@ -539,8 +545,8 @@ struct MetadataState::Impl {
     } else {
       --life.complete;
       if (ttl_ms > 0) {
-        k.incomplete_since = now;
-        life.timed_keys.push_back(TimedKey{now, id});
+        k.incomplete_stamp = ++stamps;
+        life.timed_keys.push_back(TimedKey{now, stamps, id});
       }
     }
   }

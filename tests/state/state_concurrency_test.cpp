@@ -188,8 +188,9 @@ TEST(StateConcurrency, ThreadsOnSeveralRanksLeaveAConsistentState) {
   check_consistency(state, universe);
 }
 
-// The same with the cache lifecycle on: small ranks, so that allocates evict; a clock that threads
-// move forward, so that leases end and abandoned pages and incomplete keys are reclaimed; deletions.
+// The same with the cache lifecycle on: small ranks, and a saver completing keys of its own, so that
+// allocates evict; a clock that the saver moves forward, so that leases end and abandoned pages and
+// incomplete keys are reclaimed; deletions by the workers.
 TEST(StateConcurrency, WithEvictionLeasesReclaimAndDeletionTheStateStaysConsistent) {
   constexpr std::int64_t kSmall = 64;
   std::atomic<std::int64_t> now{0};
@@ -210,25 +211,34 @@ TEST(StateConcurrency, WithEvictionLeasesReclaimAndDeletionTheStateStaysConsiste
   }
   threads.emplace_back(worker, std::ref(state), Rank{0}, 9u, std::cref(universe), std::ref(unexpected), kSmall);
   std::thread read(reader, std::cref(state), std::cref(universe), std::ref(stop), std::ref(unexpected));
-  std::thread ticker([&] {
-    std::mt19937 rng(5);
-    while (!stop.load()) {
-      now.fetch_add(1);
-      const auto& key = universe[std::uniform_int_distribution<std::size_t>(0, universe.size() - 1)(rng)];
-      (void)state.batch_exists(std::vector<std::string>{key});
-      std::this_thread::yield();
+  // A saver completes keys on every rank, as vLLM's workers do, so that full ranks have keys to evict.
+  threads.emplace_back([&] {
+    for (int i = 0; i < kIterations; ++i) {
+      now.fetch_add(1);  // the clock moves with the saver: one millisecond a key
+      // Keys of its own, more than the ranks hold: the ranks must evict to take them.
+      const std::vector<BlockKey> key{{"saver-" + std::to_string(i), ""}};
+      for (Rank r = 0; r < kRanks; ++r) {
+        auto pages = state.allocate(r, key);
+        if (!pages) ++unexpected;
+        if (!pages || pages.value()[0] == kNoPage) continue;
+        auto confirmed = state.confirm_write(r, std::vector<Confirmation>{{key[0].key, pages.value()[0]}}, {});
+        if (!confirmed && confirmed.error().kind != StateErrc::stale && confirmed.error().kind != StateErrc::conflict) {
+          ++unexpected;
+        }
+      }
     }
   });
   for (auto& t : threads) t.join();
   stop = true;
   read.join();
-  ticker.join();
 
   EXPECT_EQ(unexpected.load(), 0);
   const StateStats st = state.stats();
   EXPECT_GT(st.evicted_keys, 0u);
   EXPECT_GT(st.deleted_keys, 0u);
-  check_consistency(state, universe);
+  auto all_keys = universe;
+  for (int i = 0; i < kIterations; ++i) all_keys.push_back("saver-" + std::to_string(i));
+  check_consistency(state, all_keys);
   // Every lease ends, every abandoned page and incomplete key is reclaimed: what is left is mapped by
   // complete keys or free.
   now.fetch_add(1000);
@@ -236,7 +246,7 @@ TEST(StateConcurrency, WithEvictionLeasesReclaimAndDeletionTheStateStaysConsiste
     EXPECT_EQ(rs.allocated + rs.orphaned + rs.draining, 0) << "rank " << rank;
   }
   EXPECT_EQ(state.stats().keys_incomplete, 0u);
-  check_consistency(state, universe);
+  check_consistency(state, all_keys);
 }
 
 TEST(StateConcurrency, ConcurrentInitializeOfOneRankCreatesItOnce) {

@@ -272,6 +272,22 @@ TEST_F(Lifecycle, ReclaimsAllocatedPagesInAllocationOrderAndRefusesTheLateConfir
   expect_counts_add_up(*s);
 }
 
+TEST_F(Lifecycle, ALateConfirmOfAReclaimedPageAllocatedToAnotherKeyIsRefused) {
+  auto s = make({.ttl_ms = 100});
+  ASSERT_TRUE(s->initialize(0, 1).has_value());
+  EXPECT_THAT(allocate(*s, 0, {"a"}), ElementsAre(0));
+  clock.set(100);
+  EXPECT_THAT(allocate(*s, 0, {"b"}), ElementsAre(0));  // reclaimed from a, handed to b
+  const auto before = testing::snapshot(*s, {"a", "b"});
+  const auto late = s->confirm_write(0, std::vector<Confirmation>{{"a", 0}}, {});
+  ASSERT_TRUE(late.has_error());
+  EXPECT_EQ(late.error().kind, StateErrc::conflict);
+  EXPECT_EQ(late.error().message, "page 0 of key a was allocated for another key on rank 0");
+  EXPECT_EQ(testing::snapshot(*s, {"a", "b"}), before);
+  confirm(*s, 0, {{"b", 0}});
+  EXPECT_THAT(exists(*s, {"b"}), ElementsAre(true));
+}
+
 TEST_F(Lifecycle, AReleasedAndReallocatedPageIsTimedFromItsNewAllocation) {
   auto s = make({.ttl_ms = 100});
   ASSERT_TRUE(s->initialize(0, 1).has_value());

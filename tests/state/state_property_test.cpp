@@ -691,7 +691,7 @@ TEST(StateProperty, AgreesWithTheModel) {
 // The same with the cache lifecycle on, in each combination that changes what is observable.
 TEST(StateProperty, AgreesWithTheModelWithEvictionLeasesAndReclaim) {
   const char* seeds_env = std::getenv("HF3FS_META_PROPERTY_SEEDS");
-  const unsigned seeds = seeds_env ? static_cast<unsigned>(std::strtoul(seeds_env, nullptr, 10)) : 4u;
+  const unsigned seeds = seeds_env ? static_cast<unsigned>(std::strtoul(seeds_env, nullptr, 10)) : 6u;
   const Lifecycle configs[] = {{true, 0, 0}, {true, 20, 0}, {false, 20, 40}, {true, 20, 40}, {true, 0, 15}};
   for (const Lifecycle& life : configs) {
     const std::string config = "lru " + std::to_string(life.lru) + " lease " + std::to_string(life.lease) + " ttl " +
