@@ -1,5 +1,6 @@
 #include "dedup_cache.hpp"
 
+#include <algorithm>
 #include <utility>
 
 namespace hf3fs_meta::server {
@@ -9,10 +10,11 @@ struct DedupCache::Entry {
   std::uint64_t body_hash = 0;
   std::size_t body_size = 0;
   std::uint64_t generation = 0;
+  std::size_t bytes = 0;   // counted in DedupCache::bytes_ until erased
   bool done = false;       // completed with a kept answer
   bool settled = false;    // completed or abandoned: waiters have been woken
-  CachedAnswer answer;
-  std::chrono::steady_clock::time_point stored_at;
+  KeptAnswer answer;
+  Clock::time_point stored_at;
   std::vector<std::function<void()>> waiters;
 };
 
@@ -28,6 +30,10 @@ std::string make_key(int route, std::string_view id) {
 
 std::uint64_t hash_body(std::string_view body) { return std::hash<std::string_view>{}(body); }
 
+std::size_t weight(std::size_t key_size, std::size_t pages) {
+  return DedupCache::kEntryOverhead + key_size + pages * sizeof(std::uint32_t);
+}
+
 }  // namespace
 
 DedupCache::Claim& DedupCache::Claim::operator=(Claim&& other) noexcept {
@@ -39,61 +45,78 @@ DedupCache::Claim& DedupCache::Claim::operator=(Claim&& other) noexcept {
   return *this;
 }
 
-void DedupCache::Claim::complete(int status, std::string_view content_type, std::string_view body) {
+void DedupCache::Claim::complete(int status, std::span<const std::int64_t> pages) {
   if (!entry_) return;
   auto entry = std::move(entry_);
-  cache_->settle(entry, status >= 200 && status < 300, status, content_type, body);
+  cache_->settle(entry, status >= 200 && status < 300, status, pages);
 }
 
 void DedupCache::Claim::reset() {
   if (!entry_) return;
   auto entry = std::move(entry_);
-  cache_->settle(entry, false, 0, {}, {});
+  cache_->settle(entry, false, 0, {});
 }
 
-DedupCache::DedupCache(Options options) : options_(options) {}
+DedupCache::DedupCache(Options options) : options_(std::move(options)) {}
 
-DedupCache::Acquired DedupCache::acquire(int route, std::string_view id, std::string_view body) {
+DedupCache::Acquired DedupCache::acquire(int route, std::string_view id, std::string_view body,
+                                         std::size_t max_pages) {
   const auto hash = hash_body(body);
   auto key = make_key(route, id);
-  const auto now = Clock::now();
+  const std::size_t reserve = weight(key.size(), max_pages);
+  const auto at = now();
   std::lock_guard lock(mutex_);
-  evict_locked(now);
+  evict_locked(at);
   auto it = entries_.find(key);
   if (it != entries_.end()) {
     auto& entry = it->second;
-    if (entry->body_hash != hash || entry->body_size != body.size()) return Acquired{Kind::conflict, {}, {}, {}};
+    if (entry->body_hash != hash || entry->body_size != body.size()) return Acquired{Kind::conflict, {}, {}, {}, {}};
     if (entry->done) {
       ++hits_;
-      return Acquired{Kind::hit, {}, entry->answer, {}};
+      return Acquired{Kind::hit, {}, entry->answer, {}, {}};
     }
-    return Acquired{Kind::wait, {}, {}, entry};
+    return Acquired{Kind::wait, {}, {}, entry, {}};
+  }
+  if (reserve > options_.max_bytes - std::min(bytes_, options_.max_bytes)) {
+    // Every byte is promised to an answer still inside its window (or in flight): forgetting one
+    // would break a promise, so the new request waits instead.
+    ++refused_;
+    auto wait = std::chrono::milliseconds(1000);
+    if (!kept_.empty()) {
+      wait = std::chrono::ceil<std::chrono::milliseconds>(kept_.front()->stored_at + options_.ttl - at);
+    }
+    return Acquired{Kind::full, {}, {}, {}, std::max(wait, std::chrono::milliseconds(1))};
   }
   auto entry = std::make_shared<Entry>();
   entry->body_hash = hash;
   entry->body_size = body.size();
   entry->generation = generation_;
+  entry->bytes = reserve;
   entry->key = key;
+  bytes_ += reserve;
   entries_.emplace(std::move(key), entry);
-  return Acquired{Kind::owner, Claim(this, std::move(entry)), {}, {}};
+  return Acquired{Kind::owner, Claim(this, std::move(entry)), {}, {}, {}};
 }
 
 void DedupCache::settle(const std::shared_ptr<Entry>& entry, bool keep, int status,
-                        std::string_view content_type, std::string_view body) {
+                        std::span<const std::int64_t> pages) {
   std::vector<std::function<void()>> waiters;
   {
     std::lock_guard lock(mutex_);
     const bool current = entry->generation == generation_;
     entry->settled = true;
-    if (keep && current && options_.capacity > 0) {
+    const std::size_t kept_bytes = weight(entry->key.size(), pages.size());
+    if (keep && current && kept_bytes <= entry->bytes) {
       entry->done = true;
-      entry->answer = CachedAnswer{status, std::string(content_type), std::string(body)};
-      entry->stored_at = Clock::now();
+      entry->answer.status = status;
+      entry->answer.pages.reserve(pages.size());
+      for (const auto page : pages) entry->answer.pages.push_back(static_cast<std::uint32_t>(page));
+      bytes_ -= entry->bytes - kept_bytes;
+      entry->bytes = kept_bytes;
+      entry->stored_at = now();
       kept_.push_back(entry);
-      evict_locked(entry->stored_at);
-    } else if (current) {
-      auto it = entries_.find(entry->key);
-      if (it != entries_.end() && it->second == entry) entries_.erase(it);
+    } else {
+      erase_locked(entry);
     }
     waiters.swap(entry->waiters);
   }
@@ -111,12 +134,16 @@ void DedupCache::wait(const std::shared_ptr<Entry>& entry, std::function<void()>
   wake();
 }
 
+void DedupCache::erase_locked(const std::shared_ptr<Entry>& entry) {
+  auto it = entries_.find(entry->key);
+  if (it != entries_.end() && it->second == entry) entries_.erase(it);
+  bytes_ -= std::exchange(entry->bytes, 0);
+}
+
 void DedupCache::evict_locked(Clock::time_point now) {
-  while (!kept_.empty()) {
-    const auto& entry = kept_.front();
-    if (kept_.size() <= options_.capacity && now - entry->stored_at < options_.ttl) break;
-    auto it = entries_.find(entry->key);
-    if (it != entries_.end() && it->second == entry) entries_.erase(it);
+  // Every entry is kept for the same window, so the queue is in expiry order.
+  while (!kept_.empty() && now - kept_.front()->stored_at >= options_.ttl) {
+    erase_locked(kept_.front());
     kept_.pop_front();
   }
 }
@@ -124,18 +151,15 @@ void DedupCache::evict_locked(Clock::time_point now) {
 void DedupCache::clear() {
   std::lock_guard lock(mutex_);
   ++generation_;
-  entries_.clear();
+  for (const auto& entry : kept_) bytes_ -= std::exchange(entry->bytes, 0);
   kept_.clear();
+  // Entries in flight stay counted until their owners settle them (they are not kept then).
+  entries_.clear();
 }
 
-std::uint64_t DedupCache::hits() const {
+DedupCache::Stats DedupCache::stats() const {
   std::lock_guard lock(mutex_);
-  return hits_;
-}
-
-std::size_t DedupCache::size() const {
-  std::lock_guard lock(mutex_);
-  return kept_.size();
+  return Stats{entries_.size(), bytes_, hits_, refused_};
 }
 
 }  // namespace hf3fs_meta::server

@@ -1,8 +1,16 @@
 // Request-id deduplication: batch_allocate and confirm_write carrying X-Request-Id are applied once.
-// The key is (route, id). A 2xx answer is kept (bounded by count and age) and given again to a repeat
+// The key is (route, id). A 2xx answer is kept for the window (`ttl`) and given again to a repeat
 // without applying anything; a repeat that arrives while the first is still being handled waits for
 // it; the same id with another body is refused; errors are not kept, so a repeat is applied again.
 // clear() (on the clear route and forget_state) starts a new generation: nothing from before it is kept.
+//
+// An entry keeps what answering again needs, not the rendered answer: the route and id, a hash and
+// the size of the body (which detect a reused id), the status and, for an allocate, its pages (4
+// bytes each; the keys come from the repeat's own body, which is the same). Entries are weighed in
+// bytes and the cache never holds more than `max_bytes`: a new entry reserves, before anything is
+// applied, the most its answer can weigh, and gives back the excess when it is kept. A promise is
+// never forgotten inside its window: when the budget is full of entries still inside it, acquire()
+// refuses (`full`, with the time until the oldest leaves), and the server answers 503.
 #pragma once
 
 #include <chrono>
@@ -12,6 +20,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -19,19 +28,25 @@
 
 namespace hf3fs_meta::server {
 
-struct CachedAnswer {
+// What answering a repeat again needs.
+struct KeptAnswer {
   int status = 0;
-  std::string content_type;
-  std::string body;
+  std::vector<std::uint32_t> pages;  // batch_allocate: the pages answered, kNoPage as 0xFFFFFFFF
 };
 
 class DedupCache {
  public:
+  using Clock = std::chrono::steady_clock;
   struct Options {
-    std::size_t capacity = 10000;
+    std::size_t max_bytes = std::size_t{256} << 20;  // 0: deduplication is off
     std::chrono::milliseconds ttl{60000};
+    std::function<Clock::time_point()> now;  // injectable for tests; empty: Clock::now
   };
   struct Entry;
+
+  // Bytes an entry weighs besides its id and pages: the entry, its map node and its place in the
+  // expiry queue, rounded up. Public so that tests can state bounds in entries.
+  static constexpr std::size_t kEntryOverhead = 256;
 
   // Owning the entry obliges the holder to complete() it; an owner dropped without completing (the
   // connection went away) abandons it, and those waiting handle their request themselves.
@@ -43,8 +58,9 @@ class DedupCache {
     Claim& operator=(Claim&& other) noexcept;
     ~Claim() { reset(); }
     explicit operator bool() const noexcept { return entry_ != nullptr; }
-    // Keeps a 2xx answer for repeats; wakes those waiting either way.
-    void complete(int status, std::string_view content_type, std::string_view body);
+    // Keeps a 2xx answer for repeats (pages: at most the count reserved at acquire); wakes those
+    // waiting either way.
+    void complete(int status, std::span<const std::int64_t> pages);
     void reset();  // abandon
 
    private:
@@ -52,18 +68,30 @@ class DedupCache {
     std::shared_ptr<Entry> entry_;
   };
 
-  enum class Kind { owner, hit, conflict, wait };
+  enum class Kind { owner, hit, conflict, wait, full };
   struct Acquired {
     Kind kind = Kind::owner;
-    Claim claim;                   // owner
-    CachedAnswer answer;           // hit
-    std::shared_ptr<Entry> entry;  // wait: pass to wait()
+    Claim claim;                      // owner
+    KeptAnswer answer;                // hit
+    std::shared_ptr<Entry> entry;     // wait: pass to wait()
+    std::chrono::milliseconds retry_after{0};  // full: until the oldest entry leaves its window
+  };
+
+  struct Stats {
+    std::size_t entries = 0;  // kept and in flight
+    std::size_t bytes = 0;    // reserved by them
+    std::uint64_t hits = 0;
+    std::uint64_t refused = 0;  // acquire() answered full
   };
 
   explicit DedupCache(Options options);
 
+  bool enabled() const noexcept { return options_.max_bytes > 0; }
+  std::chrono::milliseconds window() const noexcept { return options_.ttl; }
+
   // `route` is a small number naming the route; ids are only compared within a route.
-  Acquired acquire(int route, std::string_view id, std::string_view body);
+  // `max_pages`: the most pages the answer may carry (0 for confirm_write).
+  Acquired acquire(int route, std::string_view id, std::string_view body, std::size_t max_pages);
 
   // Calls `wake` (on the completing thread, or at once if already settled) when the entry's owner
   // completes or abandons it; the waiter then calls acquire() again.
@@ -71,21 +99,22 @@ class DedupCache {
 
   void clear();
 
-  std::uint64_t hits() const;
-  std::size_t size() const;
+  Stats stats() const;
 
  private:
-  using Clock = std::chrono::steady_clock;
-  void settle(const std::shared_ptr<Entry>& entry, bool keep, int status, std::string_view content_type,
-              std::string_view body);
+  void settle(const std::shared_ptr<Entry>& entry, bool keep, int status, std::span<const std::int64_t> pages);
   void evict_locked(Clock::time_point now);
+  void erase_locked(const std::shared_ptr<Entry>& entry);
+  Clock::time_point now() const { return options_.now ? options_.now() : Clock::now(); }
 
   Options options_;
   mutable std::mutex mutex_;
   std::unordered_map<std::string, std::shared_ptr<Entry>> entries_;
-  std::deque<std::shared_ptr<Entry>> kept_;  // completed, oldest first
+  std::deque<std::shared_ptr<Entry>> kept_;  // completed, oldest first (so also first to expire)
+  std::size_t bytes_ = 0;
   std::uint64_t generation_ = 0;
   std::uint64_t hits_ = 0;
+  std::uint64_t refused_ = 0;
 };
 
 }  // namespace hf3fs_meta::server

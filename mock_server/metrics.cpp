@@ -32,8 +32,7 @@ void append(std::string& out, const char* format, auto... args) {
 
 }  // namespace
 
-std::string Metrics::render(const MetadataState& state, std::uint64_t dedup_hits,
-                            std::size_t dedup_size) const {
+std::string Metrics::render(const MetadataState& state, const DedupCache::Stats& dedup) const {
   std::string out;
   out.reserve(8192);
 
@@ -93,10 +92,16 @@ std::string Metrics::render(const MetadataState& state, std::uint64_t dedup_hits
   append(out, "hf3fs_meta_keys %zu\n", state.key_count());
   out += "# HELP hf3fs_meta_request_id_cache_hits_total Repeated X-Request-Id answered from the cache.\n"
          "# TYPE hf3fs_meta_request_id_cache_hits_total counter\n";
-  append(out, "hf3fs_meta_request_id_cache_hits_total %llu\n", static_cast<unsigned long long>(dedup_hits));
-  out += "# HELP hf3fs_meta_request_id_cache_entries X-Request-Id answers kept.\n"
+  append(out, "hf3fs_meta_request_id_cache_hits_total %llu\n", static_cast<unsigned long long>(dedup.hits));
+  out += "# HELP hf3fs_meta_request_id_cache_entries X-Request-Id answers kept or in flight.\n"
          "# TYPE hf3fs_meta_request_id_cache_entries gauge\n";
-  append(out, "hf3fs_meta_request_id_cache_entries %zu\n", dedup_size);
+  append(out, "hf3fs_meta_request_id_cache_entries %zu\n", dedup.entries);
+  out += "# HELP hf3fs_meta_request_id_cache_bytes Bytes the X-Request-Id answers weigh (--dedup-max-bytes bounds it).\n"
+         "# TYPE hf3fs_meta_request_id_cache_bytes gauge\n";
+  append(out, "hf3fs_meta_request_id_cache_bytes %zu\n", dedup.bytes);
+  out += "# HELP hf3fs_meta_request_id_cache_refused_total Requests answered 503: every kept answer inside its window.\n"
+         "# TYPE hf3fs_meta_request_id_cache_refused_total counter\n";
+  append(out, "hf3fs_meta_request_id_cache_refused_total %llu\n", static_cast<unsigned long long>(dedup.refused));
   return out;
 }
 

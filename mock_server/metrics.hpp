@@ -11,6 +11,7 @@
 #include <string>
 #include <string_view>
 
+#include "dedup_cache.hpp"
 #include "hf3fs_meta/routes.hpp"
 #include "hf3fs_meta/state.hpp"
 
@@ -62,7 +63,7 @@ class Metrics {
 
   void record(std::size_t shard, RouteLabel route, int status, std::chrono::nanoseconds latency) noexcept;
 
-  std::string render(const MetadataState& state, std::uint64_t dedup_hits, std::size_t dedup_size) const;
+  std::string render(const MetadataState& state, const DedupCache::Stats& dedup) const;
 
  private:
   static constexpr std::array<double, 15> kBuckets = {0.00005, 0.0001, 0.00025, 0.0005, 0.001,

@@ -1,5 +1,6 @@
 #include "router.hpp"
 
+#include <algorithm>
 #include <utility>
 
 #include <boost/beast/core/string.hpp>
@@ -19,6 +20,42 @@ void set_json(Reply& reply, int status, std::string body) {
   reply.location.clear();
   reply.allow.clear();
 }
+
+// A repeat gets the answer its first request got, rendered again from what the route keeps
+// (routes.hpp, Dedup) and the repeat's body (the same body as the first's; a differing one is a
+// conflict before this).
+void answer_again(const Request& request, Dedup what, const KeptAnswer& kept, Reply& reply) {
+  if (what != Dedup::pages) {
+    reply.status = kept.status;
+    reply.content_type.clear();
+    reply.body.clear();
+    reply.location.clear();
+    reply.allow.clear();
+    return;
+  }
+  auto decoded = protocol::decode_allocate_request(request.body);
+  if (!decoded || decoded.value().keys.size() != kept.pages.size()) {
+    // Only a hash collision between two different bodies of one id gets here.
+    set_json(reply, 400, protocol::encode_detail("X-Request-Id " + request.request_id +
+                                                 " was already used with a different body"));
+    return;
+  }
+  std::vector<Page> pages(kept.pages.size());
+  std::transform(kept.pages.begin(), kept.pages.end(), pages.begin(),
+                 [](std::uint32_t p) { return p == 0xFFFFFFFFu ? kNoPage : Page{p}; });
+  set_json(reply, kept.status,
+           protocol::encode_allocate_response(decoded.value().rank, decoded.value().keys, pages));
+}
+
+// Ids are echoed in answers and logs: visible ASCII only, so nothing raw is ever echoed.
+constexpr std::size_t kMaxRequestIdBytes = 128;
+bool valid_request_id(std::string_view id) noexcept {
+  return id.size() <= kMaxRequestIdBytes &&
+         std::all_of(id.begin(), id.end(), [](char c) { return c > 0x20 && c < 0x7f; });
+}
+
+// The most pages an allocate body can ask for: every key is a pair of strings, at least `["",""]`.
+constexpr std::size_t kSmallestKeyPair = 7;
 
 void set_method_not_allowed(Reply& reply, std::string_view allow) {
   set_json(reply, 405, protocol::encode_detail("Method Not Allowed"));
@@ -41,7 +78,9 @@ Router::Router(const ServerOptions& options, MetadataState& state, Metrics& metr
     : options_(options),
       service_(state),
       metrics_(metrics),
-      dedup_(DedupCache::Options{options.dedup_capacity, options.dedup_ttl}) {}
+      dedup_(DedupCache::Options{options.dedup_max_bytes, options.dedup_ttl, {}}) {
+  if (dedup_.enabled()) dedup_header_ = "x-request-id-dedup: " + std::to_string(dedup_.window().count()) + "\r\n";
+}
 
 bool Router::serve_server_route(const Request& request, std::string_view path, Exchange& exchange) {
   auto& reply = exchange.reply;
@@ -57,7 +96,7 @@ bool Router::serve_server_route(const Request& request, std::string_view path, E
         if (request.method != "GET") break;
         reply.status = 200;
         reply.content_type = "text/plain; version=0.0.4; charset=utf-8";
-        reply.body = metrics_.render(service_.state(), dedup_.hits(), dedup_.size());
+        reply.body = metrics_.render(service_.state(), dedup_.stats());
         reply.location.clear();
         reply.allow.clear();
         return true;
@@ -132,18 +171,22 @@ Router::Next Router::step(const Request& request, Exchange& exchange) {
   }
 
   if (!exchange.dedup_done) {
-    if (route_info(exchange.target.route).deduplicated && !request.request_id.empty()) {
-      auto acquired = dedup_.acquire(static_cast<int>(exchange.target.route), request.request_id, request.body);
+    const Dedup kept = route_info(exchange.target.route).dedup;
+    const bool deduplicated = kept != Dedup::none && dedup_.enabled() && !request.request_id.empty();
+    if (deduplicated && !valid_request_id(request.request_id)) {
+      set_json(reply, 400,
+               protocol::encode_detail("X-Request-Id must be at most " + std::to_string(kMaxRequestIdBytes) +
+                                       " visible ASCII characters"));
+      exchange.has_reply = true;
+    } else if (deduplicated) {
+      auto acquired = dedup_.acquire(static_cast<int>(exchange.target.route), request.request_id, request.body,
+                                     kept == Dedup::pages ? request.body.size() / kSmallestKeyPair : 0);
       switch (acquired.kind) {
         case DedupCache::Kind::owner:
           exchange.claim = std::move(acquired.claim);
           break;
         case DedupCache::Kind::hit:
-          reply.status = acquired.answer.status;
-          reply.content_type = std::move(acquired.answer.content_type);
-          reply.body = std::move(acquired.answer.body);
-          reply.location.clear();
-          reply.allow.clear();
+          answer_again(request, route_info(exchange.target.route).dedup, acquired.answer, reply);
           exchange.has_reply = true;
           break;
         case DedupCache::Kind::conflict:
@@ -155,6 +198,16 @@ Router::Next Router::step(const Request& request, Exchange& exchange) {
         case DedupCache::Kind::wait:
           exchange.wait_entry = std::move(acquired.entry);
           return Next::wait;
+        case DedupCache::Kind::full: {
+          const auto seconds = (acquired.retry_after.count() + 999) / 1000;
+          set_json(reply, 503,
+                   protocol::encode_detail("Request-id deduplication is full: every kept answer is inside its " +
+                                           std::to_string(dedup_.window().count()) +
+                                           " ms window; nothing was applied, retry later"));
+          reply.retry_after = std::to_string(seconds);
+          exchange.has_reply = true;
+          break;
+        }
       }
     }
     exchange.dedup_done = true;
@@ -168,7 +221,7 @@ Router::Next Router::step(const Request& request, Exchange& exchange) {
 
   if (!exchange.has_reply) {
     auto answer = service_.handle(exchange.target, request.body);
-    if (exchange.claim) exchange.claim.complete(answer.status, answer.content_type, answer.body);
+    if (exchange.claim) exchange.claim.complete(answer.status, answer.pages);
     if (exchange.target.route == Route::clear && answer.status >= 200 && answer.status < 300) dedup_.clear();
     reply.status = answer.status;
     reply.content_type = std::move(answer.content_type);

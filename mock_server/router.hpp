@@ -24,6 +24,7 @@ struct Reply {
   std::string body;
   std::string location;  // absolute, for 307
   std::string allow;     // for 405
+  std::string retry_after;  // seconds, for a 503 of the server's own limits
 };
 
 // The progress of one request through the router; reused from one request to the next.
@@ -46,6 +47,7 @@ struct Exchange {
     action = {};
     claim.reset();
     wait_entry.reset();
+    reply.retry_after.clear();
   }
 };
 
@@ -66,6 +68,9 @@ class Router {
 
   DedupCache& dedup() noexcept { return dedup_; }
   Metrics& metrics() noexcept { return metrics_; }
+  // The header line every answer carries while request-id deduplication is on (the window in ms),
+  // else empty.
+  const std::string& dedup_header() const noexcept { return dedup_header_; }
 
  private:
   bool serve_server_route(const Request& request, std::string_view path, Exchange& exchange);
@@ -75,6 +80,7 @@ class Router {
   Service service_;
   Metrics& metrics_;
   DedupCache dedup_;
+  std::string dedup_header_;
   FaultInjector faults_;
   std::string default_host_;
 };

@@ -295,7 +295,12 @@ class Session : public std::enable_shared_from_this<Session> {
       header_ += "\r\n";
     }
     if (status == 401) header_ += "www-authenticate: Bearer\r\n";  // RFC 6750
-    header_ += "x-request-id-dedup: 1\r\n";
+    if (!reply.retry_after.empty()) {
+      header_ += "retry-after: ";
+      header_ += reply.retry_after;
+      header_ += "\r\n";
+    }
+    header_ += router_.dedup_header();
     if (!keep_open_) header_ += "connection: close\r\n";
     header_ += "\r\n";
 

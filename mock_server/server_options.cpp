@@ -46,10 +46,13 @@ void define(CLI::App& app, ServerOptions& o) {
   app.add_option("--max-body-bytes", o.max_body_bytes, "larger request bodies get 413")
       ->capture_default_str()
       ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 32));
-  app.add_option("--dedup-capacity", o.dedup_capacity, "X-Request-Id answers kept")
+  app.add_option("--dedup-max-bytes", o.dedup_max_bytes,
+                 "memory for X-Request-Id answers; when it is full of answers inside their window, new ids "
+                 "get 503; 0 turns deduplication (and the X-Request-Id-Dedup header) off")
       ->capture_default_str()
-      ->check(CLI::Range(std::size_t{0}, std::size_t{1} << 30));
-  milliseconds(app, "--dedup-ttl-ms", o.dedup_ttl, "how long an X-Request-Id answer is kept");
+      ->check(CLI::Range(std::size_t{0}, std::size_t{1} << 40));
+  milliseconds(app, "--dedup-ttl-ms", o.dedup_ttl,
+               "the window: how long an X-Request-Id answer is kept (advertised as X-Request-Id-Dedup)");
   milliseconds(app, "--idle-timeout-ms", o.idle_timeout,
                "a connection that does not complete a request within this time is closed");
   app.add_option_function<std::string>(

@@ -18,7 +18,7 @@ struct ServerOptions {
   std::int64_t max_ranks = 1024;
   std::int64_t max_total_pages = std::int64_t{1} << 28;
   std::size_t max_body_bytes = std::size_t{16} << 20;
-  std::size_t dedup_capacity = 10000;
+  std::size_t dedup_max_bytes = std::size_t{256} << 20;  // 0: no request-id deduplication
   std::chrono::milliseconds dedup_ttl{60000};
   std::chrono::milliseconds idle_timeout{30000};
   // Non-empty: every route but /healthz needs `Authorization: Bearer <auth_token>` (--auth-token-file).

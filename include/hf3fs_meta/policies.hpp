@@ -64,7 +64,9 @@ class ExponentialBackoffPolicy final : public BackoffPolicy {
 struct RepeatQuery {
   Operation operation = Operation::raw;
   bool has_releases = false;  // confirm_write with pages_to_release
-  bool server_dedups = false; // the server answered X-Request-Id-Dedup: 1
+  // The server declared request-id deduplication (X-Request-Id-Dedup: <window ms>) and the call's
+  // first attempt was sent less than that window ago, so a repeat gets the first one's answer.
+  bool server_dedups = false;
 };
 class IdempotencyPolicy {
  public:
@@ -75,7 +77,8 @@ class IdempotencyPolicy {
 
 // Default: the route table's Repeat column (routes.hpp): initialize, batch_exists, get_locations and
 // confirm_write without releases are safe; allocate only with `repeat_allocate` or a deduplicating
-// server; clear, raw and a releasing confirm_write never.
+// server (inside its window); a releasing confirm_write only with a deduplicating server (inside its
+// window); clear and raw never.
 class DefaultIdempotencyPolicy final : public IdempotencyPolicy {
  public:
   explicit DefaultIdempotencyPolicy(bool repeat_allocate = false) : repeat_allocate_(repeat_allocate) {}

@@ -32,9 +32,18 @@ enum class Route : std::uint8_t {
 // (DESIGN.md, "Retries"): DefaultIdempotencyPolicy reads it.
 enum class Repeat : std::uint8_t {
   always,            // reads, and setting what is already set
-  without_releases,  // released pages may belong to another key by the time a repeat arrives
+  without_releases,  // released pages may belong to another key by the time a repeat arrives (unless
+                     // the server knows the request id and answers the repeat without applying it)
   if_deduplicated,   // a repeat would apply twice, unless the server knows the request id (or the policy allows it)
   never,             // could undo what others did since the first attempt
+};
+
+// What the reference server keeps of a 2xx answer to answer a repeated X-Request-Id again without
+// applying it (mock_server/dedup_cache.hpp): never the rendered answer, which may weigh megabytes.
+enum class Dedup : std::uint8_t {
+  none,    // not deduplicated: every request is applied
+  status,  // the status alone (the answer has no body)
+  pages,   // the status and a page per key of the request (the keys come from the repeat's own body)
 };
 
 // How a 500 says that the request's rank is not initialized (vLLM's wording differs by endpoint).
@@ -56,7 +65,7 @@ struct RouteInfo {
   std::string_view failure_prefix{};  // vLLM's prefix of this endpoint's 500 details, e.g. "Allocation failed"
   errc failure_code = errc::server_error;  // what a 500 with that prefix means
   MissingRank missing_rank = MissingRank::plain;
-  bool deduplicated = false;  // the reference server applies it once per X-Request-Id
+  Dedup dedup = Dedup::none;  // the reference server applies it once per X-Request-Id, keeping this
   Repeat repeat = Repeat::never;
 
   constexpr bool is_endpoint() const noexcept { return name.starts_with('/'); }
@@ -75,7 +84,7 @@ inline constexpr RouteInfo kRoutes[] = {
      .failure_prefix = "Allocation failed",
      .failure_code = errc::allocation_failed,
      .missing_rank = MissingRank::prefixed,
-     .deduplicated = true,
+     .dedup = Dedup::pages,
      .repeat = Repeat::if_deduplicated},
     {.route = Route::confirm_write,
      .name = "/keys/confirm_write",
@@ -84,7 +93,7 @@ inline constexpr RouteInfo kRoutes[] = {
      .failure_prefix = "Confirmation failed",
      .failure_code = errc::confirmation_failed,
      .missing_rank = MissingRank::key_error,
-     .deduplicated = true,
+     .dedup = Dedup::status,
      .repeat = Repeat::without_releases},
     {.route = Route::batch_exists,
      .name = "/keys/batch_exists",

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "hf3fs_meta/routes.hpp"
 #include "hf3fs_meta/state.hpp"
@@ -19,6 +20,9 @@ struct ServiceAnswer {
   std::string body;
   std::string location;  // 307: the target to redirect to, as a path (the server makes it absolute)
   std::string allow;     // 405: the Allow header ("POST")
+  // batch_allocate answered 200: its pages, in request order. What request-id deduplication keeps
+  // to answer a repeat (routes.hpp, Dedup::pages), rather than the rendered body.
+  std::vector<Page> pages;
 };
 
 // A request's target routed as Starlette routes it (percent-decoded path; 405 for another method;

@@ -237,7 +237,9 @@ struct Client::Impl {
   std::shared_ptr<Sleeper> sleeper;
   std::shared_ptr<ClientObserver> observer;
   RetryBudget budget;
-  std::atomic<bool> server_dedups{false};  // sticky: any answer with X-Request-Id-Dedup: 1
+  // The window the server last declared (X-Request-Id-Dedup: <ms>), 0 while none: an ambiguous
+  // allocate may be repeated only while its first attempt is younger than this.
+  std::atomic<std::int64_t> dedup_window_ms{0};
   std::uint64_t id_prefix = 0;
   std::atomic<std::uint64_t> id_counter{0};
 
@@ -385,7 +387,8 @@ struct Client::Impl {
     const int max_attempts = retry->max_attempts();
     const nanoseconds connect = options.connect_timeout;
     const nanoseconds total = options.request_timeout;
-    bool dedup = server_dedups.load(std::memory_order_relaxed);
+    std::int64_t window_ms = dedup_window_ms.load(std::memory_order_relaxed);
+    std::optional<TimePoint> first_sent;
     bool reinitialized = false;
     int attempts = 0;
     int retries = 0;
@@ -413,6 +416,7 @@ struct Client::Impl {
                                      std::chrono::duration_cast<milliseconds>(std::min<nanoseconds>(total, left))};
       const std::uint64_t epoch = reinit_epoch.load(std::memory_order_acquire);
 
+      if (!first_sent) first_sent = now;
       TransportResult answer = transport->post(request, timeouts);
 
       Error e;
@@ -420,9 +424,13 @@ struct Client::Impl {
       e.request_id = request_id;
       if (answer) {
         HttpResponse& response = answer.value();
-        if (auto h = response.header("X-Request-Id-Dedup"); h && *h == "1") {
-          dedup = true;
-          if (!server_dedups.load(std::memory_order_relaxed)) server_dedups.store(true, std::memory_order_relaxed);
+        if (auto h = response.header("X-Request-Id-Dedup")) {
+          std::int64_t ms = 0;
+          const auto [end, ec] = std::from_chars(h->data(), h->data() + h->size(), ms);
+          window_ms = ec == std::errc() && end == h->data() + h->size() && ms > 0 ? ms : 0;
+          if (dedup_window_ms.load(std::memory_order_relaxed) != window_ms) {
+            dedup_window_ms.store(window_ms, std::memory_order_relaxed);
+          }
         }
         if (response.status >= 200 && response.status < 300) {
           budget.on_success();
@@ -498,6 +506,11 @@ struct Client::Impl {
       if (!unapplied && !ambiguous) return give_up(std::move(e));
 
       const bool budget_left = budget.on_failure();
+      // The server keeps the first attempt's answer for window_ms from when it answered, which is
+      // after the first attempt was sent: a repeat that arrives within the window from the send
+      // finds it (measured with the longest backoff the repeat may wait first).
+      const bool dedup = window_ms > 0 && clock->now() + backoff->delay(retries + 1, 1.0) - *first_sent <
+                                              milliseconds(window_ms);
       if (ambiguous && !unapplied &&
           !idempotency->safe_to_repeat(RepeatQuery{s.operation, s.has_releases, dedup})) {
         e.stop_reason = "not safe to repeat " + std::string(to_string(s.operation)) + " after " +

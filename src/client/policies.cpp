@@ -47,7 +47,7 @@ bool DefaultIdempotencyPolicy::safe_to_repeat(const RepeatQuery& query) const {
   if (!route) return false;  // raw: unknown semantics
   switch (route->repeat) {
     case Repeat::always: return true;
-    case Repeat::without_releases: return !query.has_releases;
+    case Repeat::without_releases: return !query.has_releases || query.server_dedups;
     case Repeat::if_deduplicated: return repeat_allocate_ || query.server_dedups;
     case Repeat::never: return false;
   }

@@ -250,7 +250,9 @@ ServiceAnswer Service::handle(const RoutedTarget& target, std::string_view body)
       const auto& r = request.value();
       auto pages = state_.allocate(r.rank, r.keys);
       if (!pages) return state_error_answer(route, r.rank, pages.error());
-      return json_answer(200, protocol::encode_allocate_response(r.rank, r.keys, pages.value()));
+      ServiceAnswer a = json_answer(200, protocol::encode_allocate_response(r.rank, r.keys, pages.value()));
+      a.pages = std::move(pages).value();
+      return a;
     }
 
     case Route::confirm_write: {

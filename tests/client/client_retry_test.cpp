@@ -198,7 +198,7 @@ INSTANTIATE_TEST_SUITE_P(Failures, ClientAmbiguousTest, ::testing::ValuesIn(kAmb
 TEST_F(ClientRetryTest, AllocateRepeatedWhenServerDeclaredDedupEarlier) {
   auto client = make_client();
   // Any earlier answer carrying the header makes the client trust the server from then on.
-  transport->then(http_answer(200, R"({"exists":[false]})", "application/json", {{"X-Request-Id-Dedup", "1"}}));
+  transport->then(http_answer(200, R"({"exists":[false]})", "application/json", {{"X-Request-Id-Dedup", "60000"}}));
   ASSERT_TRUE(client->batch_exists({"k"}));
   transport->then(transport_failure(errc::timeout, true));
   transport->then(ok_allocate());
@@ -209,7 +209,7 @@ TEST_F(ClientRetryTest, AllocateRepeatedWhenServerDeclaredDedupEarlier) {
 
 TEST_F(ClientRetryTest, AllocateRepeatedWhenThisCallsEarlierAttemptDeclaredDedup) {
   auto client = make_client();
-  transport->then(http_answer(503, R"({"detail":"busy"})", "application/json", {{"x-request-id-dedup", "1"}}));
+  transport->then(http_answer(503, R"({"detail":"busy"})", "application/json", {{"x-request-id-dedup", "60000"}}));
   transport->then(transport_failure(errc::timeout, true));
   transport->then(ok_allocate());
   auto r = client->allocate(3, std::vector<std::string>{"k"});
@@ -217,7 +217,50 @@ TEST_F(ClientRetryTest, AllocateRepeatedWhenThisCallsEarlierAttemptDeclaredDedup
   EXPECT_EQ(transport->count(kAllocate), 3u);
 }
 
-TEST_F(ClientRetryTest, DedupHeaderOtherThanOneIsNotTrusted) {
+// The header names the window (ms) in which the server keeps an answer: an ambiguous allocate is
+// repeated only if the repeat reaches it within the window from the first attempt's send.
+TEST_F(ClientRetryTest, AllocateIsRepeatedOnlyInsideTheAdvertisedWindow) {
+  ClientOptions options;
+  options.backoff_policy = std::make_shared<FixedBackoff>(std::chrono::milliseconds(10));
+  auto client = make_client(options);
+  transport->then(http_answer(200, R"({"exists":[false]})", "application/json", {{"X-Request-Id-Dedup", "1000"}}));
+  ASSERT_TRUE(client->batch_exists({"k"}));
+  // Inside: the first attempt took 900 ms, the repeat leaves 10 ms later.
+  transport->then([this](const HttpRequest&, const AttemptTimeouts&) -> TransportResult {
+    clock->advance(std::chrono::milliseconds(900));
+    return TransportResult(transport_failure(errc::timeout, true));
+  });
+  transport->then(ok_allocate());
+  ASSERT_TRUE(client->allocate(3, std::vector<std::string>{"k"}));
+  // Outside: 990 ms + 10 ms of backoff reaches the end of the window.
+  transport->then([this](const HttpRequest&, const AttemptTimeouts&) -> TransportResult {
+    clock->advance(std::chrono::milliseconds(990));
+    return TransportResult(transport_failure(errc::timeout, true));
+  });
+  auto r = client->allocate(3, std::vector<std::string>{"k"});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().stop_reason, "not safe to repeat allocate after timeout (request sent)");
+  EXPECT_EQ(transport->count(kAllocate), 3u);
+}
+
+// DESIGN.md's table: a releasing confirm_write is not safe to repeat, unless the server declared
+// deduplication (its repeat is answered from the first, never applied twice).
+TEST_F(ClientRetryTest, ReleasingConfirmIsRepeatedOnlyAgainstADeduplicatingServer) {
+  auto client = make_client();
+  transport->then(transport_failure(errc::timeout, true));
+  auto refused = client->confirm_write(3, {{"k", 1}}, {2});
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().stop_reason, "not safe to repeat confirm_write after timeout (request sent)");
+  transport->then(http_answer(200, R"({"exists":[false]})", "application/json", {{"X-Request-Id-Dedup", "60000"}}));
+  ASSERT_TRUE(client->batch_exists({"k"}));
+  transport->then(transport_failure(errc::timeout, true));
+  transport->then(http_answer(204, ""));
+  auto repeated = client->confirm_write(3, {{"k", 1}}, {2});
+  ASSERT_TRUE(repeated) << repeated.error().message();
+  EXPECT_EQ(transport->count(kConfirm), 3u);
+}
+
+TEST_F(ClientRetryTest, DedupHeaderThatIsNotAPositiveWindowIsNotTrusted) {
   auto client = make_client();
   transport->then(http_answer(503, R"({"detail":"busy"})", "application/json", {{"X-Request-Id-Dedup", "0"}}));
   transport->then(transport_failure(errc::timeout, true));

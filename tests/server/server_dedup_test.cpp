@@ -25,7 +25,8 @@ TEST_F(ServerDedupTest, RepeatGetsTheSameAnswerWithoutApplyingAgain) {
   EXPECT_EQ(repeat.status, 200);
   EXPECT_EQ(repeat.body, first.body);
   EXPECT_EQ(repeat.header("content-type"), first.header("content-type"));
-  EXPECT_THAT(repeat.header("x-request-id-dedup"), Optional(std::string("1")));
+  // The header names the window in which a repeat gets the same answer.
+  EXPECT_THAT(repeat.header("x-request-id-dedup"), Optional(std::string("60000")));
   // Only one page was taken: the next key gets page 1.
   EXPECT_EQ(allocate(0, "k2").body, allocate_answer(0, "k2", 1));
   EXPECT_THAT(metric("hf3fs_meta_request_id_cache_hits_total"), Optional(std::string("1")));
@@ -155,25 +156,99 @@ TEST_F(ServerDedupTest, ConcurrentRepeatsOfOneIdApplyOnce) {
   EXPECT_THAT(metric("hf3fs_meta_request_id_cache_hits_total"), Optional(std::to_string(kClients - 1)));
 }
 
-class ServerDedupBoundsTest : public ServerTestBase {
- protected:
-  ServerDedupBoundsTest() : ServerTestBase({"--threads", "2", "--dedup-capacity", "1", "--dedup-ttl-ms", "200"}) {}
-};
-
-TEST_F(ServerDedupBoundsTest, TheOldestAnswerIsDroppedBeyondTheCapacity) {
+TEST_F(ServerDedupTest, IdsMustBeShortVisibleAscii) {
   initialize(0, 10);
-  ASSERT_EQ(allocate(0, "a", {{"X-Request-Id", "A"}}).body, allocate_answer(0, "a", 0));
-  ASSERT_EQ(allocate(0, "b", {{"X-Request-Id", "B"}}).body, allocate_answer(0, "b", 1));
-  // B is kept, A was dropped: A is applied again.
-  EXPECT_EQ(allocate(0, "b", {{"X-Request-Id", "B"}}).body, allocate_answer(0, "b", 1));
-  EXPECT_EQ(allocate(0, "a", {{"X-Request-Id", "A"}}).body, allocate_answer(0, "a", 2));
+  const std::string expected = R"({"detail":"X-Request-Id must be at most 128 visible ASCII characters"})";
+  auto too_long = allocate(0, "k1", id(std::string(129, 'x')));
+  EXPECT_EQ(too_long.status, 400);
+  EXPECT_EQ(too_long.body, expected);
+  // Raw bytes are never echoed: the answer stays valid JSON (and valid UTF-8).
+  auto raw = allocate(0, "k1", id("caf\xe9\xff\"x"));
+  EXPECT_EQ(raw.status, 400);
+  EXPECT_EQ(raw.body, expected);
+  auto confirm = post("/keys/confirm_write", R"({"rank":0,"confirmations":[]})", id("tab\tinside"));
+  EXPECT_EQ(confirm.status, 400);
+  // Nothing was applied: the first page is still free.
+  EXPECT_EQ(allocate(0, "k1", id(std::string(128, 'x'))).body, allocate_answer(0, "k1", 0));
+  // A reused id is echoed in the 400, and only ever as the visible ASCII it is.
+  auto reused = allocate(0, "k2", id(std::string(128, 'x')));
+  EXPECT_EQ(reused.status, 400);
+  EXPECT_EQ(reused.body, R"({"detail":"X-Request-Id )" + std::string(128, 'x') +
+                             R"( was already used with a different body"})");
 }
 
-TEST_F(ServerDedupBoundsTest, AnswersExpireAfterTheTtl) {
+// The attack of the issue: allocates of many long keys with unique ids. What the cache keeps is
+// the pages (4 bytes each) and a small entry, never the rendered answer; measured by the server's
+// own accounting.
+TEST_F(ServerDedupTest, KeptAnswersWeighTheirPagesNotTheirKeys) {
+  initialize(0, 100000);
+  constexpr int kRequests = 4;
+  constexpr int kKeys = 10000;
+  for (int r = 0; r < kRequests; ++r) {
+    std::string body = R"({"rank":0,"keys":[)";
+    for (int k = 0; k < kKeys; ++k) {
+      if (k) body += ',';
+      std::string key = std::to_string(r) + "-" + std::to_string(k) + "-";
+      key.resize(1500, 'k');
+      body += "[\"" + key + "\",\"\"]";
+    }
+    body += "]}";
+    auto answer = post("/keys/batch_allocate", body, id("big-" + std::to_string(r)));
+    ASSERT_EQ(answer.status, 200);
+    ASSERT_GT(answer.body.size(), std::size_t{kKeys} * 1500);
+  }
+  const auto bytes = std::stoull(metric("hf3fs_meta_request_id_cache_bytes").value_or("0"));
+  EXPECT_GE(bytes, std::uint64_t{kRequests} * kKeys * 4);
+  EXPECT_LE(bytes, std::uint64_t{kRequests} * (kKeys * 4 + 1024));
+  EXPECT_THAT(metric("hf3fs_meta_request_id_cache_entries"), Optional(std::to_string(kRequests)));
+}
+
+class ServerDedupBoundsTest : public ServerTestBase {
+ protected:
+  // Room for three one-key allocate answers (each entry weighs about 256 bytes plus its id, and
+  // reserves a page per 7 body bytes until answered).
+  ServerDedupBoundsTest()
+      : ServerTestBase({"--threads", "2", "--dedup-max-bytes", "1000", "--dedup-ttl-ms", "2000"}) {}
+};
+
+TEST_F(ServerDedupBoundsTest, AFullBudgetRefusesNewIdsWith503AndForgetsNoPromise) {
   initialize(0, 10);
-  ASSERT_EQ(allocate(0, "a", {{"X-Request-Id", "A"}}).body, allocate_answer(0, "a", 0));
-  std::this_thread::sleep_for(std::chrono::milliseconds(400));
-  EXPECT_EQ(allocate(0, "a", {{"X-Request-Id", "A"}}).body, allocate_answer(0, "a", 1));
+  for (const char* name : {"A", "B", "C"}) {
+    auto r = allocate(0, name, {{"X-Request-Id", name}});
+    ASSERT_EQ(r.status, 200);
+    EXPECT_THAT(r.header("x-request-id-dedup"), Optional(std::string("2000")));
+  }
+  auto refused = allocate(0, "d", {{"X-Request-Id", "D"}});
+  EXPECT_EQ(refused.status, 503);
+  EXPECT_EQ(refused.body,
+            R"({"detail":"Request-id deduplication is full: every kept answer is inside its 2000 ms window; nothing )"
+            R"(was applied, retry later"})");
+  // Until the oldest answer leaves its window (--dedup-ttl-ms 2000): the window the server keeps.
+  ASSERT_TRUE(refused.header("retry-after"));
+  EXPECT_GE(std::stoi(*refused.header("retry-after")), 1);
+  EXPECT_LE(std::stoi(*refused.header("retry-after")), 2);
+  EXPECT_THAT(metric("hf3fs_meta_request_id_cache_refused_total"), Optional(std::string("1")));
+  EXPECT_LE(std::stoull(metric("hf3fs_meta_request_id_cache_bytes").value_or("0")), 1000u);
+  // Nothing applied for D, and every promise kept: A, B, C still get their pages.
+  EXPECT_EQ(allocate(0, "A", {{"X-Request-Id", "A"}}).body, allocate_answer(0, "A", 0));
+  EXPECT_EQ(allocate(0, "C", {{"X-Request-Id", "C"}}).body, allocate_answer(0, "C", 2));
+  // Without an id there is nothing to promise: applied.
+  EXPECT_EQ(allocate(0, "e").body, allocate_answer(0, "e", 3));
+}
+
+class ServerNoDedupTest : public ServerTestBase {
+ protected:
+  ServerNoDedupTest() : ServerTestBase({"--threads", "2", "--dedup-max-bytes", "0"}) {}
+};
+
+TEST_F(ServerNoDedupTest, ZeroBytesTurnsDeduplicationAndItsHeaderOff) {
+  initialize(0, 10);
+  auto first = allocate(0, "k", {{"X-Request-Id", "same"}});
+  EXPECT_EQ(first.body, allocate_answer(0, "k", 0));
+  EXPECT_FALSE(first.header("x-request-id-dedup"));
+  auto second = allocate(0, "k", {{"X-Request-Id", "same"}});
+  EXPECT_EQ(second.body, allocate_answer(0, "k", 1));  // applied again, as the missing header says
+  EXPECT_FALSE(get("/healthz").header("x-request-id-dedup"));
 }
 
 }  // namespace

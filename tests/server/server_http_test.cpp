@@ -23,7 +23,7 @@ void expect_json(const RawResponse& r, int status, std::string_view body) {
   EXPECT_EQ(r.body, body);
   EXPECT_THAT(r.header("content-type"), Optional(std::string("application/json")));
   EXPECT_THAT(r.header("content-length"), Optional(std::to_string(body.size())));
-  EXPECT_THAT(r.header("x-request-id-dedup"), Optional(std::string("1")));
+  EXPECT_THAT(r.header("x-request-id-dedup"), Optional(std::string("60000")));
 }
 
 TEST_F(ServerHttpTest, PrintsTheStartupLineWithTheChosenPort) {
@@ -52,7 +52,7 @@ TEST_F(ServerHttpTest, ProtocolRoundTripThroughService) {
   EXPECT_EQ(confirm.body, "");
   EXPECT_FALSE(confirm.header("content-type"));
   EXPECT_FALSE(confirm.header("content-length"));
-  EXPECT_THAT(confirm.header("x-request-id-dedup"), Optional(std::string("1")));
+  EXPECT_THAT(confirm.header("x-request-id-dedup"), Optional(std::string("60000")));
   expect_json(post("/keys/batch_exists", R"({"keys":["k1","k2"]})"), 200, R"({"exists":[true,false]})");
   expect_json(post("/keys/get_locations", R"({"rank":0,"keys":["k1","k2"]})"), 200, R"({"locations":[0,null]})");
   // Page 1 went to the back of the pool, so the next key gets page 2.
