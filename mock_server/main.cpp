@@ -56,8 +56,9 @@ int main(int argc, char** argv) {
     std::thread signal_thread([&] { signal_context.run(); });
 
     const char* scheme = options.tls_cert.empty() ? "http" : "https";
-    std::fprintf(stderr, "hf3fs-meta-server: listening on %s://%s (threads %u, max pages %lld%s%s)\n",
-                 scheme, address.c_str(), threads, static_cast<long long>(options.max_pages),
+    std::fprintf(stderr,
+                 "hf3fs-meta-server: listening on %s://%s (threads %u, max pages %lld, max connections %zu%s%s)\n",
+                 scheme, address.c_str(), threads, static_cast<long long>(options.max_pages), server.max_connections(),
                  options.auth_token.empty() ? "" : ", bearer token required",
                  options.enable_fault_injection ? ", fault injection on" : "");
     std::printf("listening on %s://%s\n", scheme, address.c_str());

@@ -102,6 +102,24 @@ std::string Metrics::render(const MetadataState& state, const DedupCache::Stats&
   out += "# HELP hf3fs_meta_request_id_cache_refused_total Requests answered 503: every kept answer inside its window.\n"
          "# TYPE hf3fs_meta_request_id_cache_refused_total counter\n";
   append(out, "hf3fs_meta_request_id_cache_refused_total %llu\n", static_cast<unsigned long long>(dedup.refused));
+  const auto gauge = [&](const char* name, const char* type, const char* help, const std::atomic<std::uint64_t>& v) {
+    append(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    append(out, "%s %llu\n", name, static_cast<unsigned long long>(v.load(std::memory_order_relaxed)));
+  };
+  gauge("hf3fs_meta_body_bytes_in_flight", "gauge",
+        "Request body bytes received and not yet answered (--max-inflight-body-bytes bounds it).",
+        limits.body_bytes_in_flight);
+  gauge("hf3fs_meta_body_budget_refused_total", "counter", "Requests answered 503: the body budget was full.",
+        limits.body_refused);
+  gauge("hf3fs_meta_connections", "gauge", "Connections open (--max-connections bounds it).", limits.connections);
+  gauge("hf3fs_meta_connections_evicted_total", "counter",
+        "Idle connections closed to admit a new one at --max-connections.", limits.connections_evicted);
+  gauge("hf3fs_meta_connections_refused_total", "counter",
+        "New connections closed at --max-connections because none was idle.", limits.connections_refused);
+  gauge("hf3fs_meta_accept_failures_total", "counter", "accept() failures (out of descriptors...), survived.",
+        limits.accept_failures);
+  gauge("hf3fs_meta_session_failures_total", "counter", "Exceptions that closed one connection, never the server.",
+        limits.session_failures);
   return out;
 }
 

@@ -56,6 +56,18 @@ class RouteLabel {
   std::size_t index_;
 };
 
+// The server's own accounting of its limits (README, "Limits"), read by /metrics; written by the
+// network side.
+struct LimitCounters {
+  std::atomic<std::uint64_t> body_bytes_in_flight{0};  // request bodies received, not yet answered
+  std::atomic<std::uint64_t> body_refused{0};          // requests answered 503 for the body budget
+  std::atomic<std::uint64_t> connections{0};           // open now
+  std::atomic<std::uint64_t> connections_evicted{0};   // idle ones closed to admit a new one
+  std::atomic<std::uint64_t> connections_refused{0};   // new ones closed: none was idle to make room
+  std::atomic<std::uint64_t> accept_failures{0};       // accept() errors (EMFILE...), each survived
+  std::atomic<std::uint64_t> session_failures{0};      // exceptions that closed one connection
+};
+
 class Metrics {
  public:
   explicit Metrics(std::size_t shards);
@@ -64,6 +76,8 @@ class Metrics {
   void record(std::size_t shard, RouteLabel route, int status, std::chrono::nanoseconds latency) noexcept;
 
   std::string render(const MetadataState& state, const DedupCache::Stats& dedup) const;
+
+  LimitCounters limits;
 
  private:
   static constexpr std::array<double, 15> kBuckets = {0.00005, 0.0001, 0.00025, 0.0005, 0.001,

@@ -4,9 +4,12 @@
 // and the body.
 #pragma once
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <string>
 
+#include <boost/asio/error.hpp>
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/basic_parser.hpp>
 #include <boost/beast/http/error.hpp>
@@ -39,9 +42,35 @@ struct Request {
   }
 };
 
+// Request body bytes held by all connections together, bounded: bytes are taken as they arrive
+// (never by the declared Content-Length, which costs nothing to send) and given back once answered.
+class BodyBudget {
+ public:
+  BodyBudget(std::atomic<std::uint64_t>& in_flight, std::uint64_t limit) : in_flight_(in_flight), limit_(limit) {}
+  bool take(std::uint64_t n) noexcept {
+    std::uint64_t held = in_flight_.load(std::memory_order_relaxed);
+    do {
+      if (n > limit_ - std::min(held, limit_)) return false;
+    } while (!in_flight_.compare_exchange_weak(held, held + n, std::memory_order_relaxed));
+    return true;
+  }
+  void give_back(std::uint64_t n) noexcept { in_flight_.fetch_sub(n, std::memory_order_relaxed); }
+
+ private:
+  std::atomic<std::uint64_t>& in_flight_;
+  std::uint64_t limit_;
+};
+
 class RequestParser final : public boost::beast::http::basic_parser<true> {
  public:
-  explicit RequestParser(Request& request) : request_(request) { request_.reset(); }
+  // `held` counts the bytes this connection took from `budget`; the connection gives them back.
+  RequestParser(Request& request, BodyBudget& budget, std::uint64_t& held)
+      : request_(request), budget_(budget), held_(held) {
+    request_.reset();
+  }
+
+  // The parse stopped because the body would go beyond the budget (answer 503).
+  bool over_budget() const noexcept { return over_budget_; }
 
  private:
   using error_code = boost::beast::error_code;
@@ -82,20 +111,25 @@ class RequestParser final : public boost::beast::http::basic_parser<true> {
 
   void on_header_impl(error_code& /*ec*/) override {}
 
-  void on_body_init_impl(boost::optional<std::uint64_t> const& content_length,
+  void on_body_init_impl(boost::optional<std::uint64_t> const& /*content_length*/,
                          error_code& /*ec*/) override {
-    // The parser has already checked the length against the body limit.
-    if (content_length) request_.body.reserve(static_cast<std::size_t>(*content_length));
+    // Nothing is reserved for the declared length: 200 connections declaring 16 MB and sending one
+    // byte must not cost 3 GB. The body grows as it arrives, within the budget.
   }
 
-  std::size_t on_body_impl(string_view body, error_code& /*ec*/) override {
-    request_.body.append(body.data(), body.size());
-    return body.size();
-  }
+  std::size_t on_body_impl(string_view body, error_code& ec) override { return append(body, ec); }
 
   void on_chunk_header_impl(std::uint64_t, string_view, error_code&) override {}
 
-  std::size_t on_chunk_body_impl(std::uint64_t, string_view body, error_code& /*ec*/) override {
+  std::size_t on_chunk_body_impl(std::uint64_t, string_view body, error_code& ec) override { return append(body, ec); }
+
+  std::size_t append(string_view body, error_code& ec) {
+    if (!budget_.take(body.size())) {
+      over_budget_ = true;
+      ec = boost::asio::error::no_buffer_space;
+      return 0;
+    }
+    held_ += body.size();
     request_.body.append(body.data(), body.size());
     return body.size();
   }
@@ -103,6 +137,9 @@ class RequestParser final : public boost::beast::http::basic_parser<true> {
   void on_finish_impl(error_code& /*ec*/) override {}
 
   Request& request_;
+  BodyBudget& budget_;
+  std::uint64_t& held_;
+  bool over_budget_ = false;
 };
 
 }  // namespace hf3fs_meta::server

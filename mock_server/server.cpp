@@ -1,10 +1,17 @@
 #include "server.hpp"
 
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <array>
+#include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <exception>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -35,7 +42,15 @@ namespace {
 
 constexpr std::uint32_t kHeaderLimit = 64 * 1024;
 constexpr std::size_t kReadChunk = 64 * 1024;
-constexpr std::size_t kKeepCapacity = 1024 * 1024;
+// Buffers above this are freed after each answer: idle connections must not pin what their largest
+// request needed (the body budget counts bodies only while they are held).
+constexpr std::size_t kKeepCapacity = 64 * 1024;
+// A session's idle_since_ while the server is working on its request: never evicted then.
+constexpr std::int64_t kWorking = std::numeric_limits<std::int64_t>::max();
+
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
 // After answering with `connection: close`, unread input is drained for at most this long, so that
 // closing does not reset the connection before the client has read the answer.
 constexpr auto kLingerLimit = std::chrono::seconds(2);
@@ -70,19 +85,33 @@ class Worker {
   std::atomic<std::uint64_t> served{0};
 };
 
+// What every session shares: the router, the options, and the accounting of the server's limits.
+struct SessionContext {
+  Router& router;
+  const ServerOptions& options;
+  const std::atomic<bool>& stopping;
+  BodyBudget& body_budget;
+  LimitCounters& limits;
+  asio::ssl::context* tls;  // null: plain HTTP
+};
+
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(Worker& worker, Router& router, const ServerOptions& options, const std::atomic<bool>& stopping,
-          tcp::socket socket, asio::ssl::context* tls)
+  Session(Worker& worker, SessionContext& context, tcp::socket socket)
       : worker_(worker),
-        router_(router),
-        options_(options),
-        stopping_(stopping),
-        socket_(std::move(socket), tls),
+        context_(context),
+        router_(context.router),
+        options_(context.options),
+        stopping_(context.stopping),
+        socket_(std::move(socket), context.tls),
         idle_timer_(socket_.get_executor()),
-        delay_timer_(socket_.get_executor()) {}
+        delay_timer_(socket_.get_executor()) {
+    context_.limits.connections.fetch_add(1, std::memory_order_relaxed);
+  }
 
   ~Session() {
+    context_.body_budget.give_back(std::exchange(body_held_, 0));
+    context_.limits.connections.fetch_sub(1, std::memory_order_relaxed);
     std::lock_guard lock(worker_.mutex);
     worker_.sessions.erase(this);
   }
@@ -92,14 +121,18 @@ class Session : public std::enable_shared_from_this<Session> {
       std::lock_guard lock(worker_.mutex);
       worker_.sessions.emplace(this, weak_from_this());
     }
-    if (stopping_.load()) return close();
-    error_code ec;
-    socket_.set_option(tcp::no_delay(true), ec);
-    deadline_ = Clock::now() + options_.idle_timeout;
-    arm_timer();  // also bounds the TLS handshake
-    socket_.async_handshake([self = shared_from_this()](error_code ec) {
-      if (ec) return self->close();
-      self->parse();
+    guarded([&] {
+      if (stopping_.load()) return close();
+      error_code ec;
+      socket_.set_option(tcp::no_delay(true), ec);
+      deadline_ = Clock::now() + options_.idle_timeout;
+      arm_timer();  // also bounds the TLS handshake
+      socket_.async_handshake([self = shared_from_this()](error_code ec) {
+        self->guarded([&] {
+          if (ec) return self->close();
+          self->parse();
+        });
+      });
     });
   }
 
@@ -108,10 +141,49 @@ class Session : public std::enable_shared_from_this<Session> {
     if (!in_request_ && !busy_ && !writing_) close();
   }
 
+  // Since when the connection has been idle (steady clock, ns; a connection that never sent a byte
+  // is idle since it was accepted), or kWorking. Read by the acceptor on another thread.
+  std::int64_t idle_since() const noexcept { return idle_since_.load(std::memory_order_relaxed); }
+  // Claims the connection for eviction; false if another accept claimed it already.
+  bool claim_for_eviction() noexcept { return !evicting_.exchange(true, std::memory_order_relaxed); }
+  bool evicting() const noexcept { return evicting_.load(std::memory_order_relaxed); }
+  tcp::socket::executor_type executor() { return socket_.get_executor(); }
+  // On the session's own thread: closes it unless the server started working on a request since.
+  void evict() {
+    if (closed_ || busy_ || writing_ || idle_since() == kWorking) {
+      evicting_.store(false, std::memory_order_relaxed);  // busy again since the scan: a candidate later
+      return;
+    }
+    context_.limits.connections_evicted.fetch_add(1, std::memory_order_relaxed);
+    if (options_.log_requests) std::fprintf(stderr, "idle connection closed to admit a new one\n");
+    close();
+  }
+
  private:
+  // Runs one handler's work: an exception (out of memory, a bug) closes this connection and is
+  // logged; it never reaches the io_context, which would stop the server.
+  template <class F>
+  void guarded(F&& work) noexcept {
+    try {
+      work();
+    } catch (const std::exception& e) {
+      fail_session(e.what());
+    } catch (...) {
+      fail_session("unknown exception");
+    }
+  }
+  void fail_session(const char* what) noexcept {
+    context_.limits.session_failures.fetch_add(1, std::memory_order_relaxed);
+    std::fprintf(stderr, "hf3fs-meta-server: connection closed after an error: %s\n", what);
+    close();
+  }
+
+  void mark_idle() noexcept { idle_since_.store(now_ns(), std::memory_order_relaxed); }
+  void mark_working() noexcept { idle_since_.store(kWorking, std::memory_order_relaxed); }
+
   void arm_timer() {
     idle_timer_.expires_at(deadline_);
-    idle_timer_.async_wait([self = shared_from_this()](error_code ec) { self->on_timer(ec); });
+    idle_timer_.async_wait([self = shared_from_this()](error_code ec) { self->guarded([&] { self->on_timer(ec); }); });
   }
 
   // The deadline moves without touching the timer; the timer catches up when it fires.
@@ -128,12 +200,15 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void do_read() {
     socket_.async_read_some(buffer_.prepare(kReadChunk),
-                            [self = shared_from_this()](error_code ec, std::size_t n) { self->on_read(ec, n); });
+                            [self = shared_from_this()](error_code ec, std::size_t n) {
+                              self->guarded([&] { self->on_read(ec, n); });
+                            });
   }
 
   void on_read(error_code ec, std::size_t n) {
     if (ec) return close();
     buffer_.commit(n);
+    if (!busy_ && !writing_) mark_idle();  // a byte arrived: idle time counts from the last one
     if (!in_request_) {
       in_request_ = true;
       deadline_ = Clock::now() + options_.idle_timeout;
@@ -149,7 +224,7 @@ class Session : public std::enable_shared_from_this<Session> {
         return do_read();
       }
       if (!parser_) {
-        parser_.emplace(request_);
+        parser_.emplace(request_, context_.body_budget, body_held_);
         parser_->eager(true);
         parser_->header_limit(kHeaderLimit);
         parser_->body_limit(options_.max_body_bytes);
@@ -172,15 +247,19 @@ class Session : public std::enable_shared_from_this<Session> {
     static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
     asio::async_write(socket_, asio::buffer(kContinue.data(), kContinue.size()),
                       [self = shared_from_this()](error_code ec, std::size_t) {
-                        if (ec) return self->close();
-                        self->parse();
+                        self->guarded([&] {
+                          if (ec) return self->close();
+                          self->parse();
+                        });
                       });
   }
 
   // A request Beast could not parse, or a body over the limit: answer, then close, since the rest
   // of the input cannot be framed.
   void fail_request(error_code ec) {
+    const bool over_budget = parser_ && parser_->over_budget();
     parser_.reset();
+    mark_working();
     started_ = Clock::now();
     exchange_.reset();
     exchange_.label = ServerRoute::bad_request;
@@ -191,6 +270,14 @@ class Session : public std::enable_shared_from_this<Session> {
       reply.status = 413;
       reply.content_type = "application/json";
       reply.body = protocol::encode_detail("Request body too large");
+    } else if (over_budget) {
+      context_.limits.body_refused.fetch_add(1, std::memory_order_relaxed);
+      reply.status = 503;
+      reply.content_type = "application/json";
+      reply.body = protocol::encode_detail("Server busy: request bodies in flight are at their limit of " +
+                                           std::to_string(options_.max_inflight_body_bytes) +
+                                           " bytes; nothing was applied, retry later");
+      reply.retry_after = "1";
     } else {
       reply.status = 400;
       reply.content_type = "text/plain; charset=utf-8";
@@ -202,6 +289,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void on_request() {
+    mark_working();
     started_ = Clock::now();
     request_.keep_alive = parser_->keep_alive();
     parser_.reset();
@@ -240,17 +328,21 @@ class Session : public std::enable_shared_from_this<Session> {
         busy_ = true;
         delay_timer_.expires_after(exchange_.action.delay);
         delay_timer_.async_wait([self = shared_from_this()](error_code ec) {
-          self->busy_ = false;
-          if (ec || self->closed_) return;
-          self->advance();
+          self->guarded([&] {
+            self->busy_ = false;
+            if (ec || self->closed_) return;
+            self->advance();
+          });
         });
         return;
       case Router::Next::wait:
         busy_ = true;
         router_.dedup().wait(exchange_.wait_entry, [self = shared_from_this()] {
           asio::post(self->socket_.get_executor(), [self] {
-            self->busy_ = false;
-            if (!self->closed_) self->advance();
+            self->guarded([&] {
+              self->busy_ = false;
+              if (!self->closed_) self->advance();
+            });
           });
         });
         return;
@@ -308,9 +400,12 @@ class Session : public std::enable_shared_from_this<Session> {
     std::array<asio::const_buffer, 2> buffers{asio::buffer(header_),
                                               send_body ? asio::buffer(reply.body) : asio::const_buffer()};
     writing_ = true;
+    // Idle from now on once written: stamped here, before the client can have the answer and send
+    // anything else, so that the order of idleness is the order in which the answers left.
+    answered_at_ = now_ns();
     deadline_ = now + options_.idle_timeout;
     asio::async_write(socket_, buffers, [self = shared_from_this()](error_code ec, std::size_t) {
-      self->on_write(ec);
+      self->guarded([&] { self->on_write(ec); });
     });
   }
 
@@ -319,8 +414,12 @@ class Session : public std::enable_shared_from_this<Session> {
     exchange_.reset();
     if (ec) return close();
     worker_.served.fetch_add(1, std::memory_order_relaxed);
-    // One huge request must not pin its memory for the rest of a keep-alive connection.
+    // Answered: its body no longer counts against the budget, nor pins memory for the rest of a
+    // keep-alive connection.
+    context_.body_budget.give_back(std::exchange(body_held_, 0));
+    request_.body.clear();
     if (request_.body.capacity() > kKeepCapacity) std::string().swap(request_.body);
+    idle_since_.store(answered_at_, std::memory_order_relaxed);
     if (exchange_.reply.body.capacity() > kKeepCapacity) std::string().swap(exchange_.reply.body);
     if (!keep_open_ || stopping_.load()) return linger();
     in_request_ = buffer_.size() > 0;
@@ -343,8 +442,10 @@ class Session : public std::enable_shared_from_this<Session> {
   void drain() {
     buffer_.clear();
     socket_.async_read_some(buffer_.prepare(kReadChunk), [self = shared_from_this()](error_code ec, std::size_t) {
-      if (ec) return self->close();
-      self->drain();
+      self->guarded([&] {
+        if (ec) return self->close();
+        self->drain();
+      });
     });
   }
 
@@ -358,6 +459,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   Worker& worker_;
+  SessionContext& context_;
   Router& router_;
   const ServerOptions& options_;
   const std::atomic<bool>& stopping_;
@@ -378,9 +480,42 @@ class Session : public std::enable_shared_from_this<Session> {
   bool keep_open_ = true;
   bool lingering_ = false;
   bool closed_ = false;
+  std::uint64_t body_held_ = 0;  // bytes of request_.body taken from the body budget
+  std::int64_t answered_at_ = 0;  // when the last answer was handed to the socket (steady clock, ns)
+  std::atomic<std::int64_t> idle_since_{now_ns()};
+  std::atomic<bool> evicting_{false};
 };
 
-Server::Server(const ServerOptions& options, Router& router) : options_(options), router_(router) {
+std::size_t effective_max_connections(std::size_t requested, std::uint64_t open_files) noexcept {
+  const std::uint64_t room = open_files > 2 * kReservedDescriptors ? open_files - kReservedDescriptors
+                                                                   : open_files / 2;
+  return static_cast<std::size_t>(std::max<std::uint64_t>(1, std::min<std::uint64_t>(requested, room)));
+}
+
+namespace {
+
+// Raises the soft descriptor limit to the hard one (as nginx's worker_rlimit_nofile does) and
+// returns it.
+std::uint64_t open_files_limit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return 1024;
+  if (limit.rlim_cur < limit.rlim_max) {
+    rlimit raised = limit;
+    raised.rlim_cur = std::min<rlim_t>(limit.rlim_max, rlim_t{1} << 20);
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
+  }
+  return limit.rlim_cur == RLIM_INFINITY ? std::uint64_t{1} << 20 : static_cast<std::uint64_t>(limit.rlim_cur);
+}
+
+}  // namespace
+
+Server::Server(const ServerOptions& options, Router& router)
+    : options_(options),
+      router_(router),
+      body_budget_(router.metrics().limits.body_bytes_in_flight, options.max_inflight_body_bytes),
+      context_(std::make_unique<SessionContext>(
+          SessionContext{router, options, stopping_, body_budget_, router.metrics().limits, nullptr})),
+      max_connections_(effective_max_connections(options.max_connections, open_files_limit())) {
   if (!options.tls_cert.empty()) {
     // TLS 1.2 and 1.3 only; OpenSSL's default ciphers. Throws if a file cannot be read or the key
     // does not match the certificate.
@@ -389,13 +524,17 @@ Server::Server(const ServerOptions& options, Router& router) : options_(options)
                       asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 | asio::ssl::context::no_tlsv1_1);
     tls_->use_certificate_chain_file(options.tls_cert);
     tls_->use_private_key_file(options.tls_key, asio::ssl::context::pem);
+    context_->tls = tls_.get();
   }
   const unsigned threads = options.threads ? options.threads : std::max(1u, std::thread::hardware_concurrency());
   for (unsigned i = 0; i < threads; ++i) workers_.push_back(std::make_unique<Worker>(i));
   (void)status_lines();
+  spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 
-Server::~Server() = default;
+Server::~Server() {
+  if (spare_fd_ >= 0) ::close(spare_fd_);
+}
 
 tcp::endpoint Server::listen() {
   auto& ioc = workers_.front()->ioc;
@@ -417,19 +556,78 @@ void Server::do_accept() {
   next_worker_ = (next_worker_ + 1) % workers_.size();
   acceptor_->async_accept(worker.ioc, [this, &worker](error_code ec, tcp::socket socket) {
     if (stopping_.load() || ec == asio::error::operation_aborted) return;
-    if (ec) {
-      std::fprintf(stderr, "hf3fs-meta-server: accept failed: %s\n", ec.message().c_str());
-      // Out of descriptors: give connections time to close instead of spinning.
-      auto timer = std::make_shared<asio::steady_timer>(acceptor_->get_executor(), std::chrono::milliseconds(50));
-      timer->async_wait([this, timer](error_code) {
-        if (!stopping_.load()) do_accept();
-      });
-      return;
+    try {
+      if (ec == asio::error::no_descriptors || ec.value() == ENFILE) {
+        on_out_of_descriptors(worker);
+      } else if (ec) {
+        router_.metrics().limits.accept_failures.fetch_add(1, std::memory_order_relaxed);
+        std::fprintf(stderr, "hf3fs-meta-server: accept failed: %s\n", ec.message().c_str());
+      } else {
+        admit(worker, std::move(socket));
+      }
+    } catch (const std::exception& e) {
+      // Out of memory for one connection: it is dropped (its socket closes), the listener goes on.
+      router_.metrics().limits.accept_failures.fetch_add(1, std::memory_order_relaxed);
+      std::fprintf(stderr, "hf3fs-meta-server: accepting a connection failed: %s\n", e.what());
     }
-    auto session = std::make_shared<Session>(worker, router_, options_, stopping_, std::move(socket), tls_.get());
-    asio::post(worker.ioc, [session] { session->start(); });
     do_accept();
   });
+}
+
+void Server::admit(Worker& worker, tcp::socket socket) {
+  if (spare_fd_ < 0) spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);  // given up earlier: take it back
+  auto& limits = router_.metrics().limits;
+  if (limits.connections.load(std::memory_order_relaxed) >= max_connections_ && !evict_longest_idle()) {
+    // Every connection is in the middle of a request: the newcomer is the one turned away.
+    limits.connections_refused.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  auto session = std::make_shared<Session>(worker, *context_, std::move(socket));
+  asio::post(worker.ioc, [session] { session->start(); });
+}
+
+// accept() failed for want of a descriptor (other files, or a limit lowered under us): the client
+// is still waiting in the backlog. Free the spare to take it, and close the longest-idle connection
+// so that the spare can be taken back at the next accept.
+void Server::on_out_of_descriptors(Worker& worker) {
+  router_.metrics().limits.accept_failures.fetch_add(1, std::memory_order_relaxed);
+  evict_longest_idle();
+  if (spare_fd_ >= 0) {
+    ::close(std::exchange(spare_fd_, -1));
+    const int fd = ::accept4(acceptor_->native_handle(), nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd >= 0) {
+      tcp::socket socket(worker.ioc);
+      error_code ec;
+      socket.assign(acceptor_->local_endpoint().protocol(), fd, ec);
+      if (ec) {
+        ::close(fd);
+      } else {
+        admit(worker, std::move(socket));
+      }
+    }
+  }
+}
+
+bool Server::evict_longest_idle() {
+  // The scan holds each worker's lock in turn; only a weak reference leaves it, so that no session
+  // is destroyed (which takes that lock) while it is held.
+  std::weak_ptr<Session> candidate;
+  std::int64_t oldest = kWorking;
+  for (auto& worker : workers_) {
+    std::lock_guard lock(worker->mutex);
+    for (auto& [raw, weak] : worker->sessions) {
+      const std::int64_t since = raw->idle_since();
+      if (since < oldest && !raw->evicting()) {
+        candidate = weak;
+        oldest = since;
+      }
+    }
+  }
+  auto victim = candidate.lock();
+  if (!victim || !victim->claim_for_eviction()) return false;
+  auto executor = victim->executor();
+  asio::post(executor, [victim = std::move(victim)] { victim->evict(); });
+  return true;
 }
 
 void Server::run() {

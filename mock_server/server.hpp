@@ -13,12 +13,19 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl/context.hpp>
 
+#include "request_parser.hpp"
 #include "router.hpp"
 #include "server_options.hpp"
 
 namespace hf3fs_meta::server {
 
 class Worker;
+struct SessionContext;
+
+// The connection limit actually applied: --max-connections, kept below the descriptor limit
+// (`open_files`) minus what the server itself needs (listener, event loops, spare, files).
+std::size_t effective_max_connections(std::size_t requested, std::uint64_t open_files) noexcept;
+inline constexpr std::uint64_t kReservedDescriptors = 64;
 
 class Server {
  public:
@@ -37,9 +44,13 @@ class Server {
   void stop();
 
   std::uint64_t requests_served() const noexcept;
+  std::size_t max_connections() const noexcept { return max_connections_; }
 
  private:
   void do_accept();
+  void admit(Worker& worker, boost::asio::ip::tcp::socket socket);
+  void on_out_of_descriptors(Worker& worker);
+  bool evict_longest_idle();
 
   const ServerOptions& options_;
   Router& router_;
@@ -48,6 +59,12 @@ class Server {
   std::unique_ptr<boost::asio::ip::tcp::acceptor> acceptor_;
   std::size_t next_worker_ = 0;
   std::atomic<bool> stopping_{false};
+  BodyBudget body_budget_;
+  std::unique_ptr<SessionContext> context_;
+  std::size_t max_connections_ = 0;
+  // Kept open so that, out of descriptors, one can be freed to accept (and serve) a waiting client
+  // instead of leaving it in the backlog while accept fails in a loop.
+  int spare_fd_ = -1;
 };
 
 }  // namespace hf3fs_meta::server

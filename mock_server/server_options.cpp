@@ -46,6 +46,16 @@ void define(CLI::App& app, ServerOptions& o) {
   app.add_option("--max-body-bytes", o.max_body_bytes, "larger request bodies get 413")
       ->capture_default_str()
       ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 32));
+  app.add_option("--max-inflight-body-bytes", o.max_inflight_body_bytes,
+                 "request body bytes held at once by all connections, counted as they arrive; a body that "
+                 "would go beyond gets 503")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 40));
+  app.add_option("--max-connections", o.max_connections,
+                 "connections open at once; at the limit the longest-idle one is closed to admit a new one "
+                 "(always kept below the descriptor limit minus 64)")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 24));
   app.add_option("--dedup-max-bytes", o.dedup_max_bytes,
                  "memory for X-Request-Id answers; when it is full of answers inside their window, new ids "
                  "get 503; 0 turns deduplication (and the X-Request-Id-Dedup header) off")

@@ -18,6 +18,8 @@ struct ServerOptions {
   std::int64_t max_ranks = 1024;
   std::int64_t max_total_pages = std::int64_t{1} << 28;
   std::size_t max_body_bytes = std::size_t{16} << 20;
+  std::size_t max_inflight_body_bytes = std::size_t{256} << 20;  // all connections together
+  std::size_t max_connections = 4096;  // also kept below the process's descriptor limit
   std::size_t dedup_max_bytes = std::size_t{256} << 20;  // 0: no request-id deduplication
   std::chrono::milliseconds dedup_ttl{60000};
   std::chrono::milliseconds idle_timeout{30000};

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -41,6 +42,11 @@ ServerProcess::ServerProcess(std::vector<std::string> extra_args) : extra_args_(
   start(0);
 }
 
+ServerProcess::ServerProcess(std::vector<std::string> extra_args, std::uint64_t open_files)
+    : extra_args_(std::move(extra_args)), open_files_(open_files) {
+  start(0);
+}
+
 ServerProcess::~ServerProcess() {
   if (running()) terminate();
 }
@@ -68,6 +74,10 @@ void ServerProcess::start(std::uint16_t port) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(126);
     dup2(fds[1], STDOUT_FILENO);
+    if (open_files_ > 0) {
+      const rlimit limit{open_files_, open_files_};
+      if (setrlimit(RLIMIT_NOFILE, &limit) != 0) _exit(125);
+    }
     execv(argv[0], argv.data());
     _exit(127);
   }

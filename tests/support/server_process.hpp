@@ -17,6 +17,8 @@ class ServerProcess {
  public:
   // Starts the server at once, with `--port 0 --host 127.0.0.1` followed by `extra_args`.
   explicit ServerProcess(std::vector<std::string> extra_args = {});
+  // The same, with the server's descriptor limit (RLIMIT_NOFILE, soft and hard) set to `open_files`.
+  ServerProcess(std::vector<std::string> extra_args, std::uint64_t open_files);
   ~ServerProcess();
   ServerProcess(const ServerProcess&) = delete;
   ServerProcess& operator=(const ServerProcess&) = delete;
@@ -48,6 +50,7 @@ class ServerProcess {
   int wait_for_exit(std::chrono::milliseconds timeout);
 
   std::vector<std::string> extra_args_;
+  std::uint64_t open_files_ = 0;  // 0: inherited
   pid_t pid_ = -1;
   std::uint16_t port_ = 0;
   std::string host_ = "127.0.0.1";
