@@ -2,9 +2,11 @@
 // as the server feeds it: the input arrives in pieces (the first byte sets the piece size) and
 // several requests may follow one another on a connection.
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <optional>
 #include <string_view>
+#include <utility>
 
 #include <boost/asio/buffer.hpp>
 
@@ -19,12 +21,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::string_view input = hf3fs_meta::fuzz::as_text(data + 1, size - 1);
 
   Request request;
+  // A budget as the server's, small enough that some inputs reach it (the parse then stops).
+  std::atomic<std::uint64_t> in_flight{0};
+  BodyBudget budget(in_flight, 1 << 15);
+  std::uint64_t held = 0;
   std::optional<RequestParser> parser;
   std::string pending;  // the connection's buffer: received, not yet parsed
   for (;;) {
     while (!pending.empty()) {
       if (!parser) {
-        parser.emplace(request);
+        parser.emplace(request, budget, held);
         parser->eager(true);
         parser->header_limit(4096);
         parser->body_limit(1 << 16);
@@ -37,6 +43,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       if (ec) return 0;  // the server answers 400 and closes
       if (parser->is_done()) {
         HF3FS_FUZZ_CHECK(!request.method.empty() && request.body.size() <= (1 << 16));
+        HF3FS_FUZZ_CHECK(held == request.body.size() && in_flight.load() == held);
+        budget.give_back(std::exchange(held, 0));  // answered, as the server does
         parser.reset();
       } else if (used == 0) {
         break;
