@@ -1,7 +1,8 @@
 // The SDK's answer decoders and its error classifier on arbitrary answers. The first byte sets how
 // many results the call expects (the allocate decoder is given keys "k0", "k1", ... as sent); the
 // rest is the body. Whatever a decoder accepts must be a JSON object holding exactly what it
-// returned, as RapidJSON reads it.
+// returned, as RapidJSON reads it; and each decoder must give the same outcome with its fast path
+// and without it (RapidJSON's SAX reader alone).
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -65,6 +66,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       return got[i] ? is_int64(&v, *got[i]) : v.IsNull();
     });
   }
+
+  check_fast_path_agrees([&] { return protocol::decode_allocate_response(body, sent); });
+  check_fast_path_agrees([&] { return protocol::decode_batch_exists_response(body, expected); });
+  check_fast_path_agrees([&] { return protocol::decode_get_locations_response(body, expected); });
 
   // Any non-2xx status with the body as given: always a server-side error class, never one the
   // client reserves for itself (refused before sending, transport failures).

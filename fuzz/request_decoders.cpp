@@ -1,7 +1,8 @@
 // The server's request decoders on arbitrary bodies, checked against RapidJSON's reading of the same
 // bytes: whatever a decoder accepts (by whichever path inside the codec) must be a JSON object whose
 // members, read as Python's json.loads would (the last of a repeated name), hold exactly what the
-// decoder returned. The reusable decoders must agree with the owning ones.
+// decoder returned. The reusable decoders must agree with the owning ones, and every decoder must
+// give the same outcome with its fast path and without it (RapidJSON's SAX reader alone).
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -107,5 +108,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                  [](std::string_view b) { return protocol::decode_batch_exists_request(b); });
   check_key_list(body, json, doc, &protocol::decode_get_locations_request,
                  [](std::string_view b) { return protocol::decode_get_locations_request(b); });
+  check_fast_path_agrees([&] { return protocol::decode_allocate_request(body); });
+  check_fast_path_agrees([&] { return protocol::decode_confirm_write_request(body); });
+  check_fast_path_agrees([&] { return protocol::decode_batch_exists_request(body); });
+  check_fast_path_agrees([&] { return protocol::decode_get_locations_request(body); });
   return 0;
 }

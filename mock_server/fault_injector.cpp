@@ -1,19 +1,15 @@
 #include "fault_injector.hpp"
 
-#include <rapidjson/document.h>
-#include <rapidjson/error/en.h>
-
 #include "hf3fs_meta/protocol.hpp"
+#include "internal/json.hpp"
 
 namespace hf3fs_meta::server {
 
 ParsedFaultRequest parse_fault_request(std::string_view body) {
   auto fail = [](std::string message) { return ParsedFaultRequest{std::nullopt, std::move(message)}; };
-  rapidjson::Document doc;
-  doc.Parse<rapidjson::kParseIterativeFlag>(body.data(), body.size());
-  if (doc.HasParseError()) {
-    return fail(std::string("fault rule is not JSON: ") + rapidjson::GetParseError_En(doc.GetParseError()));
-  }
+  internal::ParsedJson json;
+  if (!json.parse(body)) return fail("fault rule is not JSON: " + json.error_text());
+  const rapidjson::Value& doc = json.root();
   if (!doc.IsObject()) return fail("fault rule must be a JSON object");
 
   FaultRequest request;

@@ -91,13 +91,13 @@ Decoded<GetLocationsRequest> decode_get_locations_request(std::string_view body)
 
 // The same two requests decoded without a string per key, for the server's hot path (about 1,250
 // keys per exists call): each key is a view into the body when it has no escape, else into
-// `unescaped`. So the views live as long as both the body and this structure (until the next
-// decode into it). Reusing one structure per thread makes a decode allocate nothing in the steady
-// state. `rank` is 0 for batch_exists.
+// `buffer`, the copy of the body that the full parser reads in place. So the views live as long as
+// both the body and this structure (until the next decode into it). Reusing one structure per
+// thread makes a decode allocate nothing in the steady state. `rank` is 0 for batch_exists.
 struct KeyListRequest {
   Rank rank = 0;
   std::vector<std::string_view> keys;
-  std::string unescaped;  // the bytes of the keys that had escapes (the full parser's path)
+  std::string buffer;  // the full parser's copy of the body (a body with escapes, for one)
 };
 // nullopt on success (`out` filled), else the refusal, exactly as the owning decoders above.
 std::optional<DecodeError> decode_batch_exists_request(std::string_view body, KeyListRequest& out);

@@ -1,98 +1,36 @@
-// The codec's fast paths, for the shapes that carry whole batches (128 keys per allocate, about
-// 1,250 per exists):
-// - SizedWriter writes compact JSON into a std::string sized once up front (no append calls);
-// - AnswerCursor recognises the compact answers FastAPI and the reference server render. It never
-//   judges: when it meets anything else it gives up, and the caller parses with RapidJSON, which
-//   gives the result or the error message. So it may only accept what that parse accepts, with the
-//   same result.
+// JsonCursor: the codec's fast path, for the compact forms of the bodies that carry whole batches
+// (128 keys per allocate, about 1,250 per exists), as our client, vLLM's client, FastAPI and our
+// server write them. RapidJSON's SAX reader (object_reader.hpp) reads every message in full; alone,
+// it cost the server 17% (exists) and 12% (allocate) more CPU per request on bench/run's loads
+// (README, "Performance"), so the cursor goes first. It never judges: when it meets anything else it gives
+// up, and the caller reads the body with RapidJSON, which gives the result or the error message.
+// So it may only accept what RapidJSON accepts, with the same result: fuzz/request_decoders.cpp
+// and fuzz/answer_decoders.cpp compare the two on every input.
 #pragma once
 
 #include <charconv>
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
-#include <string>
 #include <string_view>
 
 #include "internal/json.hpp"
 
 namespace hf3fs_meta::internal {
 
-// Writes into a string resized once to a bound, then cut to what was written. The bound counts each
-// string as if it needed no escape (size + 2 quotes): string() grows the buffer for one that does.
-class SizedWriter {
- public:
-  SizedWriter(std::string& out, std::size_t bound) : out_(out) {
-    out_.resize(bound);
-    p_ = out_.data();
-  }
-  static constexpr std::size_t kIntBound = 20;  // "-9223372036854775808"
-  static std::size_t string_bound(std::string_view s) { return s.size() + 2; }
-
-  void raw(std::string_view s) {
-    std::memcpy(p_, s.data(), s.size());
-    p_ += s.size();
-  }
-  void ch(char c) { *p_++ = c; }
-  void integer(std::int64_t v) { p_ = std::to_chars(p_, p_ + kIntBound, v).ptr; }
-  void string(std::string_view s) {
-    if (is_clean(s, false)) {
-      *p_++ = '"';
-      raw(s);
-      *p_++ = '"';
-      return;
-    }
-    std::string escaped;
-    append_json_string(escaped, s);
-    const std::size_t offset = static_cast<std::size_t>(p_ - out_.data());
-    out_.resize(out_.size() + escaped.size() - string_bound(s));
-    p_ = out_.data() + offset;
-    raw(escaped);
-  }
-  void finish() {
-    // A bound that was too small has already written past the string's size: stop right here.
-    if (p_ > out_.data() + out_.size()) std::abort();
-    out_.resize(static_cast<std::size_t>(p_ - out_.data()));
-  }
-
- private:
-  std::string& out_;
-  char* p_;
-};
-
-// The first byte from `p` that is not printable ASCII other than '"' and '\\', or `end`.
-inline const char* scan_plain(const char* p, const char* end) {
-#if defined(__SSE2__)
-  const __m128i quote = _mm_set1_epi8('"');
-  const __m128i backslash = _mm_set1_epi8('\\');
-  const __m128i below_space = _mm_set1_epi8(0x1F);
-  const __m128i above_tilde = _mm_set1_epi8(0x7F);
-  for (; end - p >= 16; p += 16) {
-    const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    __m128i bad = _mm_or_si128(_mm_cmpeq_epi8(x, quote), _mm_cmpeq_epi8(x, backslash));
-    bad = _mm_or_si128(bad, _mm_cmpeq_epi8(_mm_min_epu8(x, below_space), x));
-    bad = _mm_or_si128(bad, _mm_cmpeq_epi8(_mm_max_epu8(x, above_tilde), x));
-    if (const int mask = _mm_movemask_epi8(bad)) return p + __builtin_ctz(static_cast<unsigned>(mask));
-  }
-#endif
-  for (; p < end; ++p) {
-    const auto c = static_cast<unsigned char>(*p);
-    if (c < 0x20 || c >= 0x7F || c == '"' || c == '\\') return p;
-  }
-  return end;
-}
-
-// True if `s` appears in JSON as its own bytes between quotes, and is valid JSON text that way.
-inline bool is_plain_ascii(std::string_view s) { return scan_plain(s.data(), s.data() + s.size()) == s.data() + s.size(); }
+// Whether the decoders on this thread try the fast path first: always, except in the differential
+// fuzz targets, which run each decoder with and without it and require the same outcome.
+bool& fast_path_enabled();
 
 // A recogniser for the common forms of the protocol's bodies: objects of known members, each at
-// most once, lists, 64-bit integers, booleans, null, and strings of printable ASCII without escapes.
+// most once, lists, 64-bit integers, booleans, null, and strings of ASCII without escapes.
 // Each method consumes what it recognises and returns true, or returns false (the caller then
 // falls back to RapidJSON).
 class JsonCursor {
  public:
-  explicit JsonCursor(std::string_view body) : p_(body.data()), end_(body.data() + body.size()) {}
+  // With the fast path off (fast_path_enabled()), a cursor sees no text, so it recognises nothing.
+  explicit JsonCursor(std::string_view body)
+      : p_(body.data()), end_(body.data() + (fast_path_enabled() ? body.size() : 0)) {}
 
   void ws() {
     while (p_ < end_ && (*p_ == ' ' || *p_ == '\n' || *p_ == '\r' || *p_ == '\t')) ++p_;
@@ -155,13 +93,14 @@ class JsonCursor {
     return false;
   }
 
-  // A string of printable ASCII without escapes; `out` points into the body.
+  // A string of ASCII without escapes (so valid UTF-8 as it stands); `out` points into the body.
   bool plain_string(std::string_view& out) {
     if (!lit('"')) return false;
-    const char* stop = scan_plain(p_, end_);
-    if (stop == end_ || *stop != '"') return false;
-    out = std::string_view(p_, static_cast<std::size_t>(stop - p_));
-    p_ = stop + 1;
+    const std::string_view rest(p_, static_cast<std::size_t>(end_ - p_));
+    const std::size_t length = clean_prefix<true>(rest);
+    if (length == rest.size() || rest[length] != '"') return false;
+    out = rest.substr(0, length);
+    p_ += length + 1;
     return true;
   }
 

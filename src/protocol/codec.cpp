@@ -1,12 +1,15 @@
 // The wire codec: request and response bodies <-> typed values.
 //
-// Encoders write compact JSON (no spaces) straight into a std::string. The server's answers must be
-// byte for byte what FastAPI's JSONResponse renders (json.dumps with separators (",", ":") and
-// ensure_ascii=False). Our client's requests use the same compact form; vLLM's own client sends
-// `{"rank": 3, "keys": [["k", ""]]}` with spaces and \u-escaped non-ASCII, and the server reads
-// both alike.
+// Encoders write compact JSON (no spaces) straight into a std::string (internal::JsonWriter). The
+// server's answers must be byte for byte what FastAPI's JSONResponse renders (json.dumps with
+// separators (",", ":") and ensure_ascii=False). Our client's requests use the same compact form;
+// vLLM's own client sends `{"rank": 3, "keys": [["k", ""]]}` with spaces and \u-escaped non-ASCII,
+// and the server reads both alike.
 //
-// Decoders parse with RapidJSON. The client's decoders check an answer against what was sent; the
+// Decoders parse with RapidJSON, one decoder per message: the batch messages with its SAX reader in
+// place (internal/object_reader.hpp), each decoder a sink; initialize and the error details, small
+// and nested, with its DOM. The batch messages first try the fast path (internal/compact_json.hpp),
+// which recognises their compact forms or gives up. The client's decoders check an answer against what was sent; the
 // server's strict decoders refuse what vLLM would take with a 500 or corrupt its state with, and
 // keep vLLM's exact 400 texts where vLLM has one (PROTOCOL.md, "Deliberate deviations").
 #include "hf3fs_meta/protocol.hpp"
@@ -17,10 +20,17 @@
 #include <string>
 #include <utility>
 
-#include "internal/field_text.hpp"
 #include "internal/compact_json.hpp"
+#include "internal/field_text.hpp"
 #include "internal/json.hpp"
-#include "internal/list_answer_reader.hpp"
+#include "internal/object_reader.hpp"
+
+namespace hf3fs_meta::internal {
+bool& fast_path_enabled() {
+  thread_local bool enabled = true;
+  return enabled;
+}
+}  // namespace hf3fs_meta::internal
 
 namespace hf3fs_meta::protocol {
 
@@ -29,10 +39,13 @@ using internal::append_json_string;
 using internal::find_member;
 using internal::indexed;
 using internal::IntCheck;
+using internal::JsonWriter;
 using internal::ParsedJson;
 using internal::read_int64;
+using internal::Scalar;
 using internal::string_of;
 using rapidjson::Value;
+using Kind = internal::Scalar::Kind;
 
 namespace {
 
@@ -45,56 +58,88 @@ constexpr std::string_view kInvalidInitialization = "Invalid initialization para
 
 DecodeError refuse(std::string message) { return DecodeError{std::move(message)}; }
 
-
-// "field: expected an integer" / "field: out of range for a 64-bit integer", or nullopt if fine.
-std::optional<DecodeError> check_int64(const Value& value, const std::string& field, std::int64_t& out) {
-  switch (read_int64(value, out)) {
-    case IntCheck::ok: return std::nullopt;
-    case IntCheck::out_of_range: return refuse(field + ": out of range for a 64-bit integer");
+// "field: expected an integer" / "field: out of range for a 64-bit integer", or "" if fine.
+std::string int64_error(IntCheck check, std::string field) {
+  switch (check) {
+    case IntCheck::ok: return {};
+    case IntCheck::out_of_range: return field + ": out of range for a 64-bit integer";
     case IntCheck::not_integer: break;
   }
-  return refuse(field + ": expected an integer");
+  return field + ": expected an integer";
 }
 
-// The request body as the server requires it: a JSON object.
+template <class V>
+std::optional<DecodeError> check_int64(const V& value, std::string field, std::int64_t& out) {
+  std::string error = int64_error(read_int64(value, out), std::move(field));
+  if (error.empty()) return std::nullopt;
+  return refuse(std::move(error));
+}
+
+// The request body as the server requires it: a JSON object (initialize's DOM decoder).
 std::optional<DecodeError> parse_object(ParsedJson& json, std::string_view body) {
   if (!json.parse(body)) return refuse("body: expected a JSON object (invalid JSON: " + json.error_text() + ")");
   if (!json.root().IsObject()) return refuse("body: expected a JSON object");
   return std::nullopt;
 }
 
-// The answer body as the client requires it.
-std::optional<DecodeError> parse_answer(ParsedJson& json, std::string_view body) {
-  if (!json.parse(body)) return refuse("answer: not JSON (" + json.error_text() + ")");
-  if (!json.root().IsObject()) return refuse("answer: expected a JSON object");
+// The same judgement of what read_object saw, for the SAX decoders.
+std::optional<DecodeError> object_error(const internal::ReadResult& read) {
+  if (!read.not_json.empty()) return refuse("body: expected a JSON object (invalid JSON: " + read.not_json + ")");
+  if (!read.object) return refuse("body: expected a JSON object");
   return std::nullopt;
 }
 
-// The parsed document dies with the call, so the keys are copied into `out.unescaped`, sized first
-// so that the views taken into it stay valid.
-std::optional<DecodeError> read_string_keys(const Value& keys, KeyListRequest& out) {
-  std::size_t bytes = 0;
-  for (rapidjson::SizeType i = 0; i < keys.Size(); ++i) {
-    if (!keys[i].IsString()) return refuse(indexed("keys", i) + ": expected a string");
-    bytes += keys[i].GetStringLength();
-  }
-  out.unescaped.reserve(bytes);
-  out.keys.reserve(keys.Size());
-  for (rapidjson::SizeType i = 0; i < keys.Size(); ++i) {
-    const std::size_t offset = out.unescaped.size();
-    out.unescaped += string_of(keys[i]);
-    out.keys.emplace_back(out.unescaped.data() + offset, out.unescaped.size() - offset);
-  }
-  return std::nullopt;
-}
+// ---- Pieces of the sinks (object_reader.hpp) ----
 
-// Shared by allocate and get_locations: vLLM's `rank is None or not isinstance(keys, list)` test,
-// then the rank's type.
-std::optional<DecodeError> read_rank_and_keys(const Value& root, Rank& rank, const Value*& keys) {
-  const Value* rank_value = find_member(root, "rank");
-  keys = find_member(root, "keys");
-  if (!rank_value || rank_value->IsNull() || (keys && !keys->IsArray())) return refuse(std::string(kNeedRankAndKeys));
-  return check_int64(*rank_value, "rank", rank);
+// The member of one name, as its last occurrence left it; for a list, the first bad element's
+// message (later elements are not looked at).
+struct Member {
+  bool present = false;
+  Scalar value;  // a list or an object only by its kind
+  std::string error;
+
+  void start(const Scalar& s) {
+    present = true;
+    value = s;
+    error.clear();
+  }
+  bool is_list() const { return present && value.kind == Kind::array; }
+  bool failed() const { return !error.empty(); }
+  void fail(std::string message) {
+    if (error.empty()) error = std::move(message);
+  }
+};
+
+// The values of one element of a list, for elements that are pairs.
+struct Pair {
+  Kind kind = Kind::null;
+  Scalar first;
+  Scalar second;
+
+  void start(const Scalar& s) {
+    kind = s.kind;
+    first = second = Scalar{};
+  }
+  void item(std::size_t position, const Scalar& s) {
+    if (position == 0) first = s;
+    if (position == 1) second = s;
+  }
+  bool is_pair(std::size_t count) const { return kind == Kind::array && count == 2; }
+};
+
+// A sink's defaults: no elements with values inside.
+struct SinkBase {
+  void item(int, std::size_t, std::size_t, const Scalar&) {}
+  void element_end(int, std::size_t, std::size_t) {}
+  void list_end(int, std::size_t) {}
+};
+
+template <std::size_t N>
+int index_of(const std::string_view (&names)[N], std::string_view name) {
+  for (std::size_t i = 0; i < N; ++i) {
+    if (names[i] == name) return static_cast<int>(i);
+  }
+  return -1;
 }
 
 }  // namespace
@@ -112,13 +157,12 @@ std::string encode_initialize_request(std::int64_t num_pages, Role role) {
 
 // The batch encoders size their output by a bound, then write it in one pass: these run once per
 // call on up to 1,250 keys.
-using internal::SizedWriter;
 
 std::string encode_allocate_request(Rank rank, std::span<const BlockKey> keys) {
-  std::size_t bound = sizeof R"({"rank":,"keys":[]})" + SizedWriter::kIntBound;
-  for (const auto& k : keys) bound += SizedWriter::string_bound(k.key) + SizedWriter::string_bound(k.prefix_key) + 4;
+  std::size_t bound = sizeof R"({"rank":,"keys":[]})" + JsonWriter::kIntBound;
+  for (const auto& k : keys) bound += JsonWriter::string_bound(k.key) + JsonWriter::string_bound(k.prefix_key) + 4;
   std::string out;
-  SizedWriter w(out, bound);
+  JsonWriter w(out, bound);
   w.raw("{\"rank\":");
   w.integer(rank);
   w.raw(",\"keys\":[");
@@ -137,11 +181,11 @@ std::string encode_allocate_request(Rank rank, std::span<const BlockKey> keys) {
 
 std::string encode_confirm_write_request(Rank rank, std::span<const Confirmation> confirmations,
                                          std::span<const Page> pages_to_release) {
-  std::size_t bound = sizeof R"({"rank":,"confirmations":[],"pages_to_release":[]})" + SizedWriter::kIntBound +
-                      pages_to_release.size() * (SizedWriter::kIntBound + 1);
-  for (const auto& c : confirmations) bound += SizedWriter::string_bound(c.key) + SizedWriter::kIntBound + 4;
+  std::size_t bound = sizeof R"({"rank":,"confirmations":[],"pages_to_release":[]})" + JsonWriter::kIntBound +
+                      pages_to_release.size() * (JsonWriter::kIntBound + 1);
+  for (const auto& c : confirmations) bound += JsonWriter::string_bound(c.key) + JsonWriter::kIntBound + 4;
   std::string out;
-  SizedWriter w(out, bound);
+  JsonWriter w(out, bound);
   w.raw("{\"rank\":");
   w.integer(rank);
   w.raw(",\"confirmations\":[");
@@ -166,11 +210,11 @@ std::string encode_confirm_write_request(Rank rank, std::span<const Confirmation
 namespace {
 std::size_t string_list_bound(std::span<const std::string> keys) {
   std::size_t bound = 2;
-  for (const auto& k : keys) bound += SizedWriter::string_bound(k) + 1;
+  for (const auto& k : keys) bound += JsonWriter::string_bound(k) + 1;
   return bound;
 }
 
-void write_string_list(SizedWriter& w, std::span<const std::string> keys) {
+void write_string_list(JsonWriter& w, std::span<const std::string> keys) {
   w.ch('[');
   for (std::size_t i = 0; i < keys.size(); ++i) {
     if (i) w.ch(',');
@@ -182,7 +226,7 @@ void write_string_list(SizedWriter& w, std::span<const std::string> keys) {
 
 std::string encode_batch_exists_request(std::span<const std::string> keys) {
   std::string out;
-  SizedWriter w(out, sizeof R"({"keys":})" + string_list_bound(keys));
+  JsonWriter w(out, sizeof R"({"keys":})" + string_list_bound(keys));
   w.raw("{\"keys\":");
   write_string_list(w, keys);
   w.ch('}');
@@ -192,7 +236,7 @@ std::string encode_batch_exists_request(std::span<const std::string> keys) {
 
 std::string encode_get_locations_request(Rank rank, std::span<const std::string> keys) {
   std::string out;
-  SizedWriter w(out, sizeof R"({"rank":,"keys":})" + SizedWriter::kIntBound + string_list_bound(keys));
+  JsonWriter w(out, sizeof R"({"rank":,"keys":})" + JsonWriter::kIntBound + string_list_bound(keys));
   w.raw("{\"rank\":");
   w.integer(rank);
   w.raw(",\"keys\":");
@@ -206,7 +250,8 @@ std::string encode_get_locations_request(Rank rank, std::span<const std::string>
 
 Decoded<std::string> decode_initialize_response(std::string_view body) {
   ParsedJson json;
-  if (auto error = parse_answer(json, body)) return std::move(*error);
+  if (!json.parse(body)) return refuse("answer: not JSON (" + json.error_text() + ")");
+  if (!json.root().IsObject()) return refuse("answer: expected a JSON object");
   const Value* message = find_member(json.root(), "message");
   if (!message) return refuse("message: missing from the answer");
   if (!message->IsString()) return refuse("message: expected a string");
@@ -215,92 +260,101 @@ Decoded<std::string> decode_initialize_response(std::string_view body) {
 
 namespace {
 
-using internal::ListAnswerReader;
-using internal::Scalar;
-
-// The first bad element's message is the one reported; later elements are not looked at.
-class FirstError {
- public:
-  void reset() { error_.reset(); }
-  bool failed() const { return error_.has_value(); }
-  void fail(std::string message) {
-    if (!error_) error_ = std::move(message);
+// A success answer {"<name>": [element, ...], ...}: the sinks of the list answers read its one
+// list member and skip the others (FastAPI's "rank").
+struct AnswerSink : SinkBase {
+  explicit AnswerSink(std::string_view list_name) : name(list_name) {}
+  int field(std::string_view member) const { return member == name ? 0 : -1; }
+  void value(int, const Scalar& s) {
+    list.start(s);
+    count = 0;
   }
-  std::optional<std::string> error() const { return error_; }
+  void list_end(int, std::size_t n) { count = n; }
 
- private:
-  std::optional<std::string> error_;
+  std::string_view name;
+  Member list;
+  std::size_t count = 0;
 };
+
+// Judged in this order: not JSON; not an object; the list missing; not a list; the wrong number
+// of entries; the first bad element.
+template <class Sink>
+std::optional<DecodeError> read_answer(std::string_view body, std::size_t expected, Sink& sink) {
+  internal::ScratchBuffer scratch;
+  const internal::ReadResult read = internal::read_object(body, scratch.get(), sink);
+  if (!read.not_json.empty()) return refuse("answer: not JSON (" + read.not_json + ")");
+  if (!read.object) return refuse("answer: expected a JSON object");
+  const std::string name(sink.name);
+  if (!sink.list.present) return refuse(name + ": missing from the answer");
+  if (!sink.list.is_list()) return refuse(name + ": expected a list");
+  if (sink.count != expected) {
+    return refuse(name + ": expected " + std::to_string(expected) + " entries (one per key sent), got " +
+                  std::to_string(sink.count));
+  }
+  if (sink.list.failed()) return refuse(sink.list.error);
+  return std::nullopt;
+}
 
 // results: [[key, page], ...], each key the one sent at that index, each page an integer >= -1.
-class AllocateSink : public FirstError {
+class AllocateAnswerSink : public AnswerSink {
  public:
-  AllocateSink(std::span<const BlockKey> sent, std::vector<Allocation>& out) : sent_(sent), out_(out) {}
-  void reset() {
-    FirstError::reset();
+  AllocateAnswerSink(std::span<const BlockKey> sent, std::vector<Allocation>& out)
+      : AnswerSink("results"), sent_(sent), out_(out) {}
+  void value(int f, const Scalar& s) {
+    AnswerSink::value(f, s);
     out_.clear();
   }
-  void element(std::size_t index, const Scalar&) { pair_error(index); }
-  void begin(std::size_t index, bool is_array) {
-    if (!is_array) pair_error(index);
-    key_ = Scalar{};
-    page_ = Scalar{};
+  void element(int, std::size_t index, const Scalar& s) {
+    pair_.start(s);
+    if (s.kind != Kind::array) pair_error(index);
   }
-  void item(std::size_t, std::size_t position, const Scalar& s) {
-    if (position == 0) key_ = s;
-    if (position == 1) page_ = s;
-  }
-  void end(std::size_t index, std::size_t count) {
-    if (failed() || index >= sent_.size()) return;  // the count is reported instead
-    if (count != 2 || key_.kind != Scalar::Kind::string) return pair_error(index);
-    if (key_.string != sent_[index].key) {
-      return fail(indexed("results", index) + ": key '" + std::string(key_.string) + "' was not sent at this position");
+  void item(int, std::size_t, std::size_t position, const Scalar& s) { pair_.item(position, s); }
+  void element_end(int, std::size_t index, std::size_t count) {
+    if (list.failed() || index >= sent_.size()) return;  // past the keys sent: the count is reported
+    if (!pair_.is_pair(count) || pair_.first.kind != Kind::string) return pair_error(index);
+    if (pair_.first.string != sent_[index].key) {
+      return list.fail(indexed("results", index) + ": key '" + std::string(pair_.first.string) +
+                       "' was not sent at this position");
     }
-    if (page_.kind != Scalar::Kind::integer || page_.integer < kNoPage) {
-      return fail(indexed("results", index) + ": page must be an integer >= -1");
+    if (pair_.second.kind != Kind::integer || pair_.second.integer < kNoPage) {
+      return list.fail(indexed("results", index) + ": page must be an integer >= -1");
     }
-    out_.push_back(Allocation{sent_[index].key, page_.integer});
+    out_.push_back(Allocation{sent_[index].key, pair_.second.integer});
   }
 
  private:
-  void pair_error(std::size_t index) { fail(indexed("results", index) + ": expected a [key, page] pair"); }
+  void pair_error(std::size_t index) { list.fail(indexed("results", index) + ": expected a [key, page] pair"); }
   std::span<const BlockKey> sent_;
   std::vector<Allocation>& out_;
-  Scalar key_;
-  Scalar page_;
+  Pair pair_;
 };
 
-class ExistsSink : public FirstError {
+class ExistsAnswerSink : public AnswerSink {
  public:
-  explicit ExistsSink(std::vector<bool>& out) : out_(out) {}
-  void reset() { FirstError::reset(); }
-  void element(std::size_t index, const Scalar& s) {
-    if (s.kind != Scalar::Kind::boolean) return fail(indexed("exists", index) + ": expected a boolean");
+  explicit ExistsAnswerSink(std::vector<bool>& out) : AnswerSink("exists"), out_(out) {}
+  void element(int, std::size_t index, const Scalar& s) {
+    if (s.kind != Kind::boolean) return list.fail(indexed("exists", index) + ": expected a boolean");
     if (index < out_.size()) out_[index] = s.boolean;
   }
-  void begin(std::size_t index, bool) { fail(indexed("exists", index) + ": expected a boolean"); }
-  void item(std::size_t, std::size_t, const Scalar&) {}
-  void end(std::size_t, std::size_t) {}
 
  private:
   std::vector<bool>& out_;
 };
 
-class LocationsSink : public FirstError {
+class LocationsAnswerSink : public AnswerSink {
  public:
-  explicit LocationsSink(std::vector<std::optional<Page>>& out) : out_(out) {}
-  void reset() { FirstError::reset(); }
-  void element(std::size_t index, const Scalar& s) {
-    if (s.kind == Scalar::Kind::null) {
-      if (index < out_.size()) out_[index].reset();
-      return;
+  explicit LocationsAnswerSink(std::vector<std::optional<Page>>& out) : AnswerSink("locations"), out_(out) {}
+  void element(int, std::size_t index, const Scalar& s) {
+    if (s.kind != Kind::null && s.kind != Kind::integer) {
+      return list.fail(indexed("locations", index) + ": expected an integer or null");
     }
-    if (s.kind != Scalar::Kind::integer) return fail(indexed("locations", index) + ": expected an integer or null");
-    if (index < out_.size()) out_[index] = s.integer;
+    if (index >= out_.size()) return;
+    if (s.kind == Kind::null) {
+      out_[index].reset();
+    } else {
+      out_[index] = s.integer;
+    }
   }
-  void begin(std::size_t index, bool) { fail(indexed("locations", index) + ": expected an integer or null"); }
-  void item(std::size_t, std::size_t, const Scalar&) {}
-  void end(std::size_t, std::size_t) {}
 
  private:
   std::vector<std::optional<Page>>& out_;
@@ -317,7 +371,7 @@ Decoded<std::vector<Allocation>> decode_allocate_response(std::string_view body,
         std::int64_t page = 0;
         if (!c.lit('[')) return false;
         c.ws();
-        if (!internal::is_plain_ascii(key) || !c.lit('"') || !c.lit(key) || !c.lit('"')) return false;
+        if (internal::clean_prefix<true>(key) != key.size() || !c.lit('"') || !c.lit(key) || !c.lit('"')) return false;
         c.ws();
         if (!c.lit(',')) return false;
         c.ws();
@@ -328,11 +382,8 @@ Decoded<std::vector<Allocation>> decode_allocate_response(std::string_view body,
         return true;
       });
   if (fast) return out;
-  out.clear();
-  AllocateSink sink(sent, out);
-  if (auto error = ListAnswerReader<AllocateSink>("results", sink).read(body, sent.size())) {
-    return refuse(std::move(*error));
-  }
+  AllocateAnswerSink sink(sent, out);
+  if (auto error = read_answer(body, sent.size(), sink)) return std::move(*error);
   return out;
 }
 
@@ -346,8 +397,8 @@ Decoded<std::vector<bool>> decode_batch_exists_response(std::string_view body, s
         return true;
       });
   if (fast) return out;
-  ExistsSink sink(out);
-  if (auto error = ListAnswerReader<ExistsSink>("exists", sink).read(body, expected)) return refuse(std::move(*error));
+  ExistsAnswerSink sink(out);
+  if (auto error = read_answer(body, expected, sink)) return std::move(*error);
   return out;
 }
 
@@ -366,20 +417,18 @@ Decoded<std::vector<std::optional<Page>>> decode_get_locations_response(std::str
         return true;
       });
   if (fast) return out;
-  LocationsSink sink(out);
-  if (auto error = ListAnswerReader<LocationsSink>("locations", sink).read(body, expected)) {
-    return refuse(std::move(*error));
-  }
+  LocationsAnswerSink sink(out);
+  if (auto error = read_answer(body, expected, sink)) return std::move(*error);
   return out;
 }
 
 // ---- Server side: strict request decoders ----
 
+namespace {
+
 // Fast paths for the forms clients send (ours compact, vLLM's with spaces), with plain ASCII keys:
 // they only recognise requests the full decoders below accept, with the same result, and return
 // nullopt for anything else.
-namespace {
-
 using internal::JsonCursor;
 
 bool plain_string_list(JsonCursor& c, std::vector<std::string_view>& out) {
@@ -477,10 +526,118 @@ bool fast_get_locations_request(std::string_view body, KeyListRequest& out) {
   return ok && has_rank && c.at_end();
 }
 
+
+// keys: [[key, prefix_key], ...], pairs of strings.
+class AllocateRequestSink : public SinkBase {
+ public:
+  static constexpr std::string_view kNames[] = {"rank", "keys"};
+  explicit AllocateRequestSink(std::vector<BlockKey>& out) : out_(out) {}
+  int field(std::string_view name) const { return index_of(kNames, name); }
+  void value(int f, const Scalar& s) {
+    members[f].start(s);
+    if (f == 1) out_.clear();
+  }
+  void element(int, std::size_t index, const Scalar& s) {
+    pair_.start(s);
+    if (s.kind != Kind::array) pair_error(index);
+  }
+  void item(int, std::size_t, std::size_t position, const Scalar& s) { pair_.item(position, s); }
+  void element_end(int, std::size_t index, std::size_t count) {
+    if (members[1].failed()) return;
+    if (!pair_.is_pair(count) || pair_.first.kind != Kind::string || pair_.second.kind != Kind::string) {
+      return pair_error(index);
+    }
+    out_.push_back(BlockKey{std::string(pair_.first.string), std::string(pair_.second.string)});
+  }
+
+  Member members[2];  // rank, keys
+
+ private:
+  void pair_error(std::size_t index) {
+    members[1].fail(indexed("keys", index) + ": expected a [key, prefix_key] pair of strings");
+  }
+  std::vector<BlockKey>& out_;
+  Pair pair_;
+};
+
+// confirmations: [[key, page], ...]; pages_to_release: [page, ...].
+class ConfirmWriteRequestSink : public SinkBase {
+ public:
+  static constexpr std::string_view kNames[] = {"rank", "confirmations", "pages_to_release"};
+  explicit ConfirmWriteRequestSink(ConfirmWriteRequest& out) : out_(out) {}
+  int field(std::string_view name) const { return index_of(kNames, name); }
+  void value(int f, const Scalar& s) {
+    members[f].start(s);
+    if (f == 1) out_.confirmations.clear();
+    if (f == 2) out_.pages_to_release.clear();
+  }
+  void element(int f, std::size_t index, const Scalar& s) {
+    if (f == 1) {
+      pair_.start(s);
+      if (s.kind != Kind::array) pair_error(index);
+      return;
+    }
+    Page page = 0;
+    const IntCheck check = read_int64(s, page);
+    if (check != IntCheck::ok) return members[2].fail(int64_error(check, indexed("pages_to_release", index)));
+    out_.pages_to_release.push_back(page);
+  }
+  void item(int f, std::size_t, std::size_t position, const Scalar& s) {
+    if (f == 1) pair_.item(position, s);
+  }
+  void element_end(int f, std::size_t index, std::size_t count) {
+    if (f != 1 || members[1].failed()) return;
+    if (!pair_.is_pair(count) || pair_.first.kind != Kind::string) return pair_error(index);
+    Page page = 0;
+    const IntCheck check = read_int64(pair_.second, page);
+    if (check != IntCheck::ok) return members[1].fail(int64_error(check, indexed("confirmations", index) + "[1]"));
+    out_.confirmations.push_back(Confirmation{std::string(pair_.first.string), page});
+  }
+
+  Member members[3];  // rank, confirmations, pages_to_release
+
+ private:
+  void pair_error(std::size_t index) {
+    members[1].fail(indexed("confirmations", index) + ": expected a [key, page] pair of a string and an integer");
+  }
+  ConfirmWriteRequest& out_;
+  Pair pair_;
+};
+
+// keys: [key, ...], strings viewed in place; with `with_rank`, also "rank".
+class KeyListSink : public SinkBase {
+ public:
+  static constexpr std::string_view kNames[] = {"keys", "rank"};
+  KeyListSink(KeyListRequest& out, bool with_rank) : out_(out), fields_(with_rank ? 2 : 1) {}
+  int field(std::string_view name) const {
+    const int f = index_of(kNames, name);
+    return f < fields_ ? f : -1;
+  }
+  void value(int f, const Scalar& s) {
+    members[f].start(s);
+    if (f == 0) out_.keys.clear();
+  }
+  void element(int, std::size_t index, const Scalar& s) {
+    if (members[0].failed()) return;
+    if (s.kind != Kind::string) return members[0].fail(indexed("keys", index) + ": expected a string");
+    out_.keys.push_back(s.string);
+  }
+
+  Member members[2];  // keys, rank
+
+ private:
+  KeyListRequest& out_;
+  int fields_;
+};
+
+// vLLM's `rank is None or not isinstance(keys, list)` test (allocate, get_locations).
+bool lacks_rank_or_list(const Member& rank, const Member& list) {
+  return !rank.present || rank.value.kind == Kind::null || (list.present && !list.is_list());
+}
+
 void clear(KeyListRequest& out) {
   out.rank = 0;
   out.keys.clear();
-  out.unescaped.clear();
 }
 
 template <class Request>
@@ -493,7 +650,6 @@ Decoded<Request> owning(std::optional<DecodeError> error, const KeyListRequest& 
 }
 
 }  // namespace
-
 
 Decoded<InitializeRequest> decode_initialize_request(std::string_view body) {
   ParsedJson json;
@@ -516,57 +672,32 @@ Decoded<InitializeRequest> decode_initialize_request(std::string_view body) {
 
 Decoded<AllocateRequest> decode_allocate_request(std::string_view body) {
   if (auto fast = fast_allocate_request(body)) return std::move(*fast);
-  ParsedJson json;
-  if (auto error = parse_object(json, body)) return std::move(*error);
   AllocateRequest request;
-  const Value* keys = nullptr;
-  if (auto error = read_rank_and_keys(json.root(), request.rank, keys)) return std::move(*error);
-  if (!keys) return request;
-  request.keys.reserve(keys->Size());
-  for (rapidjson::SizeType i = 0; i < keys->Size(); ++i) {
-    const Value& pair = (*keys)[i];
-    if (!pair.IsArray() || pair.Size() != 2 || !pair[0].IsString() || !pair[1].IsString()) {
-      return refuse(indexed("keys", i) + ": expected a [key, prefix_key] pair of strings");
-    }
-    request.keys.push_back(BlockKey{std::string(string_of(pair[0])), std::string(string_of(pair[1]))});
-  }
+  request.keys.reserve(body.size() / 40);
+  AllocateRequestSink sink(request.keys);
+  internal::ScratchBuffer scratch;
+  if (auto error = object_error(internal::read_object(body, scratch.get(), sink))) return std::move(*error);
+  const auto& [rank, keys] = sink.members;
+  if (lacks_rank_or_list(rank, keys)) return refuse(std::string(kNeedRankAndKeys));
+  if (auto error = check_int64(rank.value, "rank", request.rank)) return std::move(*error);
+  if (keys.failed()) return refuse(keys.error);
   return request;
 }
 
 Decoded<ConfirmWriteRequest> decode_confirm_write_request(std::string_view body) {
   if (auto fast = fast_confirm_write_request(body)) return std::move(*fast);
-  ParsedJson json;
-  if (auto error = parse_object(json, body)) return std::move(*error);
-  const Value& root = json.root();
-  const Value* rank = find_member(root, "rank");
-  const Value* confirmations = find_member(root, "confirmations");
-  if (!rank || rank->IsNull() || (confirmations && !confirmations->IsArray())) {
-    return refuse(std::string(kNeedRankAndConfirmations));
-  }
   ConfirmWriteRequest request;
-  if (auto error = check_int64(*rank, "rank", request.rank)) return std::move(*error);
-  if (confirmations) {
-    request.confirmations.reserve(confirmations->Size());
-    for (rapidjson::SizeType i = 0; i < confirmations->Size(); ++i) {
-      const Value& pair = (*confirmations)[i];
-      if (!pair.IsArray() || pair.Size() != 2 || !pair[0].IsString()) {
-        return refuse(indexed("confirmations", i) + ": expected a [key, page] pair of a string and an integer");
-      }
-      Page page = 0;
-      if (auto error = check_int64(pair[1], indexed("confirmations", i) + "[1]", page)) return std::move(*error);
-      request.confirmations.push_back(Confirmation{std::string(string_of(pair[0])), page});
-    }
-  }
+  ConfirmWriteRequestSink sink(request);
+  internal::ScratchBuffer scratch;
+  if (auto error = object_error(internal::read_object(body, scratch.get(), sink))) return std::move(*error);
+  const auto& [rank, confirmations, release] = sink.members;
+  if (lacks_rank_or_list(rank, confirmations)) return refuse(std::string(kNeedRankAndConfirmations));
+  if (auto error = check_int64(rank.value, "rank", request.rank)) return std::move(*error);
+  if (confirmations.failed()) return refuse(confirmations.error);
   // vLLM releases nothing for a null list (`if pages_to_release:`), so null reads as [].
-  const Value* release = find_member(root, "pages_to_release");
-  if (release && !release->IsNull()) {
-    if (!release->IsArray()) return refuse("pages_to_release: expected a list of integers");
-    request.pages_to_release.resize(release->Size());
-    for (rapidjson::SizeType i = 0; i < release->Size(); ++i) {
-      if (auto error = check_int64((*release)[i], indexed("pages_to_release", i), request.pages_to_release[i])) {
-        return std::move(*error);
-      }
-    }
+  if (release.present && release.value.kind != Kind::null) {
+    if (!release.is_list()) return refuse("pages_to_release: expected a list of integers");
+    if (release.failed()) return refuse(release.error);
   }
   return request;
 }
@@ -575,24 +706,26 @@ std::optional<DecodeError> decode_batch_exists_request(std::string_view body, Ke
   clear(out);
   if (fast_batch_exists_request(body, out)) return std::nullopt;
   clear(out);
-  ParsedJson json;
-  if (auto error = parse_object(json, body)) return error;
-  const Value* keys = find_member(json.root(), "keys");
-  if (!keys) return std::nullopt;
-  if (!keys->IsArray()) return refuse(std::string(kInvalidKeysFormat));
-  return read_string_keys(*keys, out);
+  KeyListSink sink(out, false);
+  if (auto error = object_error(internal::read_object(body, out.buffer, sink))) return error;
+  const Member& keys = sink.members[0];
+  if (!keys.present) return std::nullopt;
+  if (!keys.is_list()) return refuse(std::string(kInvalidKeysFormat));
+  if (keys.failed()) return refuse(keys.error);
+  return std::nullopt;
 }
 
 std::optional<DecodeError> decode_get_locations_request(std::string_view body, KeyListRequest& out) {
   clear(out);
   if (fast_get_locations_request(body, out)) return std::nullopt;
   clear(out);
-  ParsedJson json;
-  if (auto error = parse_object(json, body)) return error;
-  const Value* keys = nullptr;
-  if (auto error = read_rank_and_keys(json.root(), out.rank, keys)) return error;
-  if (!keys) return std::nullopt;
-  return read_string_keys(*keys, out);
+  KeyListSink sink(out, true);
+  if (auto error = object_error(internal::read_object(body, out.buffer, sink))) return error;
+  const auto& [keys, rank] = sink.members;
+  if (lacks_rank_or_list(rank, keys)) return refuse(std::string(kNeedRankAndKeys));
+  if (auto error = check_int64(rank.value, "rank", out.rank)) return error;
+  if (keys.failed()) return refuse(keys.error);
+  return std::nullopt;
 }
 
 Decoded<BatchExistsRequest> decode_batch_exists_request(std::string_view body) {
@@ -638,10 +771,10 @@ std::string encode_detail(std::string_view detail) {
 
 std::string encode_allocate_response(Rank rank, std::span<const BlockKey> keys, std::span<const Page> pages) {
   const std::size_t n = std::min(keys.size(), pages.size());
-  std::size_t bound = sizeof R"({"rank":,"results":[]})" + SizedWriter::kIntBound;
-  for (std::size_t i = 0; i < n; ++i) bound += SizedWriter::string_bound(keys[i].key) + SizedWriter::kIntBound + 4;
+  std::size_t bound = sizeof R"({"rank":,"results":[]})" + JsonWriter::kIntBound;
+  for (std::size_t i = 0; i < n; ++i) bound += JsonWriter::string_bound(keys[i].key) + JsonWriter::kIntBound + 4;
   std::string out;
-  SizedWriter w(out, bound);
+  JsonWriter w(out, bound);
   w.raw("{\"rank\":");
   w.integer(rank);
   w.raw(",\"results\":[");
@@ -661,7 +794,7 @@ std::string encode_allocate_response(Rank rank, std::span<const BlockKey> keys, 
 std::string encode_batch_exists_response(const std::vector<bool>& exists) {
   constexpr std::string_view kHead = "{\"exists\":";
   std::string out;
-  SizedWriter w(out, kHead.size() + exists.size() * (sizeof ",false" - 1) + sizeof "[]}");
+  JsonWriter w(out, kHead.size() + exists.size() * (sizeof ",false" - 1) + sizeof "[]}");
   w.raw(kHead);
   // Each element with its comma in one write of constant length (inlined stores, no call per
   // element); the first comma then becomes the '['.
@@ -681,7 +814,7 @@ std::string encode_batch_exists_response(const std::vector<bool>& exists) {
 
 std::string encode_get_locations_response(std::span<const std::optional<Page>> locations) {
   std::string out;
-  SizedWriter w(out, sizeof R"({"locations":[]})" + locations.size() * (SizedWriter::kIntBound + 1));
+  JsonWriter w(out, sizeof R"({"locations":[]})" + locations.size() * (JsonWriter::kIntBound + 1));
   w.raw("{\"locations\":[");
   for (std::size_t i = 0; i < locations.size(); ++i) {
     if (i) w.ch(',');

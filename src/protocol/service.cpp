@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "hf3fs_meta/protocol.hpp"
+#include "internal/utf8.hpp"
 
 namespace hf3fs_meta {
 namespace {
@@ -48,31 +49,9 @@ std::string percent_decode(std::string_view text) {
 std::string sanitize_utf8(std::string_view text) {
   std::string out;
   out.reserve(text.size());
-  std::size_t i = 0;
-  while (i < text.size()) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    std::size_t length = 0;
-    unsigned min = 0;
-    if (c < 0x80) {
-      out.push_back(static_cast<char>(c));
-      ++i;
-      continue;
-    } else if (c >= 0xC2 && c <= 0xDF) {
-      length = 2, min = 0x80;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      length = 3, min = 0x800;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      length = 4, min = 0x10000;
-    }
-    bool valid = length > 0 && i + length <= text.size();
-    unsigned code = length == 2 ? (c & 0x1F) : length == 3 ? (c & 0x0F) : (c & 0x07);
-    for (std::size_t k = 1; valid && k < length; ++k) {
-      const auto next = static_cast<unsigned char>(text[i + k]);
-      valid = (next & 0xC0) == 0x80;
-      code = (code << 6) | (next & 0x3F);
-    }
-    valid = valid && code >= min && code <= 0x10FFFF && !(code >= 0xD800 && code <= 0xDFFF);
-    if (valid) {
+  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+  for (std::size_t i = 0; i < text.size();) {
+    if (const std::size_t length = internal::utf8_sequence_length(p + i, text.size() - i)) {
       out.append(text.substr(i, length));
       i += length;
     } else {
@@ -137,7 +116,7 @@ protocol::KeyListRequest& key_list_scratch() {
   // A huge batch must not leave its memory behind for the thread's lifetime.
   constexpr std::size_t kKeep = std::size_t{1} << 16;
   if (request.keys.capacity() > kKeep) std::vector<std::string_view>{}.swap(request.keys);
-  if (request.unescaped.capacity() > kKeep * 32) std::string{}.swap(request.unescaped);
+  if (request.buffer.capacity() > kKeep * 32) std::string{}.swap(request.buffer);
   return request;
 }
 
