@@ -41,6 +41,7 @@ struct CommandLine {
   std::string ca_file;
   std::optional<std::int64_t> timeout_ms;
   std::optional<int> attempts;
+  std::optional<std::int64_t> deadline_ms;
   bool json = false;
   std::string command;
   std::optional<Rank> rank;
@@ -64,8 +65,12 @@ void define(CLI::App& app, CommandLine& cl) {
                  "(default: the system's CAs)");
   app.add_option("--timeout-ms", cl.timeout_ms, "the request timeout of one attempt (default 5000)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
-  app.add_option("--attempts", cl.attempts, "the retry policy's maximum attempts (default 4)")
+  app.add_option("--attempts", cl.attempts,
+                 "the retry policy's maximum attempts (default 4); a refused connection (the request never "
+                 "left) is repeated until the deadline whatever the count")
       ->check(CLI::Range(1, 100));
+  app.add_option("--deadline-ms", cl.deadline_ms, "the whole call's deadline, retries included (default 10000)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
   app.add_flag("--json", cl.json, "print one JSON object on stdout");
   app.require_subcommand(1);
   app.fallthrough();  // inherited by the commands: the options above are accepted after them too
@@ -295,7 +300,12 @@ int run(const std::vector<std::string>& args, const Environment& env, std::ostre
   options.transport = env.transport;
   options.observer = calls;
   if (cl.timeout_ms) options.request_timeout = std::chrono::milliseconds(*cl.timeout_ms);
-  if (cl.attempts) options.retry_policy = std::make_shared<LimitedAttemptsRetryPolicy>(*cl.attempts);
+  if (cl.attempts || cl.deadline_ms) {
+    const LimitedAttemptsRetryPolicy defaults;
+    options.retry_policy = std::make_shared<LimitedAttemptsRetryPolicy>(
+        cl.attempts.value_or(defaults.max_attempts()),
+        cl.deadline_ms ? std::chrono::milliseconds(*cl.deadline_ms) : defaults.deadline());
+  }
   Client client(std::move(options));
 
   auto fail = [&](const std::string& message) { return usage_error(cl, message, out, err); };

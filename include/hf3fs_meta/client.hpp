@@ -31,6 +31,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -55,6 +56,9 @@ struct ClientOptions {
   // For an https:// base_url: the PEM file of the CA that signed the server's certificate (empty:
   // the system's CAs). Used by the default CurlTransport.
   std::string ca_file;
+  // An answer whose body is larger is a protocol_error (CurlTransport stops reading it there), so a
+  // broken or hostile server cannot take the worker's memory.
+  std::size_t max_answer_bytes = kDefaultMaxAnswerBytes;
   // Null: a CurlTransport for base_url (keep-alive, one pooled connection per concurrent caller).
   // make_in_process_transport() serves tests and single-process users.
   std::shared_ptr<Transport> transport;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <memory>
 #include <optional>
 #include <string>
@@ -38,11 +39,19 @@ struct HttpResponse {
   std::optional<std::string_view> header(std::string_view name) const;
 };
 
+// The largest answer body a client reads by default (ClientOptions::max_answer_bytes): a broken or
+// hostile server cannot take a worker's memory.
+inline constexpr std::size_t kDefaultMaxAnswerBytes = std::size_t{64} << 20;
+
 // A failure with no HTTP answer.
 struct TransportError {
-  errc code = errc::connection_failed;  // connection_failed or timeout
+  errc code = errc::connection_failed;  // connection_failed or timeout; protocol_error: an answer over the limit
   bool sent = false;  // false only when the request certainly did not leave (resolve, connect)
   std::string message;
+  // Nothing accepted the connection (refused, or the connect timed out): the server may be
+  // restarting. Never sent; the client repeats it until the call's deadline, whatever the attempt
+  // count (DESIGN.md, "Retries"). A failure after connecting (TLS, a resolve error) is not this.
+  bool unreachable = false;
 };
 
 using TransportResult =
@@ -68,7 +77,9 @@ class Transport {
 // error, an empty reply, or a timeout once the request was on its way -> sent = true.
 // An https:// base_url speaks TLS: the server's certificate must chain to `ca_file` (PEM; empty:
 // the system's CAs) and name the URL's host; a certificate refused is connection_failed, not sent.
-std::shared_ptr<Transport> make_curl_transport(std::string base_url, std::string ca_file = {});
+// An answer body beyond `max_answer_bytes` is not read further: TransportError protocol_error, sent.
+std::shared_ptr<Transport> make_curl_transport(std::string base_url, std::string ca_file = {},
+                                               std::size_t max_answer_bytes = kDefaultMaxAnswerBytes);
 
 // Calls a Service over `state` in this process, through the same codec as the server. Timeouts do
 // not apply, and answers never carry X-Request-Id-Dedup (Service keeps no request ids). A null

@@ -16,6 +16,7 @@
 #include "hf3fs_meta/protocol.hpp"
 #include "hf3fs_meta/routes.hpp"
 
+#include "internal/answer_limit.hpp"
 #include "internal/field_text.hpp"
 
 namespace hf3fs_meta {
@@ -177,6 +178,9 @@ class RetryBudget {
     return 2 * next > max_;
   }
 
+  // True when a retry is allowed, without taking a token.
+  bool allows() const { return 2 * tokens_.load(std::memory_order_relaxed) > max_; }
+
   void on_success() {
     std::int64_t now = tokens_.load(std::memory_order_relaxed);
     while (now < max_ && !tokens_.compare_exchange_weak(now, std::min(max_, now + refund_), std::memory_order_relaxed)) {
@@ -213,7 +217,9 @@ Result<T> success_of(auto&& decoded) {
 struct Client::Impl {
   explicit Impl(ClientOptions o)
       : options(std::move(o)),
-        transport(options.transport ? options.transport : make_curl_transport(options.base_url, options.ca_file)),
+        transport(options.transport
+                      ? options.transport
+                      : make_curl_transport(options.base_url, options.ca_file, options.max_answer_bytes)),
         retry(options.retry_policy ? options.retry_policy->clone() : std::make_unique<LimitedAttemptsRetryPolicy>()),
         backoff(options.backoff_policy ? options.backoff_policy->clone()
                                        : std::make_unique<ExponentialBackoffPolicy>()),
@@ -302,7 +308,20 @@ struct Client::Impl {
     RankEntry& entry = it->second;
     if (entry.restored_epoch > epoch_at_send) return Restore::restored;  // restored since we sent
     if (auto flight = entry.flight) {
-      ranks_cv.wait(lock, [&] { return flight->done; });
+      // Another call is restoring the rank: wait for it, but not past this call's own deadline
+      // (measured on the injected clock, waited in real time).
+      const auto left = s.deadline - clock->now();
+      if (!ranks_cv.wait_for(lock, std::max(left, nanoseconds(0)), [&] { return flight->done; })) {
+        Error e;
+        e.code = errc::timeout;
+        e.operation = Operation::initialize;
+        e.rank = rank;
+        e.request_id = std::string(request_id);
+        e.detail = "waited for another call's re-initialization of rank " + std::to_string(rank) +
+                   " until this call's deadline";
+        failure = std::move(e);
+        return Restore::failed;
+      }
       if (flight->error) {
         failure = flight->error;
         return Restore::failed;
@@ -363,6 +382,11 @@ struct Client::Impl {
     entry.num_pages = num_pages;
     entry.role = role;
   }
+  void unregister_rank(Rank rank) {
+    std::lock_guard lock(ranks_mutex);
+    // A restore in flight keeps its entry (its waiters hold on to it): left as it is then.
+    if (auto it = ranks.find(rank); it != ranks.end() && !it->second.flight) ranks.erase(it);
+  }
 
   std::string exhausted(int attempts, const CallSpec& s) {
     return "retry policy exhausted after " + std::to_string(attempts) + " attempt" + (attempts == 1 ? "" : "s") +
@@ -419,9 +443,16 @@ struct Client::Impl {
       if (!first_sent) first_sent = now;
       TransportResult answer = transport->post(request, timeouts);
 
+      // A transport that read an answer over the limit anyway (CurlTransport stops reading at it)
+      // fails as CurlTransport does.
+      if (answer && answer.value().body.size() > options.max_answer_bytes) {
+        answer = TransportError{errc::protocol_error, true, internal::answer_too_large(options.max_answer_bytes)};
+      }
+
       Error e;
       e.operation = s.operation;
       e.request_id = request_id;
+      bool unreachable = false;
       if (answer) {
         HttpResponse& response = answer.value();
         if (auto h = response.header("X-Request-Id-Dedup")) {
@@ -459,9 +490,12 @@ struct Client::Impl {
         e.code = t.code;
         e.detail = std::move(t.message);
         e.sent = t.sent;
+        unreachable = t.unreachable;
       }
       e.attempts = attempts;
       e.reinitialized = reinitialized;
+      // An answer too large to read: repeating the call would get the same.
+      if (e.code == errc::protocol_error) return give_up(std::move(e));
 
       if (e.code == errc::rank_not_initialized) {
         // Ours only if the cause names this call's rank (or no rank at all).
@@ -505,7 +539,11 @@ struct Client::Impl {
                              e.code == errc::server_error;
       if (!unapplied && !ambiguous) return give_up(std::move(e));
 
-      const bool budget_left = budget.on_failure();
+      // Nothing accepted the connection (the server is restarting): the request never left and costs
+      // the server nothing, so it is repeated without spending the budget, until the deadline
+      // rather than an attempt count, so that a call rides out a restart; a budget that other
+      // failures drained still stops it.
+      const bool budget_left = unreachable ? budget.allows() : budget.on_failure();
       // The server keeps the first attempt's answer for window_ms from when it answered, which is
       // after the first attempt was sent: a repeat that arrives within the window from the send
       // finds it (measured with the longest backoff the repeat may wait first).
@@ -518,7 +556,7 @@ struct Client::Impl {
                         (e.status ? " (" + std::to_string(*e.status) + ")" : std::string(" (request sent)"));
         return give_up(std::move(e));
       }
-      if (attempts >= max_attempts) {
+      if (attempts >= max_attempts && !unreachable) {
         e.stop_reason = exhausted(attempts, s);
         return give_up(std::move(e));
       }
@@ -550,10 +588,17 @@ Result<std::string> Client::initialize(Rank rank, std::int64_t num_pages, Role r
 
 Result<std::string> Client::ensure_initialized(Rank rank, std::int64_t num_pages, Role role,
                                                const CallOptions& call) {
-  auto result = initialize(rank, num_pages, role, call);
   // A scheduler's initialize changes nothing on the server, so there is nothing to restore: it
   // neither registers the rank nor replaces a worker's registration of it.
-  if (result && role == Role::worker) impl_->register_rank(rank, num_pages, role);
+  if (role != Role::worker) return initialize(rank, num_pages, role, call);
+  // Refused before anything is registered: a rank that could never be initialized is not one.
+  if (auto e = check_initialize(rank, num_pages, role)) return std::move(*e);
+  // Registered first, then sent: a worker that starts during an outage (its first initialize fails)
+  // is still restored when the server comes back and says "not initialized".
+  impl_->register_rank(rank, num_pages, role);
+  auto result = initialize(rank, num_pages, role, call);
+  // The server refuses these parameters for good: restoring with them could never succeed.
+  if (!result && result.error().code == errc::invalid_initialization) impl_->unregister_rank(rank);
   return result;
 }
 

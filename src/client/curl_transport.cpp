@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "hf3fs_meta/transport.hpp"
+#include "internal/answer_limit.hpp"
 
 namespace hf3fs_meta {
 
@@ -39,6 +40,8 @@ struct Handle {
   std::vector<curl_slist> nodes;          // a curl_slist over fixed and per-request lines, no mallocs
   int requests_sent = 0;                  // in this transfer, counted by on_prerequest
   bool resend_refused = false;
+  std::size_t max_body = 0;               // on_body stops the transfer beyond this
+  bool too_large = false;
   char error[CURL_ERROR_SIZE] = {};
 
   Handle() = default;
@@ -50,7 +53,12 @@ struct Handle {
 };
 
 std::size_t on_body(char* data, std::size_t size, std::size_t count, void* user) {
-  static_cast<Handle*>(user)->body.append(data, size * count);
+  auto* handle = static_cast<Handle*>(user);
+  if (size * count > handle->max_body - handle->body.size()) {
+    handle->too_large = true;
+    return 0;  // libcurl stops: CURLE_WRITE_ERROR
+  }
+  handle->body.append(data, size * count);
   return size * count;
 }
 
@@ -94,8 +102,8 @@ long clamp_ms(std::chrono::milliseconds ms) {
 
 class CurlTransport final : public Transport {
  public:
-  CurlTransport(std::string base_url, std::string ca_file)
-      : base_url_(std::move(base_url)), ca_file_(std::move(ca_file)) {
+  CurlTransport(std::string base_url, std::string ca_file, std::size_t max_answer_bytes)
+      : base_url_(std::move(base_url)), ca_file_(std::move(ca_file)), max_answer_bytes_(max_answer_bytes) {
     global_init_once();
     while (!base_url_.empty() && base_url_.back() == '/') base_url_.pop_back();
   }
@@ -196,6 +204,10 @@ class CurlTransport final : public Transport {
     h.error[0] = '\0';
     h.requests_sent = 0;
     h.resend_refused = false;
+    h.max_body = max_answer_bytes_;
+    h.too_large = false;
+    // A declared length over the limit is refused before any of the body is read.
+    curl_easy_setopt(e, CURLOPT_MAXFILESIZE_LARGE, static_cast<curl_off_t>(max_answer_bytes_));
 
     const CURLcode code = curl_easy_perform(e);
     if (code == CURLE_OK) {
@@ -227,6 +239,12 @@ class CurlTransport final : public Transport {
     curl_easy_getinfo(h.easy, CURLINFO_PRETRANSFER_TIME_T, &pretransfer);
     curl_easy_getinfo(h.easy, CURLINFO_REQUEST_SIZE, &request_size);
     error.sent = h.requests_sent > 0 || pretransfer > 0 || request_size > 0;
+    if (h.too_large || code == CURLE_FILESIZE_EXCEEDED) {
+      error.code = errc::protocol_error;
+      error.sent = true;
+      error.message = internal::answer_too_large(max_answer_bytes_) + " (POST " + h.url + ")";
+      return error;
+    }
     if (h.resend_refused) {
       // Our refusal of libcurl's own resend (on_prerequest): say what happened, not how it was stopped.
       error.code = errc::connection_failed;
@@ -238,6 +256,12 @@ class CurlTransport final : public Transport {
       error.message += ")";
       return error;
     }
+    // Nothing accepted the connection (refused, or the connect timed out): the server may be
+    // restarting. Not a TLS or resolve failure, and not a connection that was made.
+    curl_off_t connected = 0;
+    curl_easy_getinfo(h.easy, CURLINFO_CONNECT_TIME_T, &connected);
+    error.unreachable = !error.sent && connected == 0 &&
+                        (code == CURLE_COULDNT_CONNECT || code == CURLE_OPERATION_TIMEDOUT);
     error.message = curl_easy_strerror(code);
     if (h.error[0] != '\0') {
       error.message += ": ";
@@ -251,14 +275,16 @@ class CurlTransport final : public Transport {
 
   std::string base_url_;
   std::string ca_file_;
+  std::size_t max_answer_bytes_;
   std::mutex mutex_;
   std::vector<std::unique_ptr<Handle>> idle_;
 };
 
 }  // namespace
 
-std::shared_ptr<Transport> make_curl_transport(std::string base_url, std::string ca_file) {
-  return std::make_shared<CurlTransport>(std::move(base_url), std::move(ca_file));
+std::shared_ptr<Transport> make_curl_transport(std::string base_url, std::string ca_file,
+                                               std::size_t max_answer_bytes) {
+  return std::make_shared<CurlTransport>(std::move(base_url), std::move(ca_file), max_answer_bytes);
 }
 
 }  // namespace hf3fs_meta

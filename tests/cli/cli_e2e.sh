@@ -15,6 +15,6 @@ check raw 0 '"status":200' -- --json raw /keys/batch_exists '{"keys":["k1"]}'
 check raw-404 1 '"code":"unexpected_status"' -- --json raw /nope '{}'
 check usage 2 "unknown command" -- frobnicate
 check invalid-argument 2 '"code":"invalid_argument"' -- --json confirm 3 k1=-2
-check no-server 3 '"code":"connection_failed"' -- --json --url http://127.0.0.1:1 --attempts 1 exists k1
+check no-server 3 '"code":"connection_failed"' -- --json --url http://127.0.0.1:1 --deadline-ms 300 exists k1
 check clear 0 "ok" -- clear
 finish

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <future>
 #include <latch>
 #include <set>
 #include <thread>
@@ -87,6 +88,39 @@ TEST(ClientConcurrencyTest, SixteenThreadsOneInitialize) {
 }
 
 // 8 threads share one Client over libcurl: every call answered, at most one connection per thread.
+// A call waiting for another thread's re-initialization gives up at its own deadline.
+TEST(ClientConcurrencyTest, AWaiterOnAnotherThreadsReinitializeHonoursItsDeadline) {
+  auto transport = std::make_shared<ScriptedTransport>();
+  std::latch initialize_started(1);
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<int> not_initialized_answers{0};
+  transport->otherwise([&](const HttpRequest& r, const AttemptTimeouts&) -> TransportResult {
+    if (r.path == "/rank/3/initialize") {
+      initialize_started.count_down();
+      released.wait_for(5s);  // bounded: without the rule, the waiter below would wait this long
+      return http_answer(200, R"({"message":"Rank 3 initialized with 64 pages"})");
+    }
+    ++not_initialized_answers;
+    return detail_answer(500, "Allocation failed: Rank 3 not initialized");
+  });
+  ClientOptions options;
+  options.transport = transport;
+  Client client(options);
+  client.register_rank(3, 64);
+
+  std::thread restorer([&] { (void)client.allocate(3, std::vector<std::string>{"a"}); });
+  initialize_started.wait();
+  const auto start = std::chrono::steady_clock::now();
+  auto waiter = client.allocate(3, std::vector<std::string>{"b"}, CallOptions{50ms});
+  const auto waited = std::chrono::steady_clock::now() - start;
+  release.set_value();
+  restorer.join();
+  ASSERT_FALSE(waiter);
+  EXPECT_THAT(waiter.error().stop_reason, ::testing::HasSubstr("until this call's deadline"));
+  EXPECT_LT(waited, 5s);  // not until the restore finished (it never would without the release)
+}
+
 TEST(ClientConcurrencyTest, EightThreadsShareOneCurlClient) {
   constexpr int kThreads = 8;
   constexpr int kCalls = 40;

@@ -98,7 +98,8 @@ TEST_F(ClientRetryTest, GiveUpKeepsLastCodeAttemptsAndReason) {
   ClientOptions options;
   options.backoff_policy = std::make_shared<FixedBackoff>(100ms);
   auto client = make_client(options);
-  for (int i = 0; i < 4; ++i) transport->then(transport_failure(errc::connection_failed, false, "refused"));
+  // Not sent, but not a refused connection either (a TLS or resolve failure): the attempt count applies.
+  for (int i = 0; i < 4; ++i) transport->then(transport_failure(errc::connection_failed, false, "TLS handshake failed"));
   auto r = client->batch_exists({"k"});
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, errc::connection_failed);
@@ -108,6 +109,51 @@ TEST_F(ClientRetryTest, GiveUpKeepsLastCodeAttemptsAndReason) {
   EXPECT_THAT(r.error().message(), HasSubstr("retry policy exhausted after 4 attempts in 0.3 s; last error: "
                                              "connection_failed"));
   EXPECT_EQ(transport->count(kExists), 4u);
+}
+
+// Refused connections are repeated past the attempt count without spending the budget, but not
+// once other failures have drained it: the budget is consulted.
+TEST_F(ClientRetryTest, RefusedConnectionsStopWhenOtherFailuresDrainedTheBudget) {
+  auto client = make_client();
+  for (int i = 0; i < 5; ++i) transport->then(status_answer(503));  // 5 tokens spent: none left to spend
+  ASSERT_FALSE(client->batch_exists({"k"}));
+  transport->then(refused_connection());
+  auto r = client->batch_exists({"k"});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().attempts, 1);
+  EXPECT_EQ(r.error().stop_reason, "retry budget exhausted");
+}
+
+// Issue 12: a call rides out a server restart. Connection refused (the request never left) is
+// repeated until the call's deadline, not until an attempt count.
+TEST_F(ClientRetryTest, RefusedConnectionsAreRepeatedPastTheAttemptCountUntilTheDeadline) {
+  ClientOptions options;
+  options.backoff_policy = std::make_shared<FixedBackoff>(100ms);
+  auto client = make_client(options);
+  transport->otherwise([](const HttpRequest&, const AttemptTimeouts&) -> TransportResult {
+    return refused_connection();
+  });
+  auto r = client->allocate(3, std::vector<std::string>{"k"});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, errc::connection_failed);
+  EXPECT_EQ(r.error().attempts, 100);  // 0, 0.1, ... 9.9 s: the next would leave at the deadline
+  EXPECT_EQ(r.error().stop_reason, "deadline of 10 s reached after 100 attempts in 9.9 s");
+  EXPECT_LE(clock->elapsed(), 10s);
+}
+
+TEST_F(ClientRetryTest, AServerBackAfterMoreThanTheAttemptCountIsReachedAndNoTokenWasSpent) {
+  auto client = make_client();
+  for (int i = 0; i < 6; ++i) transport->then(refused_connection());
+  transport->then(ok_allocate());
+  auto r = client->allocate(3, std::vector<std::string>{"k"});
+  ASSERT_TRUE(r) << r.error().message();
+  EXPECT_EQ(transport->count(kAllocate), 7u);
+  // Failures after sending still stop at the attempt count (4), and the budget is whole: had the
+  // six refusals spent a token each, 4 would be left and the first 503 would not be repeated.
+  for (int i = 0; i < 4; ++i) transport->then(status_answer(503));
+  auto unavailable = client->allocate(3, std::vector<std::string>{"k"});
+  ASSERT_FALSE(unavailable);
+  EXPECT_EQ(unavailable.error().attempts, 4);
 }
 
 TEST_F(ClientRetryTest, ExhaustedMessageNamesLastServerStatus) {
@@ -460,6 +506,41 @@ TEST_F(ClientRetryTest, BudgetIsSharedByCallsOfOneClient) {
 
 // ---- Re-initialization ----
 
+// A worker that starts during an outage: its first initialize fails, yet the rank is registered,
+// so it is restored once the server answers "not initialized".
+TEST_F(ClientRetryTest, EnsureInitializedRegistersBeforeSending) {
+  auto client = make_client();
+  transport->then(status_answer(404));  // not repeated: the initialize fails
+  ASSERT_FALSE(client->ensure_initialized(3, 64));
+  transport->then(allocate_not_initialized());
+  transport->then(ok_init());
+  transport->then(ok_allocate("k", 0));
+  auto r = client->allocate(3, std::vector<std::string>{"k"});
+  ASSERT_TRUE(r) << r.error().message();
+  EXPECT_EQ(transport->count(request_path(Route::initialize, 3)), 2u);
+  // Refused by the client itself: nothing registered, nothing sent.
+  EXPECT_EQ(client->ensure_initialized(4, 0).error().code, errc::invalid_argument);
+  transport->then(allocate_not_initialized(4));
+  EXPECT_EQ(client->allocate(4, std::vector<std::string>{"k"}).error().code, errc::rank_not_initialized);
+  EXPECT_EQ(transport->count(request_path(Route::initialize, 4)), 0u);
+}
+
+// An answer body over ClientOptions::max_answer_bytes is a protocol_error, never repeated (a
+// transport that read it anyway; CurlTransport stops reading at the limit, curl_transport_test).
+TEST_F(ClientRetryTest, AnAnswerOverTheLimitIsAProtocolError) {
+  ClientOptions options;
+  options.max_answer_bytes = 100;
+  auto client = make_client(options);
+  transport->then(http_answer(200, R"({"exists":[)" + std::string(200, ' ') + "true]}"));
+  auto r = client->batch_exists({"k"});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, errc::protocol_error);
+  EXPECT_EQ(r.error().attempts, 1);
+  EXPECT_THAT(r.error().detail, HasSubstr("larger than 100 bytes"));
+  transport->then(transport_failure(errc::protocol_error, true, "too large"));
+  EXPECT_EQ(client->batch_exists({"k"}).error().attempts, 1);
+}
+
 TEST_F(ClientRetryTest, ServerForgettingARankCostsOneInitialize) {
   auto client = make_client();
   transport->then(ok_init());
@@ -603,7 +684,9 @@ TEST_F(ClientRetryTest, RegisteredWithInvalidPagesRestoreRefusedBeforeSending) {
   EXPECT_EQ(transport->posted().size(), 1u);
 }
 
-TEST_F(ClientRetryTest, EnsureInitializedRegistersOnlyOnSuccess) {
+// Registered first (EnsureInitializedRegistersBeforeSending), but not kept when the server refuses
+// the parameters themselves: a restore with them could never succeed.
+TEST_F(ClientRetryTest, EnsureInitializedKeepsNoRegistrationTheServerRefuses) {
   auto client = make_client();
   transport->then(detail_answer(400, "Invalid initialization parameters"));
   EXPECT_FALSE(client->ensure_initialized(3, 64));

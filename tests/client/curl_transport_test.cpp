@@ -39,6 +39,7 @@ TEST(CurlTransportTest, ConnectionRefusedIsConnectionFailedNotSent) {
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, errc::connection_failed);
   EXPECT_FALSE(r.error().sent);
+  EXPECT_TRUE(r.error().unreachable);  // the client repeats it until the deadline
   EXPECT_THAT(r.error().message, HasSubstr("onnect"));  // curl's own words
 }
 
@@ -48,6 +49,7 @@ TEST(CurlTransportTest, UnresolvableHostIsNotSent) {
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, errc::connection_failed);
   EXPECT_FALSE(r.error().sent);
+  EXPECT_FALSE(r.error().unreachable);  // a wrong name is not a restart: bounded by the attempt count
 }
 
 TEST(CurlTransportTest, SilentPeerTimesOutWithinTheLimitAndWasSent) {
@@ -219,6 +221,44 @@ TEST(CurlTransportTest, ReconnectsWhenThePeerClosesTheConnection) {
   EXPECT_EQ(peer.accepts(), 3);
 }
 
+// A 2 GB answer must not take the worker's memory: reading stops at the limit.
+TEST(CurlTransportTest, AnAnswerOverTheLimitIsNotReadFurther) {
+  HttpPeer peer(HttpPeer::Mode::answer, [](const PeerRequest&) {
+    PeerResponse r;
+    r.body = std::string(4 << 20, ' ');
+    return r;
+  });
+  ClientOptions options;
+  options.base_url = peer.url();
+  options.max_answer_bytes = 1 << 20;
+  Client client(options);
+  auto r = client.batch_exists({"k"});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, errc::protocol_error);
+  EXPECT_EQ(r.error().attempts, 1);
+  EXPECT_THAT(r.error().detail, ::testing::HasSubstr("larger than 1048576 bytes"));
+}
+
+// An answer that arrives too slowly is cut at the call's deadline: reading it counts.
+TEST(CurlTransportTest, ASlowAnswerEndsTheCallAtItsDeadline) {
+  HttpPeer peer(HttpPeer::Mode::answer, [](const PeerRequest&) {
+    PeerResponse r;
+    r.body = std::string(1000, ' ');  // 10 s at one byte per 10 ms
+    r.pace = 10ms;
+    return r;
+  });
+  ClientOptions options;
+  options.base_url = peer.url();
+  Client client(options);
+  const auto start = std::chrono::steady_clock::now();
+  auto r = client.batch_exists({"k"}, CallOptions{300ms});
+  const auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, errc::timeout);
+  EXPECT_TRUE(r.error().sent);
+  EXPECT_LT(took, 300ms + 100ms);  // never more than 100 ms past the deadline
+}
+
 TEST(CurlTransportTest, ClientOverCurlReusesOneConnection) {
   HttpPeer peer(HttpPeer::Mode::answer, [](const PeerRequest&) {
     PeerResponse out;
@@ -244,12 +284,16 @@ TEST(CurlTransportTest, ClientOverCurlRefusedGivesUpWithConnectionFailed) {
   options.base_url = port.url();
   options.backoff_policy = std::make_shared<ExponentialBackoffPolicy>(1ms, 2ms);
   Client client(options);
-  auto r = client.allocate(0, std::vector<std::string>{"k"});
+  const auto start = std::chrono::steady_clock::now();
+  auto r = client.allocate(0, std::vector<std::string>{"k"}, CallOptions{200ms});
+  const auto took = std::chrono::steady_clock::now() - start;
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, errc::connection_failed);
   EXPECT_FALSE(r.error().sent);
-  EXPECT_EQ(r.error().attempts, 4);  // unsent: repeated even for allocate
-  EXPECT_THAT(r.error().message(), HasSubstr("retry policy exhausted after 4 attempts"));
+  // Unsent: repeated even for allocate, past the attempt count (4), until the deadline.
+  EXPECT_GT(r.error().attempts, 4);
+  EXPECT_THAT(r.error().message(), HasSubstr("deadline of 0.2 s reached after"));
+  EXPECT_LT(took, 200ms + 100ms);  // never more than 100 ms past the deadline
 }
 
 TEST(CurlTransportTest, ClientOverCurlDoesNotRepeatATimedOutAllocate) {

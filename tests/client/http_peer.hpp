@@ -40,6 +40,8 @@ struct PeerResponse {
   std::string body;
   std::vector<std::pair<std::string, std::string>> headers;
   bool close = false;  // answer with Connection: close and hang up
+  // Not zero: the head at once, then the body one byte at a time, this long apart (a slow answer).
+  std::chrono::milliseconds pace{0};
 };
 
 class HttpPeer {
@@ -177,12 +179,16 @@ class HttpPeer {
       if (!response.content_type.empty()) out += "Content-Type: " + response.content_type + "\r\n";
       for (const auto& [n, v] : response.headers) out += n + ": " + v + "\r\n";
       if (response.close) out += "Connection: close\r\n";
-      out += "Content-Length: " + std::to_string(response.body.size()) + "\r\n\r\n" + response.body;
+      out += "Content-Length: " + std::to_string(response.body.size()) + "\r\n\r\n";
+      const std::size_t head = out.size();
+      out += response.body;
       std::size_t sent = 0;
-      while (sent < out.size()) {
-        const ssize_t n = ::send(fd, out.data() + sent, out.size() - sent, MSG_NOSIGNAL);
+      while (sent < out.size() && !stopping_) {
+        const std::size_t piece = response.pace.count() == 0 ? out.size() - sent : sent < head ? head - sent : 1;
+        const ssize_t n = ::send(fd, out.data() + sent, piece, MSG_NOSIGNAL);
         if (n <= 0) break;
         sent += static_cast<std::size_t>(n);
+        if (response.pace.count() > 0 && sent > head) std::this_thread::sleep_for(response.pace);
       }
       if (response.close) break;
     }

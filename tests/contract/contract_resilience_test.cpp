@@ -132,6 +132,34 @@ TEST_F(ContractResilienceTest, AllocateAfterARealRestartOnTheSamePortReinitializ
   EXPECT_EQ(count(Kind::reinitialize), 1u);
 }
 
+// Issue 12: the server is down for a second (connections refused), then back with no state. A call
+// with the SDK's default policies rides it out: refused connections are repeated until the deadline
+// (not an attempt count, not spending the retry budget), then the rank is restored. A worker that
+// started during the outage (its ensure_initialized failed) is restored as well.
+TEST_F(ContractResilienceTest, ACallRidesOutARealRestart) {
+  ClientOptions options;
+  options.base_url = server_.base_url();
+  Client client(options);
+  ASSERT_THAT(client.ensure_initialized(0, 8), IsOk());
+  server_.kill();
+  EXPECT_THAT(client.ensure_initialized(1, 8, Role::worker, CallOptions{std::chrono::milliseconds(100)}),
+              FailsWith(errc::connection_failed));
+  // The calls run on another thread; the server is restarted from this one (a server started by a
+  // thread that then ends would get its parent-death signal).
+  Result<std::vector<Allocation>> allocated = Error{};
+  Result<std::vector<std::optional<Page>>> located = Error{};
+  std::thread calls([&] {
+    allocated = client.allocate(0, std::vector<std::string>{"a"});
+    located = client.get_locations(1, {"a"});
+  });
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // the outage being ridden out
+  server_.restart();
+  calls.join();
+  ASSERT_THAT(allocated, HasValue(ElementsAre(Allocation{"a", 0})));
+  EXPECT_THAT(located, HasValue(ElementsAre(std::nullopt)));
+  EXPECT_EQ(snapshot(), (StateSnapshot{{{0, RankPages{7, 1, 0, 0, 0}}, {1, RankPages{8, 0, 0, 0, 0}}}, 0}));
+}
+
 TEST_F(ContractResilienceTest, ConcurrentCallsAfterAForgetShareOneReinitialization) {
   auto client = make_client(4, observer_);
   ASSERT_THAT(client->ensure_initialized(0, 64), IsOk());

@@ -246,4 +246,9 @@ inline TransportError transport_failure(errc code, bool sent, std::string messag
   return TransportError{code, sent, std::move(message)};
 }
 
+// A connection nothing accepted: the server is down or restarting (TransportError::unreachable).
+inline TransportError refused_connection() {
+  return TransportError{errc::connection_failed, false, "Connection refused", true};
+}
+
 }  // namespace hf3fs_meta::testing
