@@ -124,7 +124,7 @@ void BM_SdkAllocate1(benchmark::State& state) {
   Latencies latencies;
   std::uint64_t n = 0;
   for (auto _ : state) {
-    std::vector<std::string> keys{fresh_key("5dcafe", ++n)};
+    std::vector<hf3fs_meta::BlockKey> keys{fresh_key("5dcafe", ++n)};
     auto start = Clock::now();
     auto result = client.allocate(0, keys);
     latencies.add(Clock::now() - start);

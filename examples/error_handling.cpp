@@ -58,10 +58,10 @@ int main(int argc, char** argv) {
   options.base_url = example::server_url(argc, argv);
   Client client(std::move(options));
 
-  auto empty_key = client.allocate(0, std::vector<std::string>{""});
+  auto empty_key = client.allocate(0, {""});
   show("an empty key", error_of(empty_key, "an empty key"), errc::invalid_argument);
 
-  auto unknown_rank = client.allocate(99, std::vector<std::string>{example::block_key("x")});
+  auto unknown_rank = client.allocate(99, {example::block_key("x")});
   const Error& e = error_of(unknown_rank, "allocate on rank 99");
   show("allocate on a rank nobody initialized", e, errc::rank_not_initialized);
   example::expect(e.rank == 99, "the server named rank 99");

@@ -30,22 +30,23 @@ int main(int argc, char** argv) {
   constexpr std::size_t kFailedBlock = 5;
 
   for (Rank rank : ranks) {
-    auto allocations = example::must(client.allocate(rank, keys), "allocate");
+    // A page per key, in the order of the keys.
+    auto allocated = example::must(client.allocate(rank, {keys.begin(), keys.end()}), "allocate");
     std::set<Page> pages;
-    for (const auto& a : allocations) {
-      example::expect(a.page != kNoPage, "a free page for every block");
-      pages.insert(a.page);
+    for (Page page : allocated) {
+      example::expect(page != kNoPage, "a free page for every block");
+      pages.insert(page);
     }
     example::expect(pages.size() == keys.size(), "a different page for every block");
 
     // Write each block to its page in 3FS (not shown); block 5's write fails, so its page goes back.
     std::vector<Confirmation> written;
     std::vector<Page> release;
-    for (std::size_t i = 0; i < allocations.size(); ++i) {
+    for (std::size_t i = 0; i < allocated.size(); ++i) {
       if (i == kFailedBlock) {
-        release.push_back(allocations[i].page);
+        release.push_back(allocated[i]);
       } else {
-        written.push_back({allocations[i].key, allocations[i].page});
+        written.push_back({keys[i], allocated[i]});
       }
     }
     example::must(client.confirm_write(rank, written, release), "confirm_write");
@@ -73,9 +74,9 @@ int main(int argc, char** argv) {
 
   // The failed block is written again: a fresh page on each rank, then confirmed.
   for (Rank rank : ranks) {
-    auto again = example::must(client.allocate(rank, std::vector<std::string>{keys[kFailedBlock]}), "allocate");
-    example::expect(again[0].page != kNoPage, "a page for the retried block");
-    example::must(client.confirm_write(rank, {{again[0].key, again[0].page}}), "confirm_write");
+    auto again = example::must(client.allocate(rank, {keys[kFailedBlock]}), "allocate");
+    example::expect(again[0] != kNoPage, "a page for the retried block");
+    example::must(client.confirm_write(rank, {{keys[kFailedBlock], again[0]}}), "confirm_write");
   }
   auto exists = example::must(client.batch_exists(keys), "batch_exists");
   for (bool e : exists) example::expect(e, "every block exists after the retry");

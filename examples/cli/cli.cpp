@@ -339,19 +339,20 @@ int run(const std::vector<std::string>& args, const Environment& env, std::ostre
           w.Int64(rank);
           w.Key("allocations");
           w.StartArray();
-          for (const auto& a : r.value()) {
+          for (std::size_t i = 0; i < keys.size(); ++i) {
             w.StartObject();
             w.Key("key");
-            write_string(w, a.key);
+            write_string(w, keys[i].key);
             w.Key("page");
-            w.Int64(a.page);
+            w.Int64(r.value()[i]);
             w.EndObject();
           }
           w.EndArray();
         },
         [&](std::ostream& o) {
-          for (const auto& a : r.value()) {
-            o << a.key << ' ' << (a.page == kNoPage ? std::string("none") : std::to_string(a.page)) << '\n';
+          for (std::size_t i = 0; i < keys.size(); ++i) {
+            const Page page = r.value()[i];
+            o << keys[i].key << ' ' << (page == kNoPage ? std::string("none") : std::to_string(page)) << '\n';
           }
         });
   }

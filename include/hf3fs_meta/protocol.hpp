@@ -39,9 +39,8 @@ std::string encode_get_locations_request(Rank rank, std::span<const std::string>
 
 // ---- Client side: success decoders, checking the answer against what was sent ----
 Decoded<std::string> decode_initialize_response(std::string_view body);  // the "message"
-// Results in request order, one per sent key, each naming the key sent at that index.
-Decoded<std::vector<Allocation>> decode_allocate_response(std::string_view body,
-                                                          std::span<const BlockKey> sent);
+// The page of each sent key, in request order; the answer must name the key sent at each index.
+Decoded<std::vector<Page>> decode_allocate_response(std::string_view body, std::span<const BlockKey> sent);
 Decoded<std::vector<bool>> decode_batch_exists_response(std::string_view body, std::size_t expected);
 Decoded<std::vector<std::optional<Page>>> decode_get_locations_response(std::string_view body,
                                                                         std::size_t expected);

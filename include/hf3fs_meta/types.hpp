@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace hf3fs_meta {
 
@@ -18,18 +19,18 @@ constexpr std::string_view to_string(Role role) noexcept {
   return role == Role::worker ? "worker" : "scheduler";
 }
 
-// A block key as a worker sends it to batch_allocate: the key and its prefix key (vLLM sends "").
+// A block key as a worker sends it to batch_allocate: the key and its prefix key. A key alone has
+// the empty prefix key, as vLLM's workers send them, so `client.allocate(3, {"a", "b"})` works.
 struct BlockKey {
+  BlockKey() = default;
+  // Implicit on purpose: a key converts to a BlockKey.
+  BlockKey(std::string key_, std::string prefix_key_ = {})
+      : key(std::move(key_)), prefix_key(std::move(prefix_key_)) {}
+  BlockKey(const char* key_) : key(key_) {}
+
   std::string key;
   std::string prefix_key;
   friend bool operator==(const BlockKey&, const BlockKey&) = default;
-};
-
-// One answer of batch_allocate: the page given to a key, or kNoPage when none was free.
-struct Allocation {
-  std::string key;
-  Page page = kNoPage;
-  friend bool operator==(const Allocation&, const Allocation&) = default;
 };
 
 // One confirmation of confirm_write: the key was written to this page on the rank.

@@ -257,7 +257,7 @@ struct PyClient {
     client.register_rank(as_int(rank, Where{"rank"}), as_int(num_pages, Where{"num_pages"}), role_of(role));
   }
   // The pages in key order; `key_objects`, when given, receives each key's str.
-  std::vector<Allocation> allocate(py::handle rank, py::handle keys, std::vector<py::object>* key_objects) {
+  std::vector<Page> allocate(py::handle rank, py::handle keys, std::vector<py::object>* key_objects) {
     const Rank r = as_int(rank, Where{"rank"});
     const auto blocks = block_keys(keys, key_objects);
     return value_or_raise(released([&] { return client.allocate(r, blocks); }));
@@ -308,19 +308,19 @@ struct PyGlobalMetadataClient {
   }
 };
 
-py::list pages_of(const std::vector<Allocation>& allocations) {
-  py::list out(allocations.size());
-  for (std::size_t i = 0; i < allocations.size(); ++i) out[i] = py::int_(allocations[i].page);
+py::list pages_of(const std::vector<Page>& pages) {
+  py::list out(pages.size());
+  for (std::size_t i = 0; i < pages.size(); ++i) out[i] = py::int_(pages[i]);
   return out;
 }
 
 // vLLM's shape: [[key, page], ...], with the caller's own key objects.
-py::list key_page_pairs(const std::vector<Allocation>& allocations, const std::vector<py::object>& keys) {
-  py::list out(allocations.size());
-  for (std::size_t i = 0; i < allocations.size(); ++i) {
+py::list key_page_pairs(const std::vector<Page>& pages, const std::vector<py::object>& keys) {
+  py::list out(pages.size());
+  for (std::size_t i = 0; i < pages.size(); ++i) {
     py::list pair(2);
     pair[0] = keys[i];
-    pair[1] = py::int_(allocations[i].page);
+    pair[1] = py::int_(pages[i]);
     out[i] = std::move(pair);
   }
   return out;

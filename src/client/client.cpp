@@ -212,9 +212,8 @@ Result<T> success_of(auto&& decoded) {
   }
 }
 
-}  // namespace
-
-struct Client::Impl {
+// The connection's state: policies, the retry loop, the registered ranks.
+struct Impl {
   explicit Impl(ClientOptions o)
       : options(std::move(o)),
         transport(options.transport
@@ -577,17 +576,34 @@ struct Client::Impl {
   }
 };
 
-Client::Client(ClientOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
-Client::~Client() = default;
-Client::Client(Client&&) noexcept = default;
-Client& Client::operator=(Client&&) noexcept = default;
+class DefaultConnection final : public Connection {
+ public:
+  explicit DefaultConnection(ClientOptions options) : impl_(std::move(options)) {}
 
-Result<std::string> Client::initialize(Rank rank, std::int64_t num_pages, Role role, const CallOptions& call) {
-  return impl_->do_initialize(rank, num_pages, role, impl_->spec(Route::initialize, std::nullopt, call));
+  Result<std::string> initialize(Rank rank, std::int64_t num_pages, Role role, const CallOptions& call) override;
+  Result<std::string> ensure_initialized(Rank rank, std::int64_t num_pages, Role role,
+                                         const CallOptions& call) override;
+  void register_rank(Rank rank, std::int64_t num_pages, Role role) override;
+  Result<std::vector<Page>> allocate(Rank rank, const std::vector<BlockKey>& keys, const CallOptions& call) override;
+  Result<void> confirm_write(Rank rank, const std::vector<Confirmation>& confirmations,
+                             const std::vector<Page>& pages_to_release, const CallOptions& call) override;
+  Result<std::vector<bool>> batch_exists(const std::vector<std::string>& keys, const CallOptions& call) override;
+  Result<std::vector<std::optional<Page>>> get_locations(Rank rank, const std::vector<std::string>& keys,
+                                                         const CallOptions& call) override;
+  Result<void> clear(const CallOptions& call) override;
+  Result<RawResponse> raw(std::string_view path, std::string_view body, const CallOptions& call) override;
+
+ private:
+  Impl impl_;
+};
+
+Result<std::string> DefaultConnection::initialize(Rank rank, std::int64_t num_pages, Role role,
+                                                  const CallOptions& call) {
+  return impl_.do_initialize(rank, num_pages, role, impl_.spec(Route::initialize, std::nullopt, call));
 }
 
-Result<std::string> Client::ensure_initialized(Rank rank, std::int64_t num_pages, Role role,
-                                               const CallOptions& call) {
+Result<std::string> DefaultConnection::ensure_initialized(Rank rank, std::int64_t num_pages, Role role,
+                                                          const CallOptions& call) {
   // A scheduler's initialize changes nothing on the server, so there is nothing to restore: it
   // neither registers the rank nor replaces a worker's registration of it.
   if (role != Role::worker) return initialize(rank, num_pages, role, call);
@@ -595,86 +611,89 @@ Result<std::string> Client::ensure_initialized(Rank rank, std::int64_t num_pages
   if (auto e = check_initialize(rank, num_pages, role)) return std::move(*e);
   // Registered first, then sent: a worker that starts during an outage (its first initialize fails)
   // is still restored when the server comes back and says "not initialized".
-  impl_->register_rank(rank, num_pages, role);
+  impl_.register_rank(rank, num_pages, role);
   auto result = initialize(rank, num_pages, role, call);
   // The server refuses these parameters for good: restoring with them could never succeed.
-  if (!result && result.error().code == errc::invalid_initialization) impl_->unregister_rank(rank);
+  if (!result && result.error().code == errc::invalid_initialization) impl_.unregister_rank(rank);
   return result;
 }
 
-void Client::register_rank(Rank rank, std::int64_t num_pages, Role role) {
+void DefaultConnection::register_rank(Rank rank, std::int64_t num_pages, Role role) {
   // Checked when the rank is restored: the restore then fails with invalid_argument.
-  impl_->register_rank(rank, num_pages, role);
+  impl_.register_rank(rank, num_pages, role);
 }
 
-Result<std::vector<Allocation>> Client::allocate(Rank rank, const std::vector<BlockKey>& keys,
-                                                 const CallOptions& call) {
+Result<std::vector<Page>> DefaultConnection::allocate(Rank rank, const std::vector<BlockKey>& keys,
+                                                      const CallOptions& call) {
   constexpr auto route = Route::batch_allocate;
   if (auto e = check_keys(route_info(route).operation, "keys", keys.size(),
                           [&](std::size_t i) { return std::string_view(keys[i].key); }, false)) {
     return std::move(*e);
   }
   HttpRequest request{request_path(route), protocol::encode_allocate_request(rank, keys), {}};
-  return impl_->run<std::vector<Allocation>>(
-      impl_->spec(route, rank, call), request,
+  return impl_.run<std::vector<Page>>(
+      impl_.spec(route, rank, call), request,
       [&](const HttpResponse& r) { return protocol::decode_allocate_response(r.body, keys); });
 }
 
-Result<std::vector<Allocation>> Client::allocate(Rank rank, const std::vector<std::string>& keys,
-                                                 const CallOptions& call) {
-  std::vector<BlockKey> blocks;
-  blocks.reserve(keys.size());
-  for (const auto& k : keys) blocks.push_back(BlockKey{k, {}});
-  return allocate(rank, blocks, call);
-}
-
-Result<void> Client::confirm_write(Rank rank, const std::vector<Confirmation>& confirmations,
-                                   const std::vector<Page>& pages_to_release, const CallOptions& call) {
+Result<void> DefaultConnection::confirm_write(Rank rank, const std::vector<Confirmation>& confirmations,
+                                              const std::vector<Page>& pages_to_release, const CallOptions& call) {
   if (auto e = check_confirm_write(confirmations, pages_to_release)) return std::move(*e);
   HttpRequest request{request_path(Route::confirm_write),
                       protocol::encode_confirm_write_request(rank, confirmations, pages_to_release),
                       {}};
-  return impl_->run<void>(impl_->spec(Route::confirm_write, rank, call, !pages_to_release.empty()), request,
+  return impl_.run<void>(impl_.spec(Route::confirm_write, rank, call, !pages_to_release.empty()), request,
                           [](const HttpResponse&) { return protocol::Decoded<void>(boost::outcome_v2::success()); });
 }
 
-Result<std::vector<bool>> Client::batch_exists(const std::vector<std::string>& keys, const CallOptions& call) {
+Result<std::vector<bool>> DefaultConnection::batch_exists(const std::vector<std::string>& keys,
+                                                          const CallOptions& call) {
   constexpr auto route = Route::batch_exists;
   if (auto e = check_keys(route_info(route).operation, "keys", keys.size(),
                           [&](std::size_t i) { return std::string_view(keys[i]); }, true)) {
     return std::move(*e);
   }
   HttpRequest request{request_path(route), protocol::encode_batch_exists_request(keys), {}};
-  return impl_->run<std::vector<bool>>(
-      impl_->spec(route, std::nullopt, call), request,
+  return impl_.run<std::vector<bool>>(
+      impl_.spec(route, std::nullopt, call), request,
       [&](const HttpResponse& r) { return protocol::decode_batch_exists_response(r.body, keys.size()); });
 }
 
-Result<std::vector<std::optional<Page>>> Client::get_locations(Rank rank, const std::vector<std::string>& keys,
-                                                               const CallOptions& call) {
+Result<std::vector<std::optional<Page>>> DefaultConnection::get_locations(Rank rank,
+                                                                          const std::vector<std::string>& keys,
+                                                                          const CallOptions& call) {
   constexpr auto route = Route::get_locations;
   if (auto e = check_keys(route_info(route).operation, "keys", keys.size(),
                           [&](std::size_t i) { return std::string_view(keys[i]); }, true)) {
     return std::move(*e);
   }
   HttpRequest request{request_path(route), protocol::encode_get_locations_request(rank, keys), {}};
-  return impl_->run<std::vector<std::optional<Page>>>(
-      impl_->spec(route, rank, call), request,
+  return impl_.run<std::vector<std::optional<Page>>>(
+      impl_.spec(route, rank, call), request,
       [&](const HttpResponse& r) { return protocol::decode_get_locations_response(r.body, keys.size()); });
 }
 
-Result<void> Client::clear(const CallOptions& call) {
+Result<void> DefaultConnection::clear(const CallOptions& call) {
   HttpRequest request{request_path(Route::clear), std::string(), {}};
-  return impl_->run<void>(impl_->spec(Route::clear, std::nullopt, call), request,
+  return impl_.run<void>(impl_.spec(Route::clear, std::nullopt, call), request,
                           [](const HttpResponse&) { return protocol::Decoded<void>(boost::outcome_v2::success()); });
 }
 
-Result<RawResponse> Client::raw(std::string_view path, std::string_view body, const CallOptions& call) {
+Result<RawResponse> DefaultConnection::raw(std::string_view path, std::string_view body, const CallOptions& call) {
   HttpRequest request{std::string(path), std::string(body), {}};
-  return impl_->run<RawResponse>(impl_->spec(Route::not_found, std::nullopt, call), request,
+  return impl_.run<RawResponse>(impl_.spec(Route::not_found, std::nullopt, call), request,
                                  [](const HttpResponse& r) -> protocol::Decoded<RawResponse> {
                                    return RawResponse{r.status, r.content_type, r.body};
                                  });
 }
+
+}  // namespace
+
+std::shared_ptr<Connection> make_connection(ClientOptions options) {
+  return std::make_shared<DefaultConnection>(std::move(options));
+}
+
+Client::Client(ClientOptions options) : connection_(make_connection(std::move(options))) {}
+Client::Client(std::shared_ptr<Connection> connection) : connection_(std::move(connection)) {}
 
 }  // namespace hf3fs_meta

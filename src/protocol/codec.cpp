@@ -298,7 +298,7 @@ std::optional<DecodeError> read_answer(std::string_view body, std::size_t expect
 // results: [[key, page], ...], each key the one sent at that index, each page an integer >= -1.
 class AllocateAnswerSink : public AnswerSink {
  public:
-  AllocateAnswerSink(std::span<const BlockKey> sent, std::vector<Allocation>& out)
+  AllocateAnswerSink(std::span<const BlockKey> sent, std::vector<Page>& out)
       : AnswerSink("results"), sent_(sent), out_(out) {}
   void value(int f, const Scalar& s) {
     AnswerSink::value(f, s);
@@ -319,13 +319,13 @@ class AllocateAnswerSink : public AnswerSink {
     if (pair_.second.kind != Kind::integer || pair_.second.integer < kNoPage) {
       return list.fail(indexed("results", index) + ": page must be an integer >= -1");
     }
-    out_.push_back(Allocation{sent_[index].key, pair_.second.integer});
+    out_.push_back(pair_.second.integer);
   }
 
  private:
   void pair_error(std::size_t index) { list.fail(indexed("results", index) + ": expected a [key, page] pair"); }
   std::span<const BlockKey> sent_;
-  std::vector<Allocation>& out_;
+  std::vector<Page>& out_;
   Pair pair_;
 };
 
@@ -362,8 +362,8 @@ class LocationsAnswerSink : public AnswerSink {
 
 }  // namespace
 
-Decoded<std::vector<Allocation>> decode_allocate_response(std::string_view body, std::span<const BlockKey> sent) {
-  std::vector<Allocation> out;
+Decoded<std::vector<Page>> decode_allocate_response(std::string_view body, std::span<const BlockKey> sent) {
+  std::vector<Page> out;
   out.reserve(sent.size());
   const bool fast = internal::JsonCursor(body).list_answer(
       "results", sent.size(), [&](internal::JsonCursor& c, std::size_t i) {
@@ -378,7 +378,7 @@ Decoded<std::vector<Allocation>> decode_allocate_response(std::string_view body,
         if (!c.integer(page) || page < kNoPage) return false;
         c.ws();
         if (!c.lit(']')) return false;
-        out.push_back(Allocation{key, page});
+        out.push_back(page);
         return true;
       });
   if (fast) return out;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "hf3fs_meta/client.hpp"
+#include "hf3fs_meta/mocks/mock_connection.hpp"
 #include "support/fakes.hpp"
 
 namespace hf3fs_meta {
@@ -18,6 +19,8 @@ namespace {
 
 using ::testing::_;
 using ::testing::DoAll;
+using ::testing::ElementsAre;
+using ::testing::Field;
 using ::testing::Return;
 using ::testing::SaveArg;
 using ::testing::StrictMock;
@@ -108,15 +111,15 @@ TEST_F(ClientCallTest, AllocateSendsKeysWithPrefixes) {
   ASSERT_TRUE(r) << r.error().message();
   EXPECT_EQ(sent.path, "/keys/batch_allocate");
   EXPECT_EQ(sent.body, R"j({"rank":3,"keys":[["a","p"],["b",""]]})j");
-  EXPECT_EQ(r.value(), (std::vector<Allocation>{{"a", 4}, {"b", kNoPage}}));
+  EXPECT_EQ(r.value(), (std::vector<Page>{4, kNoPage}));
 }
 
 TEST_F(ClientCallTest, AllocateStringKeysSendEmptyPrefix) {
   answer_once(http_answer(200, R"j({"rank":-2,"results":[["9e107d9d372bb6826bd81d3542a419d6",0]]})j"));
-  auto r = client->allocate(-2, std::vector<std::string>{"9e107d9d372bb6826bd81d3542a419d6"});
+  auto r = client->allocate(-2, {"9e107d9d372bb6826bd81d3542a419d6"});
   ASSERT_TRUE(r) << r.error().message();
   EXPECT_EQ(sent.body, R"j({"rank":-2,"keys":[["9e107d9d372bb6826bd81d3542a419d6",""]]})j");
-  EXPECT_EQ(r.value(), (std::vector<Allocation>{{"9e107d9d372bb6826bd81d3542a419d6", 0}}));
+  EXPECT_EQ(r.value(), (std::vector<Page>{0}));
 }
 
 TEST_F(ClientCallTest, ConfirmWriteSendsConfirmationsAndReleases) {
@@ -263,7 +266,7 @@ TEST_P(ClientErrorClassTest, ClassifiesByStatusAndDetail) {
   Operation op{};
   switch (call) {
     case 0: op = Operation::initialize; error = client->initialize(3, 8).error(); break;
-    case 1: op = Operation::allocate; error = client->allocate(3, std::vector<std::string>{"k"}).error(); break;
+    case 1: op = Operation::allocate; error = client->allocate(3, {"k"}).error(); break;
     case 2: op = Operation::confirm_write; error = client->confirm_write(3, {{"k", 1}}).error(); break;
     case 3: op = Operation::batch_exists; error = client->batch_exists({"k"}).error(); break;
     case 4: op = Operation::get_locations; error = client->get_locations(3, {"k"}).error(); break;
@@ -365,7 +368,7 @@ TEST_P(ClientShapeTest, MalformedSuccessIsProtocolError) {
       break;
     }
     case 1: {
-      auto r = client->allocate(3, std::vector<std::string>{"a", "b"});
+      auto r = client->allocate(3, {"a", "b"});
       ASSERT_FALSE(r) << "got " << r.value().size() << " allocations";
       error = r.error();
       break;
@@ -405,8 +408,8 @@ TEST_F(ClientCallTest, RefusesBeforeSending) {
     return r.error();
   };
   const std::vector<Case> cases = {
-      {[&](Client& c) { return drop(c.allocate(3, std::vector<std::string>{"a", ""})); }, "keys[1]: empty key"},
-      {[&](Client& c) { return drop(c.allocate(3, std::vector<std::string>{"abc", "x", "abc"})); },
+      {[&](Client& c) { return drop(c.allocate(3, {"a", ""})); }, "keys[1]: empty key"},
+      {[&](Client& c) { return drop(c.allocate(3, {"abc", "x", "abc"})); },
        "keys[2]: duplicate key 'abc' (also keys[0])"},
       {[&](Client& c) { return drop(c.allocate(3, std::vector<BlockKey>{{"a", "p"}, {"a", "q"}})); },
        "keys[1]: duplicate key 'a' (also keys[0])"},
@@ -441,7 +444,7 @@ TEST_F(ClientCallTest, RefusesBeforeSending) {
 
 // Large batches take the hashed path of the duplicate checks; the answer must be the same.
 TEST_F(ClientCallTest, RefusesDuplicatesInLargeBatches) {
-  std::vector<std::string> keys;
+  std::vector<BlockKey> keys;
   // (operator+ on a literal trips g++ 12's -Wrestrict false positive; append instead.)
   const auto named = [](std::string_view stem, int i) { return std::string(stem).append(std::to_string(i)); };
   for (int i = 0; i < 100; ++i) keys.push_back(named("key", i));
@@ -475,6 +478,66 @@ TEST_F(ClientCallTest, EmptyBatchesAreSent) {
   auto r = client->batch_exists({});
   ASSERT_TRUE(r) << r.error().message();
   EXPECT_TRUE(r.value().empty());
+}
+
+// Client over a Connection: each call reaches the connection once, with Client's defaults filled in
+// and the caller's CallOptions as given; the connection's answer comes back as it is.
+TEST(ClientOverConnectionTest, EveryCallReachesTheConnectionWithItsDefaults) {
+  auto mock = std::make_shared<StrictMock<hf3fs_meta_mocks::MockConnection>>();
+  const auto no_deadline = Field(&CallOptions::deadline, std::optional<std::chrono::milliseconds>());
+  const auto deadline_7 = Field(&CallOptions::deadline, std::optional(std::chrono::milliseconds(7)));
+  {
+    ::testing::InSequence in_order;
+    EXPECT_CALL(*mock, initialize(3, 8, Role::worker, no_deadline)).WillOnce(Return(std::string("ok")));
+    EXPECT_CALL(*mock, ensure_initialized(4, 0, Role::scheduler, deadline_7)).WillOnce(Return(std::string("s")));
+    EXPECT_CALL(*mock, register_rank(5, 2, Role::worker));
+    EXPECT_CALL(*mock, allocate(3, ElementsAre(BlockKey("a"), BlockKey("b", "p")), no_deadline))
+        .WillOnce(Return(std::vector<Page>{1, kNoPage}));
+    EXPECT_CALL(*mock, confirm_write(3, ElementsAre(Confirmation{"a", 1}), ::testing::IsEmpty(), no_deadline))
+        .WillOnce(Return(boost::outcome_v2::success()));
+    EXPECT_CALL(*mock, batch_exists(ElementsAre("a"), deadline_7)).WillOnce(Return(std::vector<bool>{true}));
+    EXPECT_CALL(*mock, get_locations(3, ElementsAre("a"), no_deadline))
+        .WillOnce(Return(std::vector<std::optional<Page>>{1}));
+    EXPECT_CALL(*mock, clear(no_deadline)).WillOnce(Return(boost::outcome_v2::success()));
+    EXPECT_CALL(*mock, raw(std::string_view("/x"), std::string_view("{}"), no_deadline))
+        .WillOnce(Return(RawResponse{200, "application/json", "{}"}));
+  }
+  Client client(mock);
+  const CallOptions seven{std::chrono::milliseconds(7)};
+  EXPECT_EQ(client.initialize(3, 8).value(), "ok");
+  EXPECT_EQ(client.ensure_initialized(4, 0, Role::scheduler, seven).value(), "s");
+  client.register_rank(5, 2);
+  EXPECT_EQ(client.allocate(3, {"a", {"b", "p"}}).value(), (std::vector<Page>{1, kNoPage}));
+  EXPECT_TRUE(client.confirm_write(3, {{"a", 1}}));
+  EXPECT_EQ(client.batch_exists({"a"}, seven).value(), std::vector<bool>{true});
+  EXPECT_EQ(client.get_locations(3, {"a"}).value(), (std::vector<std::optional<Page>>{1}));
+  EXPECT_TRUE(client.clear());
+  EXPECT_EQ(client.raw("/x", "{}").value().body, "{}");
+}
+
+// Copies share the connection (and so its registered ranks, budget and transport).
+TEST(ClientOverConnectionTest, CopiesShareTheConnection) {
+  auto mock = std::make_shared<StrictMock<hf3fs_meta_mocks::MockConnection>>();
+  EXPECT_CALL(*mock, clear(_)).Times(2).WillRepeatedly(Return(boost::outcome_v2::success()));
+  Client first(mock);
+  Client second = first;
+  EXPECT_TRUE(first.clear());
+  EXPECT_TRUE(second.clear());
+}
+
+// NiceMock: a call nobody set up is not a test failure by itself, and answers an error naming the
+// method rather than a value the code under test would trust.
+TEST(ClientOverConnectionTest, AnUnsetCallOfANiceMockAnswersAnErrorNamingIt) {
+  auto mock = std::make_shared<::testing::NiceMock<hf3fs_meta_mocks::MockConnection>>();
+  Client client(mock);
+  auto a = client.allocate(3, {"a"});
+  ASSERT_FALSE(a);
+  EXPECT_EQ(a.error().operation, Operation::allocate);
+  EXPECT_EQ(a.error().detail, "MockConnection::allocate: no expectation or default action was set");
+  auto c = client.clear();
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.error().operation, Operation::clear);
+  client.register_rank(1, 1);  // void: nothing to answer
 }
 
 }  // namespace

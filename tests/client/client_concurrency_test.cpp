@@ -62,7 +62,7 @@ TEST(ClientConcurrencyTest, SixteenThreadsOneInitialize) {
   std::atomic<int> ok{0};
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&] {
-      auto r = client.allocate(3, std::vector<std::string>{"k"});
+      auto r = client.allocate(3, {"k"});
       if (r) {
         ok.fetch_add(1);
       } else {
@@ -109,10 +109,10 @@ TEST(ClientConcurrencyTest, AWaiterOnAnotherThreadsReinitializeHonoursItsDeadlin
   Client client(options);
   client.register_rank(3, 64);
 
-  std::thread restorer([&] { (void)client.allocate(3, std::vector<std::string>{"a"}); });
+  std::thread restorer([&] { (void)client.allocate(3, {"a"}); });
   initialize_started.wait();
   const auto start = std::chrono::steady_clock::now();
-  auto waiter = client.allocate(3, std::vector<std::string>{"b"}, CallOptions{50ms});
+  auto waiter = client.allocate(3, {"b"}, CallOptions{50ms});
   const auto waited = std::chrono::steady_clock::now() - start;
   release.set_value();
   restorer.join();
@@ -141,8 +141,8 @@ TEST(ClientConcurrencyTest, EightThreadsShareOneCurlClient) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < kCalls; ++i) {
         const std::string key = key_of(t, i);
-        auto r = client.allocate(0, std::vector<std::string>{key});
-        if (r && r.value().size() == 1 && r.value()[0].key == key && r.value()[0].page == 5) {
+        auto r = client.allocate(0, {key});
+        if (r && r.value().size() == 1 && r.value()[0] == 5) {
           ok.fetch_add(1);
         } else {
           ADD_FAILURE() << (r ? "wrong answer" : r.error().message());
@@ -174,12 +174,12 @@ TEST(ClientConcurrencyTest, InProcessTransportSharedByThreads) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < 50; ++i) {
         const std::string key = key_of(t, i);
-        auto a = client.allocate(0, std::vector<std::string>{key});
-        if (!a || a.value()[0].page < 0) {
+        auto a = client.allocate(0, {key});
+        if (!a || a.value()[0] < 0) {
           ADD_FAILURE() << (a ? "no page" : a.error().message());
           continue;
         }
-        auto c = client.confirm_write(0, {{key, a.value()[0].page}});
+        auto c = client.confirm_write(0, {{key, a.value()[0]}});
         auto e = client.batch_exists({key});
         if (c && e && e.value()[0]) ok.fetch_add(1);
       }

@@ -75,7 +75,7 @@ TEST_F(ClientRetryTest, Unavailable503IsRepeatedEvenForAllocate) {
   transport->then(status_answer(503));
   transport->then(status_answer(503));
   transport->then(ok_allocate());
-  auto r = client->allocate(3, std::vector<std::string>{"k"});
+  auto r = client->allocate(3, {"k"});
   ASSERT_TRUE(r) << r.error().message();
   EXPECT_EQ(transport->count(kAllocate), 3u);
   EXPECT_EQ(sleeper->sleeps().size(), 2u);
@@ -133,7 +133,7 @@ TEST_F(ClientRetryTest, RefusedConnectionsAreRepeatedPastTheAttemptCountUntilThe
   transport->otherwise([](const HttpRequest&, const AttemptTimeouts&) -> TransportResult {
     return refused_connection();
   });
-  auto r = client->allocate(3, std::vector<std::string>{"k"});
+  auto r = client->allocate(3, {"k"});
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, errc::connection_failed);
   EXPECT_EQ(r.error().attempts, 100);  // 0, 0.1, ... 9.9 s: the next would leave at the deadline
@@ -145,13 +145,13 @@ TEST_F(ClientRetryTest, AServerBackAfterMoreThanTheAttemptCountIsReachedAndNoTok
   auto client = make_client();
   for (int i = 0; i < 6; ++i) transport->then(refused_connection());
   transport->then(ok_allocate());
-  auto r = client->allocate(3, std::vector<std::string>{"k"});
+  auto r = client->allocate(3, {"k"});
   ASSERT_TRUE(r) << r.error().message();
   EXPECT_EQ(transport->count(kAllocate), 7u);
   // Failures after sending still stop at the attempt count (4), and the budget is whole: had the
   // six refusals spent a token each, 4 would be left and the first 503 would not be repeated.
   for (int i = 0; i < 4; ++i) transport->then(status_answer(503));
-  auto unavailable = client->allocate(3, std::vector<std::string>{"k"});
+  auto unavailable = client->allocate(3, {"k"});
   ASSERT_FALSE(unavailable);
   EXPECT_EQ(unavailable.error().attempts, 4);
 }
@@ -214,7 +214,7 @@ TEST_P(ClientAmbiguousTest, UnsafeCallsAreNotRepeated) {
     EXPECT_EQ(result.error().stop_reason, "not safe to repeat " + op + " after " + GetParam().after);
   };
   transport->then(GetParam().make());
-  check(client->allocate(3, std::vector<std::string>{"k"}), "allocate");
+  check(client->allocate(3, {"k"}), "allocate");
   transport->then(GetParam().make());
   check(client->clear(), "clear");
   transport->then(GetParam().make());
@@ -233,7 +233,7 @@ TEST_P(ClientAmbiguousTest, AllocateRepeatedWithOptIn) {
   auto client = make_client(options);
   transport->then(GetParam().make());
   transport->then(ok_allocate());
-  auto r = client->allocate(3, std::vector<std::string>{"k"});
+  auto r = client->allocate(3, {"k"});
   ASSERT_TRUE(r) << r.error().message();
   EXPECT_EQ(transport->count(kAllocate), 2u);
 }
@@ -248,7 +248,7 @@ TEST_F(ClientRetryTest, AllocateRepeatedWhenServerDeclaredDedupEarlier) {
   ASSERT_TRUE(client->batch_exists({"k"}));
   transport->then(transport_failure(errc::timeout, true));
   transport->then(ok_allocate());
-  auto r = client->allocate(3, std::vector<std::string>{"k"});
+  auto r = client->allocate(3, {"k"});
   ASSERT_TRUE(r) << r.error().message();
   EXPECT_EQ(transport->count(kAllocate), 2u);
 }
@@ -258,7 +258,7 @@ TEST_F(ClientRetryTest, AllocateRepeatedWhenThisCallsEarlierAttemptDeclaredDedup
   transport->then(http_answer(503, R"({"detail":"busy"})", "application/json", {{"x-request-id-dedup", "60000"}}));
   transport->then(transport_failure(errc::timeout, true));
   transport->then(ok_allocate());
-  auto r = client->allocate(3, std::vector<std::string>{"k"});
+  auto r = client->allocate(3, {"k"});
   ASSERT_TRUE(r) << r.error().message();
   EXPECT_EQ(transport->count(kAllocate), 3u);
 }
@@ -277,13 +277,13 @@ TEST_F(ClientRetryTest, AllocateIsRepeatedOnlyInsideTheAdvertisedWindow) {
     return TransportResult(transport_failure(errc::timeout, true));
   });
   transport->then(ok_allocate());
-  ASSERT_TRUE(client->allocate(3, std::vector<std::string>{"k"}));
+  ASSERT_TRUE(client->allocate(3, {"k"}));
   // Outside: 990 ms + 10 ms of backoff reaches the end of the window.
   transport->then([this](const HttpRequest&, const AttemptTimeouts&) -> TransportResult {
     clock->advance(std::chrono::milliseconds(990));
     return TransportResult(transport_failure(errc::timeout, true));
   });
-  auto r = client->allocate(3, std::vector<std::string>{"k"});
+  auto r = client->allocate(3, {"k"});
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().stop_reason, "not safe to repeat allocate after timeout (request sent)");
   EXPECT_EQ(transport->count(kAllocate), 3u);
@@ -310,7 +310,7 @@ TEST_F(ClientRetryTest, DedupHeaderThatIsNotAPositiveWindowIsNotTrusted) {
   auto client = make_client();
   transport->then(http_answer(503, R"({"detail":"busy"})", "application/json", {{"X-Request-Id-Dedup", "0"}}));
   transport->then(transport_failure(errc::timeout, true));
-  auto r = client->allocate(3, std::vector<std::string>{"k"});
+  auto r = client->allocate(3, {"k"});
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().stop_reason, "not safe to repeat allocate after timeout (request sent)");
   EXPECT_EQ(r.error().attempts, 2);
@@ -494,7 +494,7 @@ TEST_F(ClientRetryTest, BudgetIsSharedByCallsOfOneClient) {
   transport->otherwise([](const HttpRequest&, const AttemptTimeouts&) { return status_answer(503); });
   (void)client->batch_exists({"k"});                  // 10 -> 7
   (void)client->get_locations(3, {"k"});              // 7 -> 6 -> 5: one retry
-  auto r = client->allocate(3, std::vector<std::string>{"k"});  // 5 -> 4: none
+  auto r = client->allocate(3, {"k"});  // 5 -> 4: none
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().stop_reason, "retry budget exhausted");
   EXPECT_EQ(transport->posted().size(), 3u + 2u + 1u);
@@ -515,13 +515,13 @@ TEST_F(ClientRetryTest, EnsureInitializedRegistersBeforeSending) {
   transport->then(allocate_not_initialized());
   transport->then(ok_init());
   transport->then(ok_allocate("k", 0));
-  auto r = client->allocate(3, std::vector<std::string>{"k"});
+  auto r = client->allocate(3, {"k"});
   ASSERT_TRUE(r) << r.error().message();
   EXPECT_EQ(transport->count(request_path(Route::initialize, 3)), 2u);
   // Refused by the client itself: nothing registered, nothing sent.
   EXPECT_EQ(client->ensure_initialized(4, 0).error().code, errc::invalid_argument);
   transport->then(allocate_not_initialized(4));
-  EXPECT_EQ(client->allocate(4, std::vector<std::string>{"k"}).error().code, errc::rank_not_initialized);
+  EXPECT_EQ(client->allocate(4, {"k"}).error().code, errc::rank_not_initialized);
   EXPECT_EQ(transport->count(request_path(Route::initialize, 4)), 0u);
 }
 
@@ -549,9 +549,9 @@ TEST_F(ClientRetryTest, ServerForgettingARankCostsOneInitialize) {
   transport->then(allocate_not_initialized());
   transport->then(ok_init());
   transport->then(ok_allocate("k", 7));
-  auto r = client->allocate(3, std::vector<std::string>{"k"});
+  auto r = client->allocate(3, {"k"});
   ASSERT_TRUE(r) << r.error().message();
-  EXPECT_EQ(r.value(), (std::vector<Allocation>{{"k", 7}}));
+  EXPECT_EQ(r.value(), (std::vector<Page>{7}));
   EXPECT_EQ(transport->count(request_path(Route::initialize, 3)), 2u);  // ensure_initialized's, and one restore
   EXPECT_EQ(transport->posted()[2].body, R"({"num_pages":64,"role":"worker"})");
   EXPECT_TRUE(sleeper->sleeps().empty());  // repeated at once
@@ -570,11 +570,11 @@ TEST_F(ClientRetryTest, RestoreDoesNotCostBudgetTokens) {
     transport->then(allocate_not_initialized());
     transport->then(ok_init());
     transport->then(ok_allocate());
-    ASSERT_TRUE(client->allocate(3, std::vector<std::string>{"k"}));
+    ASSERT_TRUE(client->allocate(3, {"k"}));
   }
   transport->then(status_answer(503));
   transport->then(ok_allocate());
-  EXPECT_TRUE(client->allocate(3, std::vector<std::string>{"k"}));
+  EXPECT_TRUE(client->allocate(3, {"k"}));
 }
 
 TEST_F(ClientRetryTest, GetLocationsIsRepeatedAfterRestore) {
@@ -593,12 +593,12 @@ TEST_F(ClientRetryTest, RegisteredRankSendsNothingUntilTheServerForgets) {
   client->register_rank(3, 16);
   EXPECT_TRUE(transport->posted().empty());
   transport->then(ok_allocate());
-  ASSERT_TRUE(client->allocate(3, std::vector<std::string>{"k"}));
+  ASSERT_TRUE(client->allocate(3, {"k"}));
   EXPECT_EQ(transport->count(request_path(Route::initialize, 3)), 0u);
   transport->then(allocate_not_initialized());
   transport->then(ok_init());
   transport->then(ok_allocate());
-  ASSERT_TRUE(client->allocate(3, std::vector<std::string>{"k"}));
+  ASSERT_TRUE(client->allocate(3, {"k"}));
   const auto posted = transport->posted();
   ASSERT_EQ(posted.size(), 4u);
   EXPECT_EQ(posted[2].path, "/rank/3/initialize");
@@ -630,7 +630,7 @@ TEST_F(ClientRetryTest, AtMostOneRestorePerCall) {
   transport->then(allocate_not_initialized());
   transport->then(ok_init());
   transport->then(allocate_not_initialized());
-  auto r = client->allocate(3, std::vector<std::string>{"k"});
+  auto r = client->allocate(3, {"k"});
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, errc::rank_not_initialized);
   EXPECT_EQ(r.error().attempts, 2);
@@ -641,13 +641,13 @@ TEST_F(ClientRetryTest, AtMostOneRestorePerCall) {
   transport->then(allocate_not_initialized());
   transport->then(ok_init());
   transport->then(ok_allocate());
-  EXPECT_TRUE(client->allocate(3, std::vector<std::string>{"k"}));
+  EXPECT_TRUE(client->allocate(3, {"k"}));
 }
 
 TEST_F(ClientRetryTest, UnregisteredRankFailsAtOnceSayingHowToFixIt) {
   auto client = make_client();
   transport->then(allocate_not_initialized(5));
-  auto r = client->allocate(5, std::vector<std::string>{"k"});
+  auto r = client->allocate(5, {"k"});
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, errc::rank_not_initialized);
   EXPECT_EQ(r.error().attempts, 1);
@@ -657,7 +657,7 @@ TEST_F(ClientRetryTest, UnregisteredRankFailsAtOnceSayingHowToFixIt) {
   // A registered rank 3 does not make rank 5 restorable.
   client->register_rank(3, 64);
   transport->then(allocate_not_initialized(5));
-  EXPECT_FALSE(client->allocate(5, std::vector<std::string>{"k"}));
+  EXPECT_FALSE(client->allocate(5, {"k"}));
   EXPECT_EQ(transport->posted().size(), 2u);
 }
 
@@ -666,7 +666,7 @@ TEST_F(ClientRetryTest, FailedRestoreIsReported) {
   client->register_rank(3, 64);
   transport->then(allocate_not_initialized());
   transport->then(detail_answer(400, "Invalid initialization parameters"));
-  auto r = client->allocate(3, std::vector<std::string>{"k"});
+  auto r = client->allocate(3, {"k"});
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, errc::rank_not_initialized);
   EXPECT_FALSE(r.error().reinitialized);
@@ -678,7 +678,7 @@ TEST_F(ClientRetryTest, RegisteredWithInvalidPagesRestoreRefusedBeforeSending) {
   auto client = make_client();
   client->register_rank(3, 0);
   transport->then(allocate_not_initialized());
-  auto r = client->allocate(3, std::vector<std::string>{"k"});
+  auto r = client->allocate(3, {"k"});
   ASSERT_FALSE(r);
   EXPECT_THAT(r.error().stop_reason, HasSubstr("num_pages: must be positive"));
   EXPECT_EQ(transport->posted().size(), 1u);
@@ -691,7 +691,7 @@ TEST_F(ClientRetryTest, EnsureInitializedKeepsNoRegistrationTheServerRefuses) {
   transport->then(detail_answer(400, "Invalid initialization parameters"));
   EXPECT_FALSE(client->ensure_initialized(3, 64));
   transport->then(allocate_not_initialized());
-  auto r = client->allocate(3, std::vector<std::string>{"k"});
+  auto r = client->allocate(3, {"k"});
   ASSERT_FALSE(r);
   EXPECT_FALSE(r.error().reinitialized);
   EXPECT_EQ(transport->posted().size(), 2u);
@@ -706,7 +706,7 @@ TEST_F(ClientRetryTest, SchedulerEnsureInitializedNeitherRegistersNorChangesAReg
   transport->then(ok_scheduler());
   ASSERT_TRUE(client->ensure_initialized(5, 0, Role::scheduler));
   transport->then(allocate_not_initialized(5));
-  auto r = client->allocate(5, std::vector<std::string>{"k"});
+  auto r = client->allocate(5, {"k"});
   ASSERT_FALSE(r);
   EXPECT_FALSE(r.error().reinitialized);
   EXPECT_THAT(r.error().stop_reason, HasSubstr("not registered"));
@@ -719,7 +719,7 @@ TEST_F(ClientRetryTest, SchedulerEnsureInitializedNeitherRegistersNorChangesAReg
   transport->then(allocate_not_initialized());
   transport->then(ok_init());
   transport->then(ok_allocate());
-  ASSERT_TRUE(client->allocate(3, std::vector<std::string>{"k"}));
+  ASSERT_TRUE(client->allocate(3, {"k"}));
   ASSERT_EQ(transport->posted().size(), 7u);
   EXPECT_EQ(transport->posted()[5].body, R"({"num_pages":64,"role":"worker"})");
 }
@@ -731,7 +731,7 @@ TEST_F(ClientRetryTest, RestoreUsesTheRegisteredRoleAndLatestPages) {
   transport->then(allocate_not_initialized());
   transport->then(ok_init());
   transport->then(ok_allocate());
-  ASSERT_TRUE(client->allocate(3, std::vector<std::string>{"k"}));
+  ASSERT_TRUE(client->allocate(3, {"k"}));
   EXPECT_EQ(transport->posted()[1].body, R"({"num_pages":128,"role":"worker"})");
 }
 
@@ -766,7 +766,7 @@ TEST_F(ClientRetryTest, ObserverSeesEveryStepInOrder) {
   transport->then(allocate_not_initialized());
   transport->then(ok_init());
   transport->then(ok_allocate());
-  auto r = client->allocate(3, std::vector<std::string>{"k"});
+  auto r = client->allocate(3, {"k"});
   ASSERT_TRUE(r) << r.error().message();
   const auto events = observer->events();
   const std::string call_id = transport->posted()[0].request_id;
@@ -812,7 +812,7 @@ TEST_F(ClientRetryTest, RestoreCountsAsAnAttemptButItsRepeatIsAlwaysAllowed) {
   transport->then(allocate_not_initialized());
   transport->then(ok_init());
   transport->then(allocate_not_initialized());  // the repeat: the rank is gone again
-  auto r = client->allocate(3, std::vector<std::string>{"k"});
+  auto r = client->allocate(3, {"k"});
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().attempts, 3);
   EXPECT_TRUE(r.error().reinitialized);
@@ -827,9 +827,9 @@ TEST_F(ClientRetryTest, OneAttemptPolicyStillRepeatsAfterARestore) {
   transport->then(allocate_not_initialized());
   transport->then(ok_init());
   transport->then(http_answer(200, R"({"rank":3,"results":[["k",0]]})"));
-  auto r = client->allocate(3, std::vector<std::string>{"k"});
+  auto r = client->allocate(3, {"k"});
   ASSERT_TRUE(r) << r.error().message();
-  EXPECT_EQ(r.value()[0].page, 0);
+  EXPECT_EQ(r.value()[0], 0);
   EXPECT_EQ(transport->count(kAllocate), 2u);
 }
 

@@ -285,7 +285,7 @@ TEST(CurlTransportTest, ClientOverCurlRefusedGivesUpWithConnectionFailed) {
   options.backoff_policy = std::make_shared<ExponentialBackoffPolicy>(1ms, 2ms);
   Client client(options);
   const auto start = std::chrono::steady_clock::now();
-  auto r = client.allocate(0, std::vector<std::string>{"k"}, CallOptions{200ms});
+  auto r = client.allocate(0, {"k"}, CallOptions{200ms});
   const auto took = std::chrono::steady_clock::now() - start;
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, errc::connection_failed);
@@ -302,7 +302,7 @@ TEST(CurlTransportTest, ClientOverCurlDoesNotRepeatATimedOutAllocate) {
   options.base_url = peer.url();
   options.request_timeout = 200ms;
   Client client(options);
-  auto r = client.allocate(0, std::vector<std::string>{"k"});
+  auto r = client.allocate(0, {"k"});
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, errc::timeout);
   EXPECT_TRUE(r.error().sent);

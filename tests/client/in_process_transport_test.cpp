@@ -30,7 +30,7 @@ TEST_F(InProcessTest, WorkerLifecycle) {
   EXPECT_EQ(init.value(), "Rank 3 initialized with 4 pages");
   auto a = client->allocate(3, std::vector<BlockKey>{{"a", ""}, {"b", "a"}});
   ASSERT_TRUE(a) << a.error().message();
-  EXPECT_EQ(a.value(), (std::vector<Allocation>{{"a", 0}, {"b", 1}}));
+  EXPECT_EQ(a.value(), (std::vector<Page>{0, 1}));
   ASSERT_TRUE(client->confirm_write(3, {{"a", 0}, {"b", 1}}));
   auto e = client->batch_exists({"a", "b", "c", "a"});
   ASSERT_TRUE(e) << e.error().message();
@@ -39,9 +39,9 @@ TEST_F(InProcessTest, WorkerLifecycle) {
   ASSERT_TRUE(l) << l.error().message();
   EXPECT_EQ(l.value(), (std::vector<std::optional<Page>>{1, std::nullopt}));
   // The pool is short: every key gets no page.
-  auto short_pool = client->allocate(3, std::vector<std::string>{"c", "d", "e"});
+  auto short_pool = client->allocate(3, {"c", "d", "e"});
   ASSERT_TRUE(short_pool);
-  EXPECT_EQ(short_pool.value(), (std::vector<Allocation>{{"c", -1}, {"d", -1}, {"e", -1}}));
+  EXPECT_EQ(short_pool.value(), (std::vector<Page>{-1, -1, -1}));
 }
 
 TEST_F(InProcessTest, ClearedServerIsRestoredForARegisteredRank) {
@@ -49,9 +49,9 @@ TEST_F(InProcessTest, ClearedServerIsRestoredForARegisteredRank) {
   ASSERT_TRUE(client->clear());
   EXPECT_EQ(state->rank_count(), 0u);
   observer->reset();
-  auto a = client->allocate(3, std::vector<std::string>{"k"});
+  auto a = client->allocate(3, {"k"});
   ASSERT_TRUE(a) << a.error().message();
-  EXPECT_EQ(a.value()[0].page, 0);
+  EXPECT_EQ(a.value()[0], 0);
   EXPECT_EQ(state->rank_count(), 1u);
   EXPECT_EQ(observer->events().back().attempt, 2);
   EXPECT_TRUE(observer->events().back().reinitialized);
@@ -59,23 +59,23 @@ TEST_F(InProcessTest, ClearedServerIsRestoredForARegisteredRank) {
 
 TEST_F(InProcessTest, StaleConfirmAfterRestoreIsRefused) {
   ASSERT_TRUE(client->ensure_initialized(3, 8));
-  auto a = client->allocate(3, std::vector<std::string>{"k"});
+  auto a = client->allocate(3, {"k"});
   ASSERT_TRUE(a);
   ASSERT_TRUE(client->clear());
-  auto c = client->confirm_write(3, {{"k", a.value()[0].page}}, {});
+  auto c = client->confirm_write(3, {{"k", a.value()[0]}}, {});
   ASSERT_FALSE(c);
   EXPECT_EQ(c.error().code, errc::rank_not_initialized);
   EXPECT_TRUE(c.error().reinitialized);
   EXPECT_EQ(state->rank_count(), 1u);  // restored, not confirmed
   // Confirming the page now, though it was never allocated in the new state: stale.
-  c = client->confirm_write(3, {{"k", a.value()[0].page}}, {});
+  c = client->confirm_write(3, {{"k", a.value()[0]}}, {});
   ASSERT_FALSE(c);
   EXPECT_EQ(c.error().code, errc::stale_allocation);
   EXPECT_EQ(c.error().status, 409);
 }
 
 TEST_F(InProcessTest, ServerRefusalsAreClassified) {
-  auto unregistered = client->allocate(9, std::vector<std::string>{"k"});
+  auto unregistered = client->allocate(9, {"k"});
   ASSERT_FALSE(unregistered);
   EXPECT_EQ(unregistered.error().code, errc::rank_not_initialized);
   EXPECT_EQ(unregistered.error().rank, 9);

@@ -128,15 +128,16 @@ struct Worker {
     for (int r = 0; r < kRanks; ++r) order[static_cast<std::size_t>(r)] = r;
     std::shuffle(order.begin(), order.end(), rng);
     for (const Rank rank : order) {
-      auto allocated = client->allocate(rank, keys);
+      auto allocated = client->allocate(rank, blocks(keys));
       if (!check(allocated, "allocate shared")) return false;
       std::vector<Confirmation> confirmations;
-      for (const auto& a : allocated.value()) {
+      for (std::size_t i = 0; i < keys.size(); ++i) {
+        const Confirmation a{keys[i], allocated.value()[i]};
         if (a.page < 0 || a.page >= kPages) {
           fail("allocate shared: page " + std::to_string(a.page) + " for " + a.key);
           return false;
         }
-        confirmations.push_back({a.key, a.page});
+        confirmations.push_back(a);
       }
       if (!check(client->confirm_write(rank, confirmations), "confirm shared")) return false;
     }
@@ -149,12 +150,13 @@ struct Worker {
     for (int k : pick(0, kOwnKeys, 1 + static_cast<int>(rng() % 8))) keys.push_back(own_key(id, k));
     for (Rank rank = 0; rank < kRanks; ++rank) {
       const auto r = static_cast<std::size_t>(rank);
-      auto allocated = client->allocate(rank, keys);
+      auto allocated = client->allocate(rank, blocks(keys));
       if (!check(allocated, "allocate")) return false;
       std::vector<Confirmation> confirmations;
       std::vector<Page> releases;
       std::int64_t kept_here = 0;
-      for (const auto& a : allocated.value()) {
+      for (std::size_t i = 0; i < keys.size(); ++i) {
+        const Confirmation a{keys[i], allocated.value()[i]};
         const auto& recorded = own[a.key][r];
         if (a.page < 0 || a.page >= kPages) {
           fail("allocate: page " + std::to_string(a.page) + " for " + a.key);
@@ -223,10 +225,10 @@ struct Worker {
         if (!own[own_key(id, i)][r]) missing.push_back(own_key(id, i));
       }
       if (missing.empty()) continue;
-      auto allocated = client->allocate(rank, missing);
+      auto allocated = client->allocate(rank, blocks(missing));
       if (!check(allocated, "allocate (completing)")) return false;
       std::vector<Confirmation> confirmations;
-      for (const auto& a : allocated.value()) confirmations.push_back({a.key, a.page});
+      for (std::size_t i = 0; i < missing.size(); ++i) confirmations.push_back({missing[i], allocated.value()[i]});
       if (!check(client->confirm_write(rank, confirmations), "confirm (completing)")) return false;
       for (const auto& c : confirmations) own[c.key][r] = c.page;
     }
@@ -290,10 +292,10 @@ TEST_F(ContractLoadTest, MixedCallsFromManyThreadsKeepTheInvariants) {
   std::vector<std::string> shared;
   for (int i = 0; i < shared_keys; ++i) shared.push_back(shared_key(i));
   for (Rank rank = 0; rank < kRanks; ++rank) {
-    auto allocated = client.allocate(rank, shared);
+    auto allocated = client.allocate(rank, blocks(shared));
     ASSERT_THAT(allocated, IsOk());
     std::vector<Confirmation> confirmations;
-    for (const auto& a : allocated.value()) confirmations.push_back({a.key, a.page});
+    for (std::size_t i = 0; i < shared.size(); ++i) confirmations.push_back({shared[i], allocated.value()[i]});
     ASSERT_THAT(client.confirm_write(rank, confirmations), IsOk());
   }
 

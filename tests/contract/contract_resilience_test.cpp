@@ -41,15 +41,15 @@ class ContractResilienceTest : public ContractTest {
 TEST_F(ContractResilienceTest, AllocateAfterTheServerForgotReinitializesOnceAndSucceeds) {
   auto client = make_client(4, observer_);
   ASSERT_THAT(client->ensure_initialized(0, 8), IsOk());
-  ASSERT_THAT(client->allocate(0, std::vector<std::string>{"a", "b"}),
-              HasValue(ElementsAre(Allocation{"a", 0}, Allocation{"b", 1})));
+  ASSERT_THAT(client->allocate(0, {"a", "b"}),
+              HasValue(ElementsAre(0, 1)));
   ASSERT_THAT(client->confirm_write(0, {{"a", 0}}), IsOk());
 
   forget_state();
   EXPECT_EQ(snapshot(), (StateSnapshot{{}, 0}));
   observer_->reset();
 
-  EXPECT_THAT(client->allocate(0, std::vector<std::string>{"c"}), HasValue(ElementsAre(Allocation{"c", 0})));
+  EXPECT_THAT(client->allocate(0, {"c"}), HasValue(ElementsAre(0)));
   const auto id = first_request_id();
   EXPECT_THAT(observer_->trace(id), ElementsAre("attempt 1", "reinitialize 0", "attempt 2", "success 2"));
   EXPECT_EQ(count(Kind::reinitialize), 1u);
@@ -74,7 +74,7 @@ TEST_F(ContractResilienceTest, AllocateAfterTheServerForgotReinitializesOnceAndS
 TEST_F(ContractResilienceTest, ConfirmAfterTheServerForgotReinitializesButIsNotRepeated) {
   auto client = make_client(4, observer_);
   ASSERT_THAT(client->ensure_initialized(0, 8), IsOk());
-  ASSERT_THAT(client->allocate(0, std::vector<std::string>{"a"}), HasValue(ElementsAre(Allocation{"a", 0})));
+  ASSERT_THAT(client->allocate(0, {"a"}), HasValue(ElementsAre(0)));
   forget_state();
   observer_->reset();
 
@@ -90,7 +90,7 @@ TEST_F(ContractResilienceTest, ConfirmAfterTheServerForgotReinitializesButIsNotR
   EXPECT_EQ(snapshot(), (StateSnapshot{{{0, RankPages{8, 0, 0, 0, 0}}}, 0}));
 
   observer_->reset();
-  EXPECT_THAT(client->allocate(0, std::vector<std::string>{"a"}), HasValue(ElementsAre(Allocation{"a", 0})));
+  EXPECT_THAT(client->allocate(0, {"a"}), HasValue(ElementsAre(0)));
   EXPECT_EQ(count(Kind::reinitialize), 0u);
   EXPECT_EQ(count(Kind::attempt), 1u);
 }
@@ -99,8 +99,8 @@ TEST_F(ContractResilienceTest, AllocateAfterARealRestartOnTheSamePortReinitializ
   auto client = make_client(4, observer_);
   ASSERT_THAT(client->ensure_initialized(0, 8), IsOk());
   ASSERT_THAT(client->ensure_initialized(1, 8), IsOk());
-  ASSERT_THAT(client->allocate(0, std::vector<std::string>{"a", "b"}),
-              HasValue(ElementsAre(Allocation{"a", 0}, Allocation{"b", 1})));
+  ASSERT_THAT(client->allocate(0, {"a", "b"}),
+              HasValue(ElementsAre(0, 1)));
   ASSERT_THAT(client->confirm_write(0, {{"a", 0}}), IsOk());
 
   const auto port = server_.port();
@@ -113,7 +113,7 @@ TEST_F(ContractResilienceTest, AllocateAfterARealRestartOnTheSamePortReinitializ
 
   // The pooled connection died with the old process; libcurl reconnects before sending. The client
   // restores rank 0 exactly once, and not rank 1, which this call does not need.
-  EXPECT_THAT(client->allocate(0, std::vector<std::string>{"c"}), HasValue(ElementsAre(Allocation{"c", 0})));
+  EXPECT_THAT(client->allocate(0, {"c"}), HasValue(ElementsAre(0)));
   EXPECT_THAT(observer_->trace(first_request_id()), ElementsAre("attempt 1", "reinitialize 0", "attempt 2", "success 2"));
   const auto reinitializations = of_kind(Kind::reinitialize);
   ASSERT_EQ(reinitializations.size(), 1u);
@@ -146,16 +146,16 @@ TEST_F(ContractResilienceTest, ACallRidesOutARealRestart) {
               FailsWith(errc::connection_failed));
   // The calls run on another thread; the server is restarted from this one (a server started by a
   // thread that then ends would get its parent-death signal).
-  Result<std::vector<Allocation>> allocated = Error{};
+  Result<std::vector<Page>> allocated = Error{};
   Result<std::vector<std::optional<Page>>> located = Error{};
   std::thread calls([&] {
-    allocated = client.allocate(0, std::vector<std::string>{"a"});
+    allocated = client.allocate(0, {"a"});
     located = client.get_locations(1, {"a"});
   });
   std::this_thread::sleep_for(std::chrono::seconds(1));  // the outage being ridden out
   server_.restart();
   calls.join();
-  ASSERT_THAT(allocated, HasValue(ElementsAre(Allocation{"a", 0})));
+  ASSERT_THAT(allocated, HasValue(ElementsAre(0)));
   EXPECT_THAT(located, HasValue(ElementsAre(std::nullopt)));
   EXPECT_EQ(snapshot(), (StateSnapshot{{{0, RankPages{7, 1, 0, 0, 0}}, {1, RankPages{8, 0, 0, 0, 0}}}, 0}));
 }
@@ -168,12 +168,12 @@ TEST_F(ContractResilienceTest, ConcurrentCallsAfterAForgetShareOneReinitializati
 
   constexpr int kThreads = 4;
   std::vector<std::thread> threads;
-  std::vector<Result<std::vector<Allocation>>> results(kThreads, Error{});
+  std::vector<Result<std::vector<Page>>> results(kThreads, Error{});
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       std::string key = "k";  // (not "k" + to_string: GCC 12 warns falsely, -Wrestrict)
       key += std::to_string(t);
-      results[static_cast<std::size_t>(t)] = client->allocate(0, std::vector<std::string>{key});
+      results[static_cast<std::size_t>(t)] = client->allocate(0, {key});
     });
   }
   for (auto& thread : threads) thread.join();
@@ -181,7 +181,7 @@ TEST_F(ContractResilienceTest, ConcurrentCallsAfterAForgetShareOneReinitializati
   std::vector<Page> taken;
   for (const auto& r : results) {
     ASSERT_THAT(r, IsOk());
-    taken.push_back(r.value().front().page);
+    taken.push_back(r.value().front());
   }
   std::sort(taken.begin(), taken.end());
   EXPECT_THAT(taken, ElementsAre(0, 1, 2, 3));
@@ -199,7 +199,7 @@ TEST_F(ContractResilienceTest, Two503sThenSuccess) {
   add_fault(R"({"path":"/keys/batch_allocate","status":503,"times":2})");
   observer_->reset();
 
-  EXPECT_THAT(client->allocate(0, std::vector<std::string>{"k"}), HasValue(ElementsAre(Allocation{"k", 0})));
+  EXPECT_THAT(client->allocate(0, {"k"}), HasValue(ElementsAre(0)));
   EXPECT_THAT(observer_->trace(),
               ElementsAre("attempt 1", "retry 1", "attempt 2", "retry 2", "attempt 3", "success 3"));
   for (const auto& retry : of_kind(Kind::retry)) EXPECT_EQ(retry.code, errc::unavailable);
@@ -234,8 +234,8 @@ TEST_F(ContractResilienceTest, ADelayedAllocateRepeatedAfterItsTimeoutIsAppliedO
 
   // The repeat reaches the server while the first is still held back: it waits for the first one's
   // answer instead of taking pages again.
-  EXPECT_THAT(client.allocate(0, std::vector<std::string>{"a", "b"}),
-              HasValue(ElementsAre(Allocation{"a", 0}, Allocation{"b", 1})));
+  EXPECT_THAT(client.allocate(0, {"a", "b"}),
+              HasValue(ElementsAre(0, 1)));
   EXPECT_THAT(count(Kind::attempt), Ge(2u));
   EXPECT_EQ(of_kind(Kind::retry).front().code, errc::timeout);
   EXPECT_EQ(pages(0), (RankPages{6, 2, 0, 0, 0}));
@@ -299,8 +299,8 @@ TEST_F(ContractResilienceTest, AnAllocateWhoseAnswerIsLostOnceIsAppliedOnce) {
   add_fault(R"({"path":"/keys/batch_allocate","close_connection":"after","times":1})");
   observer_->reset();
 
-  EXPECT_THAT(client->allocate(0, std::vector<std::string>{"a", "b", "c"}),
-              HasValue(ElementsAre(Allocation{"a", 0}, Allocation{"b", 1}, Allocation{"c", 2})));
+  EXPECT_THAT(client->allocate(0, {"a", "b", "c"}),
+              HasValue(ElementsAre(0, 1, 2)));
   // The client saw the drop (request sent, no answer) and repeated the allocate, which it may do
   // because the server declared deduplication; the repeat carried the same X-Request-Id.
   EXPECT_THAT(observer_->trace(), ElementsAre("attempt 1", "retry 1", "attempt 2", "success 2"));
@@ -322,7 +322,7 @@ TEST_F(ContractResilienceTest, TheObserverSeesEveryRequestTheServerReceives) {
   add_fault(R"({"path":"/keys/batch_allocate","close_connection":"after","times":1})");
   observer_->reset();
 
-  ASSERT_THAT(client->allocate(0, std::vector<std::string>{"a"}), IsOk());
+  ASSERT_THAT(client->allocate(0, {"a"}), IsOk());
   EXPECT_EQ(static_cast<std::int64_t>(count(Kind::attempt)), 1 + dedup_hits())
       << "the server received the allocate " << 1 + dedup_hits() << " times; the client attempted it "
       << count(Kind::attempt) << " time(s)";
@@ -331,13 +331,13 @@ TEST_F(ContractResilienceTest, TheObserverSeesEveryRequestTheServerReceives) {
 TEST_F(ContractResilienceTest, AnAllocateWhoseAnswerIsLostIsRepeatedAndGetsTheSamePages) {
   auto client = make_client(4, observer_);
   ASSERT_THAT(client->ensure_initialized(0, 8), IsOk());  // its answer declares X-Request-Id-Dedup
-  ASSERT_THAT(client->allocate(0, std::vector<std::string>{"first"}), HasValue(ElementsAre(Allocation{"first", 0})));
+  ASSERT_THAT(client->allocate(0, {"first"}), HasValue(ElementsAre(0)));
   // Two drops: the repeat is answered from the cache, and that answer is lost too.
   add_fault(R"({"path":"/keys/batch_allocate","close_connection":"after","times":2})");
   observer_->reset();
 
-  auto r = client->allocate(0, std::vector<std::string>{"a", "b", "c"});
-  EXPECT_THAT(r, HasValue(ElementsAre(Allocation{"a", 1}, Allocation{"b", 2}, Allocation{"c", 3})));
+  auto r = client->allocate(0, {"a", "b", "c"});
+  EXPECT_THAT(r, HasValue(ElementsAre(1, 2, 3)));
   EXPECT_THAT(observer_->trace(),
               ElementsAre("attempt 1", "retry 1", "attempt 2", "retry 2", "attempt 3", "success 3"));
   for (const auto& retry : of_kind(Kind::retry)) EXPECT_EQ(retry.code, errc::connection_failed);
@@ -359,8 +359,8 @@ TEST_F(ContractResilienceTest, AnAllocateDroppedBeforeItIsHandledIsRepeatedAndAp
   add_fault(R"({"path":"/keys/batch_allocate","close_connection":"before","times":2})");
   observer_->reset();
 
-  EXPECT_THAT(client->allocate(0, std::vector<std::string>{"a", "b"}),
-              HasValue(ElementsAre(Allocation{"a", 0}, Allocation{"b", 1})));
+  EXPECT_THAT(client->allocate(0, {"a", "b"}),
+              HasValue(ElementsAre(0, 1)));
   EXPECT_THAT(observer_->trace(),
               ElementsAre("attempt 1", "retry 1", "attempt 2", "retry 2", "attempt 3", "success 3"));
   EXPECT_EQ(pages(0), (RankPages{6, 2, 0, 0, 0}));
@@ -374,7 +374,7 @@ TEST_F(ContractResilienceTest, WithoutTheServersDedupHeaderALostAllocateIsNotRep
   auto client = make_client(4, observer_);
   add_fault(R"({"path":"/keys/batch_allocate","close_connection":"after","times":1})");
 
-  auto r = client->allocate(0, std::vector<std::string>{"a", "b"});
+  auto r = client->allocate(0, {"a", "b"});
   ASSERT_THAT(r, FailsWith(errc::connection_failed));
   EXPECT_TRUE(r.error().sent);
   EXPECT_EQ(r.error().attempts, 1);
@@ -387,7 +387,7 @@ TEST_F(ContractResilienceTest, WithoutTheServersDedupHeaderALostAllocateIsNotRep
   o.idempotency_policy = std::make_shared<DefaultIdempotencyPolicy>(/*repeat_allocate=*/true);
   Client opted_in(std::move(o));
   add_fault(R"({"path":"/keys/batch_allocate","close_connection":"after","times":1})");
-  EXPECT_THAT(opted_in.allocate(0, std::vector<std::string>{"c"}), HasValue(ElementsAre(Allocation{"c", 2})));
+  EXPECT_THAT(opted_in.allocate(0, {"c"}), HasValue(ElementsAre(2)));
   EXPECT_EQ(pages(0), (RankPages{5, 3, 0, 0, 0}));
 }
 

@@ -31,13 +31,13 @@ TEST_F(ContractSdkTest, AllocateConfirmExistsLocationsLifecycle) {
   ASSERT_THAT(client->ensure_initialized(0, 8), IsOk());
   ASSERT_THAT(client->ensure_initialized(1, 8), IsOk());
 
-  auto a0 = client->allocate(0, std::vector<std::string>{"k1", "k2", "k3"});
+  auto a0 = client->allocate(0, {"k1", "k2", "k3"});
   ASSERT_TRUE(a0) << describe(a0.error());
-  EXPECT_THAT(a0.value(), ElementsAre(Allocation{"k1", 0}, Allocation{"k2", 1}, Allocation{"k3", 2}));
+  EXPECT_THAT(a0.value(), ElementsAre(0, 1, 2));
   // Prefix keys travel as the second element of each pair; the answer still names the key.
   auto a1 = client->allocate(1, std::vector<BlockKey>{{"k1", "p"}, {"k2", ""}});
   ASSERT_TRUE(a1) << describe(a1.error());
-  EXPECT_THAT(a1.value(), ElementsAre(Allocation{"k1", 0}, Allocation{"k2", 1}));
+  EXPECT_THAT(a1.value(), ElementsAre(0, 1));
   EXPECT_EQ(pages(0), (RankPages{5, 3, 0, 0, 0}));
 
   // k1 on both ranks (complete: two ranks existed at its first confirmation), k2 on rank 0 only,
@@ -54,10 +54,10 @@ TEST_F(ContractSdkTest, AllocateConfirmExistsLocationsLifecycle) {
 
   // A complete key gets its own page back (the page taken for it, 3, goes to the back of the pool,
   // behind the released 2).
-  EXPECT_THAT(client->allocate(0, std::vector<std::string>{"k1", "k4"}),
-              HasValue(ElementsAre(Allocation{"k1", 0}, Allocation{"k4", 4})));
+  EXPECT_THAT(client->allocate(0, {"k1", "k4"}),
+              HasValue(ElementsAre(0, 4)));
   // Empty batches are answered as such.
-  EXPECT_THAT(client->allocate(0, std::vector<std::string>{}), HasValue(::testing::IsEmpty()));
+  EXPECT_THAT(client->allocate(0, {}), HasValue(::testing::IsEmpty()));
   EXPECT_THAT(client->batch_exists({}), HasValue(::testing::IsEmpty()));
   EXPECT_THAT(client->confirm_write(0, {}, {}), IsOk());
 }
@@ -65,11 +65,11 @@ TEST_F(ContractSdkTest, AllocateConfirmExistsLocationsLifecycle) {
 TEST_F(ContractSdkTest, AllocateGivesNoPageWhenThePoolIsShortAndTakesNothing) {
   auto client = make_client();
   ASSERT_THAT(client->ensure_initialized(0, 2), IsOk());
-  EXPECT_THAT(client->allocate(0, std::vector<std::string>{"a", "b", "c"}),
-              HasValue(ElementsAre(Allocation{"a", kNoPage}, Allocation{"b", kNoPage}, Allocation{"c", kNoPage})));
+  EXPECT_THAT(client->allocate(0, {"a", "b", "c"}),
+              HasValue(ElementsAre(kNoPage, kNoPage, kNoPage)));
   EXPECT_EQ(pages(0), (RankPages{2, 0, 0, 0, 0}));
-  EXPECT_THAT(client->allocate(0, std::vector<std::string>{"a", "b"}),
-              HasValue(ElementsAre(Allocation{"a", 0}, Allocation{"b", 1})));
+  EXPECT_THAT(client->allocate(0, {"a", "b"}),
+              HasValue(ElementsAre(0, 1)));
 }
 
 TEST_F(ContractSdkTest, KeysWithCharactersThatNeedEscapingRoundTrip) {
@@ -77,11 +77,11 @@ TEST_F(ContractSdkTest, KeysWithCharactersThatNeedEscapingRoundTrip) {
   ASSERT_THAT(client->ensure_initialized(0, 4), IsOk());
   const std::vector<std::string> keys{"quote\"back\\slash", "tab\tnew\nline", "caf\xC3\xA9 \xE2\x82\xAC",
                                       "9e107d9d372bb6826bd81d3542a419d6"};
-  auto a = client->allocate(0, keys);
+  auto a = client->allocate(0, blocks(keys));
   ASSERT_TRUE(a) << describe(a.error());
-  EXPECT_THAT(pages_of(a.value()), ElementsAre(0, 1, 2, 3));
+  EXPECT_THAT(a.value(), ElementsAre(0, 1, 2, 3));
   std::vector<Confirmation> confirmations;
-  for (const auto& alloc : a.value()) confirmations.push_back({alloc.key, alloc.page});
+  for (std::size_t i = 0; i < keys.size(); ++i) confirmations.push_back({keys[i], a.value()[i]});
   ASSERT_THAT(client->confirm_write(0, confirmations), IsOk());
   EXPECT_THAT(client->batch_exists(keys), HasValue(ElementsAre(true, true, true, true)));
   EXPECT_THAT(client->get_locations(0, keys), HasValue(ElementsAre(Optional(Page{0}), Optional(Page{1}),
@@ -91,14 +91,14 @@ TEST_F(ContractSdkTest, KeysWithCharactersThatNeedEscapingRoundTrip) {
 TEST_F(ContractSdkTest, ClearForgetsRanksAndKeys) {
   auto client = make_client();
   ASSERT_THAT(client->initialize(0, 4), IsOk());  // not registered: nothing restores it
-  ASSERT_THAT(client->allocate(0, std::vector<std::string>{"k"}), IsOk());
+  ASSERT_THAT(client->allocate(0, {"k"}), IsOk());
   ASSERT_THAT(client->confirm_write(0, {{"k", 0}}), IsOk());
   ASSERT_THAT(client->batch_exists({"k"}), HasValue(ElementsAre(true)));
 
   ASSERT_THAT(client->clear(), IsOk());
   EXPECT_EQ(snapshot(), (StateSnapshot{{}, 0}));
   EXPECT_THAT(client->batch_exists({"k"}), HasValue(ElementsAre(false)));
-  auto again = client->allocate(0, std::vector<std::string>{"k"});
+  auto again = client->allocate(0, {"k"});
   ASSERT_FALSE(again);
   EXPECT_EQ(again.error().code, errc::rank_not_initialized);
 }
@@ -125,7 +125,7 @@ TEST_F(ContractSdkTest, InvalidArgumentIsRefusedBeforeSending) {
   observer->reset();
   const auto before = metrics_body();
 
-  auto dup = client->allocate(0, std::vector<std::string>{"a", "b", "a"});
+  auto dup = client->allocate(0, {"a", "b", "a"});
   ASSERT_FALSE(dup);
   EXPECT_EQ(dup.error().code, errc::invalid_argument);
   EXPECT_THAT(dup.error().detail, HasSubstr("keys[2]"));
@@ -161,7 +161,7 @@ TEST_F(ContractSdkTest, InvalidArgumentIsRefusedBeforeSending) {
 TEST_F(ContractSdkTest, InvalidRequestNamesTheField) {
   auto client = make_client();
   ASSERT_THAT(client->ensure_initialized(0, 8), IsOk());
-  ASSERT_THAT(client->allocate(0, std::vector<std::string>{"a"}), IsOk());
+  ASSERT_THAT(client->allocate(0, {"a"}), IsOk());
   const auto before = snapshot();
 
   auto out_of_range = client->confirm_write(0, {{"a", 0}, {"b", 8}});
@@ -218,7 +218,7 @@ TEST_F(ContractSdkTest, RankNotInitializedOnEveryRankedCall) {
   auto observer = std::make_shared<testing::RecordingObserver>();
   auto client = make_client(4, observer);
 
-  auto allocate = client->allocate(3, std::vector<std::string>{"k"});
+  auto allocate = client->allocate(3, {"k"});
   ASSERT_FALSE(allocate);
   EXPECT_EQ(allocate.error().code, errc::rank_not_initialized);
   EXPECT_EQ(allocate.error().status, 500);
@@ -249,7 +249,7 @@ TEST_F(ContractSdkTest, RankNotInitializedOnEveryRankedCall) {
 TEST_F(ContractSdkTest, StaleAllocationForAFreePageAndForAnotherKeysPage) {
   auto client = make_client();
   ASSERT_THAT(client->ensure_initialized(0, 4), IsOk());
-  ASSERT_THAT(client->allocate(0, std::vector<std::string>{"a", "b"}), IsOk());
+  ASSERT_THAT(client->allocate(0, {"a", "b"}), IsOk());
   ASSERT_THAT(client->confirm_write(0, {{"a", 0}}), IsOk());
   const auto before = snapshot();
 
@@ -303,7 +303,7 @@ TEST_F(ContractSdkTest, OperationFailuresCarryVllmsDetailsAndAreNotRepeated) {
   add_fault(R"({"path":"/keys/batch_exists","status":500,"detail":"Key existence check failed: unhashable type: 'list'"})");
   add_fault(R"({"path":"/keys/get_locations","status":500,"detail":"Failed to get key locations: boom"})");
 
-  auto a = client->allocate(0, std::vector<std::string>{"k"});
+  auto a = client->allocate(0, {"k"});
   ASSERT_FALSE(a);
   EXPECT_EQ(a.error().code, errc::allocation_failed);
   EXPECT_EQ(a.error().cause, "too many values to unpack (expected 2)");
@@ -355,7 +355,7 @@ TEST_F(ContractSdkTest, UnavailableAfterTheAttemptsRunOut) {
   ASSERT_THAT(client->ensure_initialized(0, 4), IsOk());
   add_fault(R"({"path":"/keys/batch_allocate","status":503,"times":2})");
   observer->reset();
-  auto r = client->allocate(0, std::vector<std::string>{"k"});
+  auto r = client->allocate(0, {"k"});
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, errc::unavailable);
   EXPECT_EQ(r.error().status, 503);

@@ -221,11 +221,8 @@ MATCHER_P(FailsWith, code, "fails with " + std::string(to_string(code))) {
   return arg.error().code == code;
 }
 
-inline std::vector<Page> pages_of(const std::vector<Allocation>& allocations) {
-  std::vector<Page> out;
-  for (const auto& a : allocations) out.push_back(a.page);
-  return out;
-}
+// Keys as allocate takes them (each with the empty prefix key).
+inline std::vector<BlockKey> blocks(const std::vector<std::string>& keys) { return {keys.begin(), keys.end()}; }
 
 
 }  // namespace hf3fs_meta::contract

@@ -31,10 +31,10 @@ TEST_F(ContractTlsTest, TheSdkTalksToTheServerOverTls) {
   ASSERT_THAT(server_.base_url(), StartsWith("https://"));
   Client client(options(server_cert.cert_path()));
   ASSERT_THAT(client.initialize(0, 8), IsOk());
-  auto allocated = client.allocate(0, std::vector<std::string>{"k"});
+  auto allocated = client.allocate(0, {"k"});
   ASSERT_THAT(allocated, IsOk());
   ASSERT_EQ(allocated.value().size(), 1u);
-  ASSERT_THAT(client.confirm_write(0, {Confirmation{"k", allocated.value()[0].page}}), IsOk());
+  ASSERT_THAT(client.confirm_write(0, {Confirmation{"k", allocated.value()[0]}}), IsOk());
   EXPECT_THAT(client.batch_exists({"k", "other"}), HasValue(std::vector<bool>{true, false}));
   // A 4xx travels back over TLS as well, and one connection carries many requests.
   auto refused = client.raw("/keys/batch_exists", "[");

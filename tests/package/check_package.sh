@@ -5,7 +5,7 @@ build=$1 consumer=$2 work=$3 python=${4:-} python_dir=${5:-}
 rm -rf "$work"
 prefix=$work/prefix
 cmake --install "$build" --prefix "$prefix" > "$work.install.log" 2>&1 || { cat "$work.install.log"; exit 1; }
-for f in include/hf3fs_meta/client.hpp bin/hf3fs-meta bin/hf3fs-meta-server lib/cmake/hf3fs_meta/hf3fs_meta-config.cmake; do
+for f in include/hf3fs_meta/client.hpp include/hf3fs_meta/mocks/mock_connection.hpp bin/hf3fs-meta bin/hf3fs-meta-server lib/cmake/hf3fs_meta/hf3fs_meta-config.cmake; do
   [ -e "$prefix/$f" ] || { echo "not installed: $f"; exit 1; }
 done
 soname=$(objdump -p "$prefix"/lib/libhf3fs_meta_client.so | awk '/SONAME/ {print $2}')
@@ -13,6 +13,7 @@ soname=$(objdump -p "$prefix"/lib/libhf3fs_meta_client.so | awk '/SONAME/ {print
 cmake -S "$consumer" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release
 cmake --build "$work/consumer"
 LD_LIBRARY_PATH="$prefix/lib" "$work/consumer/consumer"
+LD_LIBRARY_PATH="$prefix/lib" "$work/consumer/consumer_mock_test" > "$work.mock_test.log" || { cat "$work.mock_test.log"; exit 1; }
 "$prefix/bin/hf3fs-meta" --help > /dev/null
 if [ -n "$python" ]; then
   case $python_dir in /*) ;; *) python_dir=$prefix/$python_dir ;; esac

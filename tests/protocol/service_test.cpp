@@ -69,7 +69,7 @@ class ServiceTest : public ::testing::Test {
     auto decoded = protocol::decode_allocate_response(a.body, keys);
     EXPECT_TRUE(decoded) << a.body;
     if (!decoded) return kNoPage;
-    const Page page = decoded.value()[0].page;
+    const Page page = decoded.value()[0];
     const std::vector<Confirmation> confirmations{{key, page}};
     expect_no_content(post(path_of(Route::confirm_write), protocol::encode_confirm_write_request(rank, confirmations, {})));
     return page;

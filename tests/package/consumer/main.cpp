@@ -10,8 +10,8 @@ int main() {
   options.transport = hf3fs_meta::make_in_process_transport(std::make_shared<hf3fs_meta::MetadataState>());
   hf3fs_meta::Client client(std::move(options));
   if (!client.ensure_initialized(0, 4)) return 1;
-  auto allocated = client.allocate(0, std::vector<std::string>{"block"});
-  if (!allocated || allocated.value().at(0).page != 0) return 1;
-  std::cout << "consumer: allocated page " << allocated.value()[0].page << '\n';
+  auto allocated = client.allocate(0, {"block"});
+  if (!allocated || allocated.value().at(0) != 0) return 1;
+  std::cout << "consumer: allocated page " << allocated.value()[0] << '\n';
   return 0;
 }

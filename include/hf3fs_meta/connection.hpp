@@ -1,0 +1,82 @@
+// Connection: what a Client does, as an interface, so that a user's code that takes a Client can be
+// unit-tested with hf3fs_meta_mocks::MockConnection (<hf3fs_meta/mocks/mock_connection.hpp>) instead
+// of a server. make_connection() gives the real one: validation, retries, re-initialization.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "hf3fs_meta/error.hpp"
+#include "hf3fs_meta/policies.hpp"
+#include "hf3fs_meta/transport.hpp"
+#include "hf3fs_meta/types.hpp"
+
+namespace hf3fs_meta {
+
+struct ClientOptions {
+  std::string base_url = "http://127.0.0.1:18000";
+  std::chrono::milliseconds connect_timeout{1000};
+  std::chrono::milliseconds request_timeout{5000};  // per attempt
+  // Not empty: every request carries `Authorization: Bearer <auth_token>` (a server started with
+  // --auth-token-file). Empty: no Authorization header, as vLLM's own client.
+  std::string auth_token;
+  // For an https:// base_url: the PEM file of the CA that signed the server's certificate (empty:
+  // the system's CAs). Used by the default CurlTransport.
+  std::string ca_file;
+  // An answer whose body is larger is a protocol_error (CurlTransport stops reading it there), so a
+  // broken or hostile server cannot take the worker's memory.
+  std::size_t max_answer_bytes = kDefaultMaxAnswerBytes;
+  // Null: a CurlTransport for base_url (keep-alive, one pooled connection per concurrent caller).
+  // make_in_process_transport() serves tests and single-process users.
+  std::shared_ptr<Transport> transport;
+  // Resilience: see policies.hpp. Null members take the documented defaults.
+  std::shared_ptr<const RetryPolicy> retry_policy;
+  std::shared_ptr<const BackoffPolicy> backoff_policy;
+  std::shared_ptr<const IdempotencyPolicy> idempotency_policy;
+  RetryBudgetOptions retry_budget;
+  std::shared_ptr<Clock> clock;
+  std::shared_ptr<Sleeper> sleeper;
+  std::shared_ptr<ClientObserver> observer;
+};
+
+// Per-call overrides.
+struct CallOptions {
+  std::optional<std::chrono::milliseconds> deadline;  // replaces the retry policy's deadline
+};
+
+// A raw call's answer (2xx); any other status comes back as an Error, classified.
+struct RawResponse {
+  int status = 0;
+  std::string content_type;
+  std::string body;
+};
+
+// Every Client call, with no defaults (Client supplies them). Implementations must be safe to call
+// from several threads at once.
+class Connection {
+ public:
+  virtual ~Connection() = default;
+  virtual Result<std::string> initialize(Rank rank, std::int64_t num_pages, Role role, const CallOptions& call) = 0;
+  virtual Result<std::string> ensure_initialized(Rank rank, std::int64_t num_pages, Role role,
+                                                 const CallOptions& call) = 0;
+  virtual void register_rank(Rank rank, std::int64_t num_pages, Role role) = 0;
+  virtual Result<std::vector<Page>> allocate(Rank rank, const std::vector<BlockKey>& keys, const CallOptions& call) = 0;
+  virtual Result<void> confirm_write(Rank rank, const std::vector<Confirmation>& confirmations,
+                                     const std::vector<Page>& pages_to_release, const CallOptions& call) = 0;
+  virtual Result<std::vector<bool>> batch_exists(const std::vector<std::string>& keys, const CallOptions& call) = 0;
+  virtual Result<std::vector<std::optional<Page>>> get_locations(Rank rank, const std::vector<std::string>& keys,
+                                                                 const CallOptions& call) = 0;
+  virtual Result<void> clear(const CallOptions& call) = 0;
+  virtual Result<RawResponse> raw(std::string_view path, std::string_view body, const CallOptions& call) = 0;
+};
+
+// The SDK's connection to a server, as ClientOptions describe it.
+std::shared_ptr<Connection> make_connection(ClientOptions options = {});
+
+}  // namespace hf3fs_meta
