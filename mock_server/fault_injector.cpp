@@ -54,6 +54,10 @@ ParsedFaultRequest parse_fault_request(std::string_view body) {
         return fail("close_connection must be \"before\" or \"after\"");
       }
       ++actions;
+    } else if (name == "exception") {
+      if (!value.IsBool() || !value.GetBool()) return fail("exception must be true");
+      request.rule.action.kind = FaultAction::Kind::exception;
+      ++actions;
     } else {
       return fail("unknown field '" + std::string(name) + "'");
     }
@@ -62,7 +66,7 @@ ParsedFaultRequest parse_fault_request(std::string_view body) {
     if (actions != 0 || request.rule.path) return fail("forget_state takes no other field");
     return ParsedFaultRequest{request, {}};
   }
-  if (actions != 1) return fail("a fault rule needs exactly one of status, delay_ms, close_connection");
+  if (actions != 1) return fail("a fault rule needs exactly one of status, delay_ms, close_connection, exception");
   auto& action = request.rule.action;
   if (action.kind != FaultAction::Kind::status) {
     if (detail || answer) return fail("detail and body go with status only");

@@ -14,7 +14,9 @@
 namespace hf3fs_meta::server {
 
 struct FaultAction {
-  enum class Kind { none, status, delay, close_before, close_after };
+  // exception: the connection's session throws instead of answering (an exception in one session
+  // closes that connection and is logged; the server goes on).
+  enum class Kind { none, status, delay, close_before, close_after, exception };
   Kind kind = Kind::none;
   int status = 0;
   std::string body;  // Kind::status: the answer's JSON body ({"detail":"injected fault"} by default)

@@ -164,6 +164,8 @@ Router::Next Router::step(const Request& request, Exchange& exchange) {
           return Next::reply;
         case FaultAction::Kind::close_before:
           return Next::close;
+        case FaultAction::Kind::exception:
+          return Next::fail;
         default:
           break;
       }

@@ -56,6 +56,7 @@ class Router {
   enum class Next {
     reply,  // answer exchange.reply
     close,  // drop the connection without answering (fault)
+    fail,   // throw in the session, as a failure beyond the router would (fault)
     delay,  // wait exchange.action.delay, then step again
     wait,   // DedupCache::wait(exchange.wait_entry, ...), then step again
   };

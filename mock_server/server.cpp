@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <exception>
+#include <stdexcept>
 #include <limits>
 #include <mutex>
 #include <optional>
@@ -317,6 +318,8 @@ class Session : public std::enable_shared_from_this<Session> {
     switch (next) {
       case Router::Next::reply:
         return write_reply();
+      case Router::Next::fail:
+        throw std::runtime_error("injected by a fault rule");
       case Router::Next::close:
         if (options_.log_requests) {
           std::fprintf(stderr, "%s %s -> connection closed (fault)\n", request_.method.c_str(),

@@ -91,6 +91,21 @@ TEST_F(ServerFaultsTest, CloseAfterAppliesThenDropsTheConnection) {
   EXPECT_EQ(allocate(0, "k2").body, allocate_answer(0, "k2", 1));
 }
 
+// An exception in one session (out of memory, a bug) closes that connection and is logged and
+// counted; the server, and every other connection, go on.
+TEST_F(ServerFaultsTest, AnExceptionInASessionClosesOnlyThatConnection) {
+  initialize(0, 10);
+  RawConnection bystander(server_.host(), server_.port());
+  ASSERT_EQ(bystander.request("GET", "/healthz").status, 200);
+  add_rule(R"({"exception":true,"times":1})");
+  RawConnection failing(server_.host(), server_.port());
+  failing.send(format_request("POST", "/keys/batch_allocate", failing.host_header(), R"({"rank":0,"keys":[["k1",""]]})"));
+  EXPECT_TRUE(failing.peer_closed(std::chrono::seconds(5)));
+  EXPECT_EQ(bystander.request("GET", "/healthz").status, 200);
+  EXPECT_EQ(allocate(0, "k1").body, allocate_answer(0, "k1", 0));  // nothing was applied
+  EXPECT_THAT(metric("hf3fs_meta_session_failures_total"), Optional(std::string("1")));
+}
+
 TEST_F(ServerFaultsTest, DeleteRemovesEveryRule) {
   add_rule(R"({"status":503,"times":5})");
   add_rule(R"({"delay_ms":10})");
