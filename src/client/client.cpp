@@ -454,13 +454,16 @@ struct Impl {
       bool unreachable = false;
       if (answer) {
         HttpResponse& response = answer.value();
+        // Every answer says whether the server deduplicates now: one without the header (a server
+        // restarted with deduplication off, another server behind the same URL) withdraws the window.
+        window_ms = 0;
         if (auto h = response.header("X-Request-Id-Dedup")) {
           std::int64_t ms = 0;
           const auto [end, ec] = std::from_chars(h->data(), h->data() + h->size(), ms);
-          window_ms = ec == std::errc() && end == h->data() + h->size() && ms > 0 ? ms : 0;
-          if (dedup_window_ms.load(std::memory_order_relaxed) != window_ms) {
-            dedup_window_ms.store(window_ms, std::memory_order_relaxed);
-          }
+          if (ec == std::errc() && end == h->data() + h->size() && ms > 0) window_ms = ms;
+        }
+        if (dedup_window_ms.load(std::memory_order_relaxed) != window_ms) {
+          dedup_window_ms.store(window_ms, std::memory_order_relaxed);
         }
         if (response.status >= 200 && response.status < 300) {
           budget.on_success();

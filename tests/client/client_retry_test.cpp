@@ -316,6 +316,21 @@ TEST_F(ClientRetryTest, DedupHeaderThatIsNotAPositiveWindowIsNotTrusted) {
   EXPECT_EQ(r.error().attempts, 2);
 }
 
+// A later answer without the header (the server restarted with deduplication off) withdraws the
+// window the server declared before: a lost allocate is not repeated then.
+TEST_F(ClientRetryTest, AnAnswerWithoutTheDedupHeaderWithdrawsTheWindow) {
+  auto client = make_client();
+  transport->then(http_answer(200, R"({"exists":[false]})", "application/json", {{"X-Request-Id-Dedup", "60000"}}));
+  ASSERT_TRUE(client->batch_exists({"k"}));
+  transport->then(http_answer(200, R"({"exists":[false]})"));
+  ASSERT_TRUE(client->batch_exists({"k"}));
+  transport->then(transport_failure(errc::timeout, true));
+  auto r = client->allocate(3, {"k"});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().stop_reason, "not safe to repeat allocate after timeout (request sent)");
+  EXPECT_EQ(r.error().attempts, 1);
+}
+
 // ---- Any other code: never repeated ----
 
 TEST_F(ClientRetryTest, ClientErrorsAreNeverRepeated) {
