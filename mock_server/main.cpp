@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
 
   try {
-    MetadataState state(StateOptions{options.max_pages, options.max_ranks, options.max_total_pages});
+    MetadataState state(state_options(options));
     const unsigned threads = options.threads ? options.threads : std::max(1u, std::thread::hardware_concurrency());
     Metrics metrics(threads);
     Router router(options, state, metrics);
@@ -56,11 +56,19 @@ int main(int argc, char** argv) {
     std::thread signal_thread([&] { signal_context.run(); });
 
     const char* scheme = options.tls_cert.empty() ? "http" : "https";
+    std::string lifecycle;  // the cache lifecycle, as the state model took it
+    if (state.options().eviction == Eviction::lru) lifecycle += ", eviction lru";
+    if (const auto lease = state.options().read_lease.count(); lease > 0) {
+      lifecycle += ", read lease " + std::to_string(lease) + " ms";
+    }
+    if (const auto ttl = state.options().allocation_ttl.count(); ttl > 0) {
+      lifecycle += ", allocation ttl " + std::to_string(ttl) + " ms";
+    }
     std::fprintf(stderr,
-                 "hf3fs-meta-server: listening on %s://%s (threads %u, max pages %lld, max connections %zu%s%s)\n",
+                 "hf3fs-meta-server: listening on %s://%s (threads %u, max pages %lld, max connections %zu%s%s%s)\n",
                  scheme, address.c_str(), threads, static_cast<long long>(options.max_pages), server.max_connections(),
                  options.auth_token.empty() ? "" : ", bearer token required",
-                 options.enable_fault_injection ? ", fault injection on" : "");
+                 options.enable_fault_injection ? ", fault injection on" : "", lifecycle.c_str());
     std::printf("listening on %s://%s\n", scheme, address.c_str());
     std::fflush(stdout);
 

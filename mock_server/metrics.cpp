@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "hf3fs_meta/protocol.hpp"
+
 namespace hf3fs_meta::server {
 
 Metrics::Metrics(std::size_t shards) : shard_count_(std::max<std::size_t>(shards, 1)),
@@ -68,19 +70,17 @@ std::string Metrics::render(const MetadataState& state, const DedupCache::Stats&
   append(out, "hf3fs_meta_request_duration_seconds_sum %.9f\n", static_cast<double>(sum_ns) / 1e9);
   append(out, "hf3fs_meta_request_duration_seconds_count %llu\n", static_cast<unsigned long long>(cumulative));
 
-  const auto ranks = state.all_rank_stats();
+  const StateStats figures = state.stats();
+  const auto& ranks = figures.ranks;
   out += "# HELP hf3fs_meta_ranks Ranks initialized.\n# TYPE hf3fs_meta_ranks gauge\n";
   append(out, "hf3fs_meta_ranks %zu\n", ranks.size());
   out += "# HELP hf3fs_meta_rank_pages Pages of a rank, by state.\n# TYPE hf3fs_meta_rank_pages gauge\n";
   for (const auto& [rank, stats] : ranks) {
-    const auto r = static_cast<long long>(rank);
-    append(out, "hf3fs_meta_rank_pages{rank=\"%lld\",state=\"free\"} %lld\n", r, static_cast<long long>(stats.free));
-    append(out, "hf3fs_meta_rank_pages{rank=\"%lld\",state=\"allocated\"} %lld\n", r,
-           static_cast<long long>(stats.allocated));
-    append(out, "hf3fs_meta_rank_pages{rank=\"%lld\",state=\"mapped\"} %lld\n", r,
-           static_cast<long long>(stats.mapped));
-    append(out, "hf3fs_meta_rank_pages{rank=\"%lld\",state=\"orphaned\"} %lld\n", r,
-           static_cast<long long>(stats.orphaned));
+    for (const auto& [name, member] : protocol::kRankStatsFields) {
+      if (member == &RankStats::num_pages) continue;  // the sum of the others
+      append(out, "hf3fs_meta_rank_pages{rank=\"%lld\",state=\"%.*s\"} %lld\n", static_cast<long long>(rank),
+             static_cast<int>(name.size()), name.data(), static_cast<long long>(stats.*member));
+    }
   }
   out += "# HELP hf3fs_meta_releases_kept_mapped_total Releases refused because a key maps to the page.\n"
          "# TYPE hf3fs_meta_releases_kept_mapped_total counter\n";
@@ -89,7 +89,14 @@ std::string Metrics::render(const MetadataState& state, const DedupCache::Stats&
            static_cast<unsigned long long>(stats.kept_on_release));
   }
   out += "# HELP hf3fs_meta_keys Keys known.\n# TYPE hf3fs_meta_keys gauge\n";
-  append(out, "hf3fs_meta_keys %zu\n", state.key_count());
+  append(out, "hf3fs_meta_keys %llu\n",
+         static_cast<unsigned long long>(figures.keys_complete + figures.keys_incomplete));
+  // The cache lifecycle's figures, as GET /stats names them.
+  for (const auto& [name, member, counter] : protocol::kStateStatsFields) {
+    const std::string metric = "hf3fs_meta_" + std::string(name) + (counter ? "_total" : "");
+    append(out, "# TYPE %s %s\n%s %llu\n", metric.c_str(), counter ? "counter" : "gauge", metric.c_str(),
+           static_cast<unsigned long long>(figures.*member));
+  }
   out += "# HELP hf3fs_meta_request_id_cache_hits_total Repeated X-Request-Id answered from the cache.\n"
          "# TYPE hf3fs_meta_request_id_cache_hits_total counter\n";
   append(out, "hf3fs_meta_request_id_cache_hits_total %llu\n", static_cast<unsigned long long>(dedup.hits));

@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 #include <limits>
+#include <map>
 
 #include <CLI/CLI.hpp>
 
@@ -12,6 +13,8 @@
 
 namespace hf3fs_meta::server {
 namespace {
+
+constexpr std::chrono::milliseconds kDefaultLease{5000};  // Mooncake's lease
 
 constexpr const char* kFooter = R"(
 Once listening, prints `listening on http://HOST:PORT` (https with TLS) on stdout.
@@ -81,6 +84,26 @@ void define(CLI::App& app, ServerOptions& o) {
                   ->check(CLI::ExistingFile);
   cert->needs(key);
   key->needs(cert);
+  app.add_option("--eviction", o.eviction,
+                 "lru: an allocate on a rank short of pages first evicts least recently used complete keys "
+                 "holding a page there (on every rank; never its own keys, never a leased key), instead of "
+                 "answering -1")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, Eviction>{{"none", Eviction::none},
+                                                                          {"lru", Eviction::lru}}))
+      ->default_str("none");
+  app.add_option_function<std::int64_t>(
+         "--read-lease-ms", [&o](const std::int64_t& ms) { o.read_lease = std::chrono::milliseconds(ms); },
+         "a key that batch_exists finds, get_locations returns or allocate reuses is not evicted for this "
+         "long, and a deleted key's pages drain back to their pool only when it ends (0: no lease)")
+      ->default_str(std::to_string(kDefaultLease.count()) + " with --eviction lru, else 0")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
+  app.add_option_function<std::int64_t>(
+         "--allocation-ttl-ms",
+         [&o](const std::int64_t& ms) { o.allocation_ttl = std::chrono::milliseconds(ms); },
+         "a page allocated and not confirmed within this, a key not complete this long after its first "
+         "confirmation, and a page orphaned this long, return to their pools; a late confirm is 409 (0: never)")
+      ->default_str("0")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
   app.add_flag("--enable-fault-injection", o.enable_fault_injection, "serve the fault-injection route (tests only)");
   app.add_flag("--log-requests", o.log_requests, "log every request on stderr");
   app.footer(kFooter);
@@ -101,6 +124,18 @@ ParsedOptions parse_options(const std::vector<std::string>& args) {
     return ParsedOptions{std::nullopt, 2, "hf3fs-meta-server: " + std::string(e.what()) + "\n(see --help)\n"};
   }
   return ParsedOptions{options, 0, {}};
+}
+
+StateOptions state_options(const ServerOptions& options) {
+  StateOptions state;
+  state.max_pages = options.max_pages;
+  state.max_ranks = options.max_ranks;
+  state.max_total_pages = options.max_total_pages;
+  state.eviction = options.eviction;
+  state.read_lease = options.read_lease.value_or(
+      options.eviction == Eviction::lru ? kDefaultLease : std::chrono::milliseconds(0));
+  state.allocation_ttl = options.allocation_ttl;
+  return state;
 }
 
 }  // namespace hf3fs_meta::server

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "hf3fs_meta/state.hpp"
+
 namespace hf3fs_meta::server {
 
 struct ServerOptions {
@@ -30,7 +32,14 @@ struct ServerOptions {
   std::string tls_key;
   bool enable_fault_injection = false;
   bool log_requests = false;
+  // The cache lifecycle (issue 11), off unless asked for.
+  Eviction eviction = Eviction::none;
+  std::optional<std::chrono::milliseconds> read_lease;  // unset: 5000 with eviction, else 0
+  std::chrono::milliseconds allocation_ttl{0};          // 0: nothing is reclaimed
 };
+
+// The state model's options these make.
+StateOptions state_options(const ServerOptions& options);
 
 struct ParsedOptions {
   std::optional<ServerOptions> options;  // empty: exit with `exit_code` after printing `message`

@@ -15,6 +15,7 @@
 #include <rapidjson/writer.h>
 
 #include "hf3fs_meta/client.hpp"
+#include "hf3fs_meta/protocol.hpp"
 #include "internal/token_file.hpp"
 
 namespace hf3fs_meta::cli {
@@ -111,6 +112,11 @@ void define(CLI::App& app, CommandLine& cl) {
 
   command("clear", "the server forgets every rank and key");
 
+  CLI::App* del = command("delete", "delete keys from every lookup (a reference-server extension)");
+  del->add_option("KEY", cl.items, "a key")->required();
+
+  command("stats", "pages by state per rank, keys, evictions, deletions, reclaims (a reference-server extension)");
+
   CLI::App* raw = command("raw", "post BODY as it is, and show how the SDK classifies the answer");
   raw->add_option("PATH", cl.path, "the path to post to")->required();
   raw->add_option("BODY", cl.body, "the body to post")->required();
@@ -121,6 +127,8 @@ using Writer = rapidjson::Writer<rapidjson::StringBuffer>;
 void write_string(Writer& w, std::string_view s) {
   w.String(s.data(), static_cast<rapidjson::SizeType>(s.size()));
 }
+
+void write_key(Writer& w, std::string_view s) { w.Key(s.data(), static_cast<rapidjson::SizeType>(s.size())); }
 
 // An integer, or null when there is none.
 void write_optional(Writer& w, const std::optional<std::int64_t>& value) {
@@ -416,6 +424,60 @@ int run(const std::vector<std::string>& args, const Environment& env, std::ostre
     return report_success(
         cl, *calls, out, err, [&](Writer& w) { w.Key("ok"); w.Bool(true); },
         [&](std::ostream& o) { o << "ok\n"; });
+  }
+
+  if (cl.command == "delete") {
+    auto r = client.delete_keys(cl.items);
+    if (!r) return report_error(cl, r.error(), out, err);
+    return report_success(
+        cl, *calls, out, err,
+        [&](Writer& w) {
+          w.Key("deleted");
+          w.StartArray();
+          for (bool b : r.value()) w.Bool(b);
+          w.EndArray();
+        },
+        [&](std::ostream& o) {
+          for (std::size_t i = 0; i < cl.items.size(); ++i) {
+            o << cl.items[i] << ' ' << (r.value()[i] ? "deleted" : "absent") << '\n';
+          }
+        });
+  }
+
+  if (cl.command == "stats") {
+    auto r = client.stats();
+    if (!r) return report_error(cl, r.error(), out, err);
+    const StateStats& st = r.value();
+    // The figures under GET /stats' names (protocol.hpp's tables).
+    return report_success(
+        cl, *calls, out, err,
+        [&](Writer& w) {
+          w.Key("ranks");
+          w.StartArray();
+          for (const auto& [rank_of, rs] : st.ranks) {
+            w.StartObject();
+            w.Key("rank");
+            w.Int64(rank_of);
+            for (const auto& [name, member] : protocol::kRankStatsFields) {
+              write_key(w, name);
+              w.Int64(rs.*member);
+            }
+            w.EndObject();
+          }
+          w.EndArray();
+          for (const auto& [name, member, counter] : protocol::kStateStatsFields) {
+            write_key(w, name);
+            w.Uint64(st.*member);
+          }
+        },
+        [&](std::ostream& o) {
+          for (const auto& [rank_of, rs] : st.ranks) {
+            o << "rank " << rank_of;
+            for (const auto& [name, member] : protocol::kRankStatsFields) o << ' ' << name << ' ' << rs.*member;
+            o << '\n';
+          }
+          for (const auto& [name, member, counter] : protocol::kStateStatsFields) o << name << ' ' << st.*member << '\n';
+        });
   }
 
   if (cl.command == "raw") {

@@ -89,6 +89,13 @@ class Client {
                                                          const CallOptions& call = {}) {
     return connection_->get_locations(rank, keys, call);
   }
+  // POST /keys/delete (an extension of the reference server) -> true for each key that existed.
+  // Not repeated after an ambiguous failure: a repeat could delete the key saved again meanwhile.
+  Result<std::vector<bool>> delete_keys(const std::vector<std::string>& keys, const CallOptions& call = {}) {
+    return connection_->delete_keys(keys, call);
+  }
+  // GET /stats (an extension of the reference server): pages by state per rank, keys, lifecycle counters.
+  Result<StateStats> stats(const CallOptions& call = {}) { return connection_->stats(call); }
   // POST /clear: the server forgets every rank and key.
   Result<void> clear(const CallOptions& call = {}) { return connection_->clear(call); }
   // POST a body as it is and classify the answer (for tools and tests).

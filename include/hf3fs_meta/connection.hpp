@@ -14,6 +14,7 @@
 
 #include "hf3fs_meta/error.hpp"
 #include "hf3fs_meta/policies.hpp"
+#include "hf3fs_meta/state.hpp"  // StateStats
 #include "hf3fs_meta/transport.hpp"
 #include "hf3fs_meta/types.hpp"
 
@@ -72,6 +73,9 @@ class Connection {
   virtual Result<std::vector<bool>> batch_exists(const std::vector<std::string>& keys, const CallOptions& call) = 0;
   virtual Result<std::vector<std::optional<Page>>> get_locations(Rank rank, const std::vector<std::string>& keys,
                                                                  const CallOptions& call) = 0;
+  // Extensions of the reference server (POST /keys/delete, GET /stats).
+  virtual Result<std::vector<bool>> delete_keys(const std::vector<std::string>& keys, const CallOptions& call) = 0;
+  virtual Result<StateStats> stats(const CallOptions& call) = 0;
   virtual Result<void> clear(const CallOptions& call) = 0;
   virtual Result<RawResponse> raw(std::string_view path, std::string_view body, const CallOptions& call) = 0;
 };

@@ -38,7 +38,17 @@ std::string_view to_string(errc code) noexcept;
 std::optional<errc> errc_from_string(std::string_view name) noexcept;
 
 // The SDK method a failure came from.
-enum class Operation { initialize, allocate, confirm_write, batch_exists, get_locations, clear, raw };
+enum class Operation {
+  initialize,
+  allocate,
+  confirm_write,
+  batch_exists,
+  get_locations,
+  clear,
+  delete_keys,  // extension: POST /keys/delete
+  stats,        // extension: GET /stats
+  raw,
+};
 std::string_view to_string(Operation op) noexcept;
 
 struct Error {

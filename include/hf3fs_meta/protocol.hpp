@@ -14,11 +14,40 @@
 #include <boost/outcome/result.hpp>
 
 #include "hf3fs_meta/error.hpp"
+#include "hf3fs_meta/state.hpp"
 #include "hf3fs_meta/types.hpp"
 
 namespace hf3fs_meta::protocol {
 
-// The routes' paths and their other facts: routes.hpp.
+// The routes' paths and their other facts: routes.hpp. POST /keys/delete takes {"keys": [...]} and
+// answers {"deleted": [bool, ...]}; GET /stats answers the StateStats fields below by name, with
+// "ranks": [{"rank": R, <RankStats fields>, "kept_on_release": N}, ...] (PROTOCOL.md, "Opt-in extensions").
+
+// The names of the figures in /stats (and in the server's metrics).
+struct RankStatsField {
+  std::string_view name;
+  std::int64_t RankStats::*member;
+};
+inline constexpr RankStatsField kRankStatsFields[] = {
+    {"num_pages", &RankStats::num_pages}, {"free", &RankStats::free},         {"allocated", &RankStats::allocated},
+    {"mapped", &RankStats::mapped},       {"orphaned", &RankStats::orphaned}, {"draining", &RankStats::draining},
+};
+struct StateStatsField {
+  std::string_view name;
+  std::uint64_t StateStats::*member;
+  bool counter;  // counted since the start (a Prometheus counter), else a level (a gauge)
+};
+inline constexpr StateStatsField kStateStatsFields[] = {
+    {"keys_complete", &StateStats::keys_complete, false},
+    {"keys_incomplete", &StateStats::keys_incomplete, false},
+    {"keys_leased", &StateStats::keys_leased, false},
+    {"key_records", &StateStats::key_records, false},
+    {"evicted_keys", &StateStats::evicted_keys, true},
+    {"deleted_keys", &StateStats::deleted_keys, true},
+    {"reclaimed_keys", &StateStats::reclaimed_keys, true},
+    {"reclaimed_allocated_pages", &StateStats::reclaimed_allocated_pages, true},
+    {"reclaimed_orphaned_pages", &StateStats::reclaimed_orphaned_pages, true},
+};
 
 // A decoder's failure: what is wrong, naming the field and index.
 struct DecodeError {
@@ -44,6 +73,8 @@ Decoded<std::vector<Page>> decode_allocate_response(std::string_view body, std::
 Decoded<std::vector<bool>> decode_batch_exists_response(std::string_view body, std::size_t expected);
 Decoded<std::vector<std::optional<Page>>> decode_get_locations_response(std::string_view body,
                                                                         std::size_t expected);
+Decoded<std::vector<bool>> decode_delete_keys_response(std::string_view body, std::size_t expected);
+Decoded<StateStats> decode_stats_response(std::string_view body);
 
 // ---- Client side: classifying a non-2xx answer from its status and body alone ----
 // Only for non-2xx answers (a 2xx is not an error; given one, it says unexpected_status). The
@@ -111,6 +142,8 @@ std::string encode_message(std::string_view message);  // {"message":"..."}
 std::string encode_detail(std::string_view detail);    // {"detail":"..."}
 std::string encode_allocate_response(Rank rank, std::span<const BlockKey> keys, std::span<const Page> pages);
 std::string encode_batch_exists_response(const std::vector<bool>& exists);
+std::string encode_delete_keys_response(const std::vector<bool>& deleted);
+std::string encode_stats_response(const StateStats& stats);
 std::string encode_get_locations_response(std::span<const std::optional<Page>> locations);
 // FastAPI's pydantic-2 422 body for a path rank that is not an integer.
 std::string encode_path_rank_validation_error(std::string_view input);

@@ -23,6 +23,8 @@ enum class Route : std::uint8_t {
   batch_exists,
   get_locations,
   clear,
+  delete_keys,  // extension (like SGLang's delete_keys)
+  stats,        // extension
   redirect,  // an endpoint's path with a trailing slash: 307
   method_not_allowed,
   not_found,
@@ -112,6 +114,14 @@ inline constexpr RouteInfo kRoutes[] = {
      .missing_rank = MissingRank::prefixed,
      .repeat = Repeat::always},
     {.route = Route::clear, .name = "/clear", .method = "POST", .operation = Operation::clear, .repeat = Repeat::never},
+    // Extensions of the reference server (PROTOCOL.md, "Opt-in extensions"); no 500s of their own.
+    // A repeated delete could delete the key saved again since the first attempt.
+    {.route = Route::delete_keys,
+     .name = "/keys/delete",
+     .method = "POST",
+     .operation = Operation::delete_keys,
+     .repeat = Repeat::never},
+    {.route = Route::stats, .name = "/stats", .method = "GET", .operation = Operation::stats, .repeat = Repeat::always},
     {.route = Route::redirect, .name = "redirect"},
     {.route = Route::method_not_allowed, .name = "method_not_allowed"},
     {.route = Route::not_found, .name = "not_found"},

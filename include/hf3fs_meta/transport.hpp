@@ -28,6 +28,7 @@ struct HttpRequest {
   std::string path;  // "/keys/batch_allocate"
   std::string body;
   std::vector<HttpHeader> headers;  // e.g. X-Request-Id
+  std::string method = "POST";      // the route's (routes.hpp); a GET is sent without a body
 };
 
 struct HttpResponse {

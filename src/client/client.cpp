@@ -593,6 +593,8 @@ class DefaultConnection final : public Connection {
   Result<std::vector<bool>> batch_exists(const std::vector<std::string>& keys, const CallOptions& call) override;
   Result<std::vector<std::optional<Page>>> get_locations(Rank rank, const std::vector<std::string>& keys,
                                                          const CallOptions& call) override;
+  Result<std::vector<bool>> delete_keys(const std::vector<std::string>& keys, const CallOptions& call) override;
+  Result<StateStats> stats(const CallOptions& call) override;
   Result<void> clear(const CallOptions& call) override;
   Result<RawResponse> raw(std::string_view path, std::string_view body, const CallOptions& call) override;
 
@@ -674,6 +676,27 @@ Result<std::vector<std::optional<Page>>> DefaultConnection::get_locations(Rank r
   return impl_.run<std::vector<std::optional<Page>>>(
       impl_.spec(route, rank, call), request,
       [&](const HttpResponse& r) { return protocol::decode_get_locations_response(r.body, keys.size()); });
+}
+
+Result<std::vector<bool>> DefaultConnection::delete_keys(const std::vector<std::string>& keys,
+                                                         const CallOptions& call) {
+  constexpr auto route = Route::delete_keys;
+  if (auto e = check_keys(route_info(route).operation, "keys", keys.size(),
+                          [&](std::size_t i) { return std::string_view(keys[i]); }, true)) {
+    return std::move(*e);
+  }
+  // Its body is batch_exists' ({"keys": [...]}).
+  HttpRequest request{request_path(route), protocol::encode_batch_exists_request(keys), {}};
+  return impl_.run<std::vector<bool>>(
+      impl_.spec(route, std::nullopt, call), request,
+      [&](const HttpResponse& r) { return protocol::decode_delete_keys_response(r.body, keys.size()); });
+}
+
+Result<StateStats> DefaultConnection::stats(const CallOptions& call) {
+  constexpr auto route = Route::stats;
+  HttpRequest request{request_path(route), std::string(), {}, std::string(route_info(route).method)};
+  return impl_.run<StateStats>(impl_.spec(route, std::nullopt, call), request,
+                               [](const HttpResponse& r) { return protocol::decode_stats_response(r.body); });
 }
 
 Result<void> DefaultConnection::clear(const CallOptions& call) {

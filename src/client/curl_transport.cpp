@@ -42,6 +42,7 @@ struct Handle {
   bool resend_refused = false;
   std::size_t max_body = 0;               // on_body stops the transfer beyond this
   bool too_large = false;
+  bool get = false;  // the handle is set to GET (it starts as POST)
   char error[CURL_ERROR_SIZE] = {};
 
   Handle() = default;
@@ -194,8 +195,15 @@ class CurlTransport final : public Transport {
     }
     // Size first: libcurl would otherwise strlen() the body. POSTFIELDS (not a read callback) lets
     // libcurl send a small body in the same write as the headers.
-    curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(request.body.size()));
-    curl_easy_setopt(e, CURLOPT_POSTFIELDS, request.body.data());
+    if (request.method == "GET") {
+      curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
+      h.get = true;
+    } else {
+      if (h.get) curl_easy_setopt(e, CURLOPT_POST, 1L);
+      h.get = false;
+      curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(request.body.size()));
+      curl_easy_setopt(e, CURLOPT_POSTFIELDS, request.body.data());
+    }
     set_headers(h, request);
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, clamp_ms(timeouts.connect));
     curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, clamp_ms(timeouts.total));
@@ -239,10 +247,12 @@ class CurlTransport final : public Transport {
     curl_easy_getinfo(h.easy, CURLINFO_PRETRANSFER_TIME_T, &pretransfer);
     curl_easy_getinfo(h.easy, CURLINFO_REQUEST_SIZE, &request_size);
     error.sent = h.requests_sent > 0 || pretransfer > 0 || request_size > 0;
+    // What every message ends with: the request, "(POST http://...)".
+    const std::string request_text = std::string(h.get ? " (GET " : " (POST ") + h.url + ")";
     if (h.too_large || code == CURLE_FILESIZE_EXCEEDED) {
       error.code = errc::protocol_error;
       error.sent = true;
-      error.message = internal::answer_too_large(max_answer_bytes_) + " (POST " + h.url + ")";
+      error.message = internal::answer_too_large(max_answer_bytes_) + request_text;
       return error;
     }
     if (h.resend_refused) {
@@ -251,9 +261,7 @@ class CurlTransport final : public Transport {
       error.sent = true;
       error.message = "the connection closed before an answer (a reused connection died after the request was "
                       "written; not resent)";
-      error.message += " (POST ";
-      error.message += h.url;
-      error.message += ")";
+      error.message += request_text;
       return error;
     }
     // Nothing accepted the connection (refused, or the connect timed out): the server may be
@@ -267,9 +275,7 @@ class CurlTransport final : public Transport {
       error.message += ": ";
       error.message += h.error;
     }
-    error.message += " (POST ";
-    error.message += h.url;
-    error.message += ")";
+    error.message += request_text;
     return error;
   }
 

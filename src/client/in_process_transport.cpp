@@ -18,7 +18,7 @@ class InProcessTransport final : public Transport {
 
   // Timeouts do not apply: the call runs on this thread and cannot be abandoned halfway.
   TransportResult post(const HttpRequest& request, const AttemptTimeouts&) override {
-    ServiceAnswer answer = service_.handle("POST", request.path, request.body);
+    ServiceAnswer answer = service_.handle(request.method, request.path, request.body);
     HttpResponse response;
     response.status = answer.status;
     response.content_type = std::move(answer.content_type);

@@ -329,11 +329,12 @@ class AllocateAnswerSink : public AnswerSink {
   Pair pair_;
 };
 
-class ExistsAnswerSink : public AnswerSink {
+// A list of booleans under `field`: "exists", or "deleted" (POST /keys/delete).
+class BoolListAnswerSink : public AnswerSink {
  public:
-  explicit ExistsAnswerSink(std::vector<bool>& out) : AnswerSink("exists"), out_(out) {}
+  BoolListAnswerSink(std::vector<bool>& out, std::string_view field) : AnswerSink(field), out_(out) {}
   void element(int, std::size_t index, const Scalar& s) {
-    if (s.kind != Kind::boolean) return list.fail(indexed("exists", index) + ": expected a boolean");
+    if (s.kind != Kind::boolean) return list.fail(indexed(name, index) + ": expected a boolean");
     if (index < out_.size()) out_[index] = s.boolean;
   }
 
@@ -387,19 +388,32 @@ Decoded<std::vector<Page>> decode_allocate_response(std::string_view body, std::
   return out;
 }
 
-Decoded<std::vector<bool>> decode_batch_exists_response(std::string_view body, std::size_t expected) {
+namespace {
+
+Decoded<std::vector<bool>> decode_bool_list_response(std::string_view body, std::string_view field,
+                                                     std::size_t expected) {
   std::vector<bool> out(expected);
   const bool fast = internal::JsonCursor(body).list_answer(
-      "exists", expected, [&](internal::JsonCursor& c, std::size_t i) {
+      field, expected, [&](internal::JsonCursor& c, std::size_t i) {
         bool value = false;
         if (!c.boolean(value)) return false;
         out[i] = value;
         return true;
       });
   if (fast) return out;
-  ExistsAnswerSink sink(out);
+  BoolListAnswerSink sink(out, field);
   if (auto error = read_answer(body, expected, sink)) return std::move(*error);
   return out;
+}
+
+}  // namespace
+
+Decoded<std::vector<bool>> decode_batch_exists_response(std::string_view body, std::size_t expected) {
+  return decode_bool_list_response(body, "exists", expected);
+}
+
+Decoded<std::vector<bool>> decode_delete_keys_response(std::string_view body, std::size_t expected) {
+  return decode_bool_list_response(body, "deleted", expected);
 }
 
 Decoded<std::vector<std::optional<Page>>> decode_get_locations_response(std::string_view body, std::size_t expected) {
@@ -791,8 +805,10 @@ std::string encode_allocate_response(Rank rank, std::span<const BlockKey> keys, 
   return out;
 }
 
-std::string encode_batch_exists_response(const std::vector<bool>& exists) {
-  constexpr std::string_view kHead = "{\"exists\":";
+namespace {
+
+// {"<field>":[true,false,...]}; kHead is `{"<field>":`.
+std::string encode_bool_list_response(std::string_view kHead, const std::vector<bool>& exists) {
   std::string out;
   JsonWriter w(out, kHead.size() + exists.size() * (sizeof ",false" - 1) + sizeof "[]}");
   w.raw(kHead);
@@ -810,6 +826,80 @@ std::string encode_batch_exists_response(const std::vector<bool>& exists) {
   w.finish();
   out[kHead.size()] = '[';
   return out;
+}
+
+}  // namespace
+
+std::string encode_batch_exists_response(const std::vector<bool>& exists) {
+  return encode_bool_list_response("{\"exists\":", exists);
+}
+
+std::string encode_delete_keys_response(const std::vector<bool>& deleted) {
+  return encode_bool_list_response("{\"deleted\":", deleted);
+}
+
+// ---- GET /stats: every field of StateStats and RankStats under its own name ----
+
+std::string encode_stats_response(const StateStats& stats) {
+  std::string out = "{\"ranks\":[";
+  for (std::size_t i = 0; i < stats.ranks.size(); ++i) {
+    const auto& [rank, r] = stats.ranks[i];
+    out += i == 0 ? "{\"rank\":" : ",{\"rank\":";
+    append_int(out, rank);
+    for (const auto& [name, member] : kRankStatsFields) {
+      out += ",\"";
+      out += name;
+      out += "\":";
+      append_int(out, r.*member);
+    }
+    out += ",\"kept_on_release\":";
+    out += std::to_string(r.kept_on_release);
+    out += '}';
+  }
+  out += ']';
+  for (const auto& [name, member, counter] : kStateStatsFields) {
+    out += ",\"";
+    out += name;
+    out += "\":";
+    out += std::to_string(stats.*member);
+  }
+  out += '}';
+  return out;
+}
+
+Decoded<StateStats> decode_stats_response(std::string_view body) {
+  ParsedJson json;
+  if (!json.parse(body)) return refuse("answer: not JSON (" + json.error_text() + ")");
+  if (!json.root().IsObject()) return refuse("answer: expected a JSON object");
+  auto unsigned_field = [](const Value& object, std::string_view name, const std::string& where,
+                           std::uint64_t& out) -> std::optional<DecodeError> {
+    const Value* v = find_member(object, name);
+    if (!v || !v->IsUint64()) return refuse(where + std::string(name) + ": expected a non-negative integer");
+    out = v->GetUint64();
+    return std::nullopt;
+  };
+  StateStats stats;
+  const Value* ranks = find_member(json.root(), "ranks");
+  if (!ranks || !ranks->IsArray()) return refuse("ranks: expected a list");
+  for (rapidjson::SizeType i = 0; i < ranks->Size(); ++i) {
+    const Value& item = (*ranks)[i];
+    const std::string where = indexed("ranks", i) + ".";
+    if (!item.IsObject()) return refuse(indexed("ranks", i) + ": expected an object");
+    const Value* rank = find_member(item, "rank");
+    if (!rank || !rank->IsInt64()) return refuse(where + "rank: expected an integer");
+    RankStats r;
+    for (const auto& [name, member] : kRankStatsFields) {
+      std::uint64_t value = 0;
+      if (auto error = unsigned_field(item, name, where, value)) return std::move(*error);
+      r.*member = static_cast<std::int64_t>(value);
+    }
+    if (auto error = unsigned_field(item, "kept_on_release", where, r.kept_on_release)) return std::move(*error);
+    stats.ranks.emplace_back(rank->GetInt64(), r);
+  }
+  for (const auto& [name, member, counter] : kStateStatsFields) {
+    if (auto error = unsigned_field(json.root(), name, "", stats.*member)) return std::move(*error);
+  }
+  return stats;
 }
 
 std::string encode_get_locations_response(std::span<const std::optional<Page>> locations) {

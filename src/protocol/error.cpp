@@ -149,6 +149,8 @@ std::string_view to_string(Operation op) noexcept {
     case Operation::get_locations: return "get_locations";
     case Operation::clear: return "clear";
     case Operation::raw: return "raw";
+    case Operation::delete_keys: return "delete_keys";
+    case Operation::stats: return "stats";
   }
   return "unknown";
 }

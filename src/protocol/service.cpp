@@ -250,6 +250,16 @@ ServiceAnswer Service::handle(const RoutedTarget& target, std::string_view body)
       return json_answer(200, protocol::encode_batch_exists_response(state_.batch_exists(keys)));
     }
 
+    case Route::delete_keys: {
+      // Its body is batch_exists' ({"keys": [...]}), decoded the same way.
+      protocol::KeyListRequest& r = key_list_scratch();
+      if (auto error = protocol::decode_batch_exists_request(body, r)) return detail_answer(400, error->message);
+      const std::span<const std::string_view> keys = r.keys;
+      return json_answer(200, protocol::encode_delete_keys_response(state_.delete_keys(keys)));
+    }
+
+    case Route::stats: return json_answer(200, protocol::encode_stats_response(state_.stats()));
+
     case Route::get_locations: {
       protocol::KeyListRequest& r = key_list_scratch();
       if (auto error = protocol::decode_get_locations_request(body, r)) return detail_answer(400, error->message);

@@ -159,6 +159,29 @@ TEST_F(CliTest, ConfirmExistsLocationsAndClear) {
   EXPECT_EQ(state_->rank_count(), 0u);
 }
 
+TEST_F(CliTest, DeleteAndStats) {
+  ASSERT_EQ(run({"init", "0", "--pages", "2"}).status, kSuccess);
+  ASSERT_EQ(run({"allocate", "0", "k1"}).status, kSuccess);
+  ASSERT_EQ(run({"confirm", "0", "k1=0"}).status, kSuccess);
+  CliRun s = run({"stats"});
+  ASSERT_EQ(s.status, kSuccess) << s.err;
+  EXPECT_THAT(s.out, HasSubstr("rank 0 num_pages 2 free 1 allocated 0 mapped 1 orphaned 0 draining 0\n"));
+  EXPECT_THAT(s.out, HasSubstr("keys_complete 1\n"));
+  CliRun d = run({"delete", "k1", "k2"});
+  ASSERT_EQ(d.status, kSuccess) << d.err;
+  EXPECT_EQ(d.out, "k1 deleted\nk2 absent\n");
+  EXPECT_EQ(state_->key_count(), 0u);
+  auto sd = run({"--json", "stats"}).json();
+  EXPECT_EQ(sd["ranks"][0]["rank"].GetInt64(), 0);
+  EXPECT_EQ(sd["ranks"][0]["free"].GetInt64(), 2);
+  EXPECT_EQ(sd["deleted_keys"].GetUint64(), 1u);
+  auto dd = run({"--json", "delete", "k1"}).json();
+  EXPECT_FALSE(dd["deleted"][0].GetBool());
+  EXPECT_EQ(run({"delete"}).status, kUsage);
+  EXPECT_EQ(run({"stats", "x"}).status, kUsage);
+  EXPECT_THAT(run({"delete", "--help"}).out, HasSubstr("Usage: hf3fs-meta delete"));
+}
+
 TEST_F(CliTest, StaleConfirmIsARefusal) {
   ASSERT_EQ(run({"init", "0", "--pages", "4"}).status, kSuccess);
   CliRun r = run({"--json", "confirm", "0", "k=2"});

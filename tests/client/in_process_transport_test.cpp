@@ -44,6 +44,31 @@ TEST_F(InProcessTest, WorkerLifecycle) {
   EXPECT_EQ(short_pool.value(), (std::vector<Page>{-1, -1, -1}));
 }
 
+TEST_F(InProcessTest, DeleteKeysAndStats) {
+  ASSERT_TRUE(client->ensure_initialized(0, 4));
+  ASSERT_TRUE(client->allocate(0, {"a", "b"}));
+  ASSERT_TRUE(client->confirm_write(0, {{"a", 0}}));
+  auto deleted = client->delete_keys({"a", "zz"});
+  ASSERT_TRUE(deleted) << deleted.error().message();
+  EXPECT_EQ(deleted.value(), (std::vector<bool>{true, false}));
+  auto stats = client->stats();
+  ASSERT_TRUE(stats) << stats.error().message();
+  ASSERT_EQ(stats.value().ranks.size(), 1u);
+  const RankStats& r = stats.value().ranks[0].second;
+  EXPECT_EQ(stats.value().ranks[0].first, 0);
+  EXPECT_EQ(r.num_pages, 4);
+  EXPECT_EQ(r.free, 3);
+  EXPECT_EQ(r.allocated, 1);
+  EXPECT_EQ(r.mapped, 0);
+  EXPECT_EQ(stats.value().deleted_keys, 1u);
+  EXPECT_EQ(stats.value().keys_complete, 0u);
+  // An empty key is refused before anything is sent, as for the other key lists.
+  auto refused = client->delete_keys({""});
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, errc::invalid_argument);
+  EXPECT_EQ(refused.error().operation, Operation::delete_keys);
+}
+
 TEST_F(InProcessTest, ClearedServerIsRestoredForARegisteredRank) {
   ASSERT_TRUE(client->ensure_initialized(3, 8));
   ASSERT_TRUE(client->clear());

@@ -103,6 +103,46 @@ TEST_F(ContractSdkTest, ClearForgetsRanksAndKeys) {
   EXPECT_EQ(again.error().code, errc::rank_not_initialized);
 }
 
+// The extensions: POST /keys/delete, and GET /stats (the one GET the SDK sends).
+TEST_F(ContractSdkTest, DeleteKeysAndStats) {
+  auto client = make_client();
+  ASSERT_THAT(client->ensure_initialized(0, 4), IsOk());
+  ASSERT_THAT(client->ensure_initialized(1, 2), IsOk());
+  ASSERT_THAT(client->allocate(0, {"a", "b"}), IsOk());
+  ASSERT_THAT(client->allocate(1, {"a"}), IsOk());
+  ASSERT_THAT(client->confirm_write(0, {{"a", 0}, {"b", 1}}), IsOk());
+  ASSERT_THAT(client->confirm_write(1, {{"a", 0}}), IsOk());
+
+  auto before = client->stats();
+  ASSERT_TRUE(before) << describe(before.error());
+  ASSERT_EQ(before.value().ranks.size(), 2u);
+  EXPECT_EQ(before.value().ranks[0].first, 0);
+  EXPECT_EQ(before.value().ranks[0].second.num_pages, 4);
+  EXPECT_EQ(before.value().ranks[0].second.free, 2);
+  EXPECT_EQ(before.value().ranks[0].second.mapped, 2);
+  EXPECT_EQ(before.value().ranks[1].first, 1);
+  EXPECT_EQ(before.value().ranks[1].second.mapped, 1);
+  EXPECT_EQ(before.value().keys_complete, 1u);    // a, on both ranks
+  EXPECT_EQ(before.value().keys_incomplete, 1u);  // b, on rank 0 only
+  EXPECT_EQ(before.value().deleted_keys, 0u);
+
+  // A key that is complete, one that is not, one never seen, and a repeat in the same call.
+  EXPECT_THAT(client->delete_keys({"a", "b", "never", "a"}), HasValue(ElementsAre(true, true, false, false)));
+  EXPECT_THAT(client->batch_exists({"a", "b"}), HasValue(ElementsAre(false, false)));
+  EXPECT_EQ(pages(0), (RankPages{4, 0, 0, 0, 0}));
+  EXPECT_EQ(pages(1), (RankPages{2, 0, 0, 0, 0}));
+  auto after = client->stats();
+  ASSERT_TRUE(after) << describe(after.error());
+  EXPECT_EQ(after.value().deleted_keys, 2u);
+  EXPECT_EQ(after.value().keys_complete + after.value().keys_incomplete, 0u);
+  for (const auto& [rank, r] : after.value().ranks) EXPECT_EQ(r.free, r.num_pages) << "rank " << rank;
+
+  auto refused = client->delete_keys({"ok", ""});
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, errc::invalid_argument);
+  EXPECT_EQ(refused.error().operation, Operation::delete_keys);
+}
+
 TEST_F(ContractSdkTest, RawPostsABodyAsItIs) {
   auto client = make_client();
   auto r = client->raw("/rank/7/initialize", R"({"num_pages": 3})");

@@ -204,6 +204,56 @@ TEST(ClientDecodeTest, ExistsRefusals) {
   EXPECT_TRUE(decode_batch_exists_response(R"({"exists":[]})", 0));
 }
 
+TEST(ClientDecodeTest, DeleteKeysAnswer) {
+  auto deleted = decode_delete_keys_response(encode_delete_keys_response({true, false}), 2);
+  ASSERT_TRUE(deleted);
+  EXPECT_EQ(deleted.value(), (std::vector<bool>{true, false}));
+  EXPECT_EQ(decode_delete_keys_response(R"({"deleted":[true]})", 2).error().message,
+            "deleted: expected 2 entries (one per key sent), got 1");
+  EXPECT_EQ(decode_delete_keys_response(R"({"deleted":[1]})", 1).error().message, "deleted[0]: expected a boolean");
+  EXPECT_EQ(decode_delete_keys_response(R"({"exists":[true]})", 1).error().message, "deleted: missing from the answer");
+}
+
+TEST(ClientDecodeTest, StatsAnswer) {
+  StateStats stats;
+  RankStats r0;
+  r0.num_pages = 10;
+  r0.free = 4;
+  r0.allocated = 1;
+  r0.mapped = 2;
+  r0.orphaned = 1;
+  r0.draining = 2;
+  r0.kept_on_release = 7;
+  stats.ranks = {{-3, RankStats{}}, {0, r0}};
+  stats.keys_complete = 2;
+  stats.keys_incomplete = 1;
+  stats.keys_leased = 1;
+  stats.key_records = 5;
+  stats.evicted_keys = 11;
+  stats.deleted_keys = 12;
+  stats.reclaimed_keys = 13;
+  stats.reclaimed_allocated_pages = 14;
+  stats.reclaimed_orphaned_pages = 15;
+  auto decoded = decode_stats_response(encode_stats_response(stats));
+  ASSERT_TRUE(decoded) << decoded.error().message;
+  const StateStats& d = decoded.value();
+  ASSERT_EQ(d.ranks.size(), 2u);
+  EXPECT_EQ(d.ranks[0].first, -3);
+  EXPECT_EQ(d.ranks[1].first, 0);
+  for (const auto& [name, member] : kRankStatsFields) EXPECT_EQ(d.ranks[1].second.*member, r0.*member) << name;
+  EXPECT_EQ(d.ranks[1].second.kept_on_release, 7u);
+  for (const auto& [name, member, counter] : kStateStatsFields) EXPECT_EQ(d.*member, stats.*member) << name;
+
+  EXPECT_EQ(decode_stats_response(R"({"ranks":{}})").error().message, "ranks: expected a list");
+  EXPECT_EQ(decode_stats_response(R"({"ranks":[1]})").error().message, "ranks[0]: expected an object");
+  EXPECT_EQ(decode_stats_response(R"({"ranks":[{"rank":"0"}]})").error().message, "ranks[0].rank: expected an integer");
+  EXPECT_EQ(decode_stats_response(R"({"ranks":[{"rank":0,"num_pages":-1}]})").error().message,
+            "ranks[0].num_pages: expected a non-negative integer");
+  EXPECT_EQ(decode_stats_response(R"({"ranks":[]})").error().message,
+            "keys_complete: expected a non-negative integer");
+  EXPECT_THAT(decode_stats_response("[]").error().message, StartsWith("answer: expected a JSON object"));
+}
+
 TEST(ClientDecodeTest, LocationsRefusals) {
   EXPECT_EQ(decode_get_locations_response(R"({"locations":[1]})", 2).error().message,
             "locations: expected 2 entries (one per key sent), got 1");

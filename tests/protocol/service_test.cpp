@@ -412,6 +412,11 @@ TEST(RouteTest, RouteOf) {
   EXPECT_EQ(Service::route("GET", "/clear").route, Route::method_not_allowed);
   EXPECT_EQ(Service::route("POST", "/nope").route, Route::not_found);
   EXPECT_EQ(Service::route("GET", "/healthz").route, Route::not_found);
+  EXPECT_EQ(Service::route("POST", "/keys/delete").route, Route::delete_keys);
+  EXPECT_EQ(Service::route("GET", "/keys/delete").route, Route::method_not_allowed);
+  EXPECT_EQ(Service::route("GET", "/stats").route, Route::stats);
+  EXPECT_EQ(Service::route("POST", "/stats").route, Route::method_not_allowed);
+  EXPECT_EQ(Service::route("GET", "/stats/").route, Route::redirect);
 }
 
 TEST(RouteTest, RoutedTargetKeepsWhatTheHandlerNeeds) {
@@ -465,10 +470,12 @@ TEST(RouteTest, NamesAndCount) {
   EXPECT_EQ(to_string(Route::batch_exists), "/keys/batch_exists");
   EXPECT_EQ(to_string(Route::get_locations), "/keys/get_locations");
   EXPECT_EQ(to_string(Route::clear), "/clear");
+  EXPECT_EQ(to_string(Route::delete_keys), "/keys/delete");
+  EXPECT_EQ(to_string(Route::stats), "/stats");
   EXPECT_EQ(to_string(Route::redirect), "redirect");
   EXPECT_EQ(to_string(Route::method_not_allowed), "method_not_allowed");
   EXPECT_EQ(to_string(Route::not_found), "not_found");
-  EXPECT_EQ(kRouteCount, 9u);
+  EXPECT_EQ(kRouteCount, 11u);
 }
 
 // ---- Robustness ----
@@ -519,6 +526,52 @@ TEST_F(ServiceTest, MutatedRequestsNeverCorruptTheState) {
       EXPECT_NE(protocol::classify_error(a.status, a.content_type, a.body).detail, "") << a.body;
     }
   }
+}
+
+// ---- Extensions: POST /keys/delete, GET /stats ----
+
+TEST_F(ServiceTest, DeleteRemovesKeysFromEveryLookupAndFreesTheirPages) {
+  init(0, 2);
+  init(1, 2);
+  write(0, "a");
+  write(1, "a");
+  write(0, "b");  // incomplete: two ranks, confirmed on one
+  expect_json(post("/keys/delete", R"({"keys":["a","zz","a","b"]})"), 200, R"({"deleted":[true,false,false,true]})");
+  expect_json(post("/keys/batch_exists", R"({"keys":["a","b"]})"), 200, R"({"exists":[false,false]})");
+  expect_json(post("/keys/get_locations", R"({"rank":1,"keys":["a"]})"), 200, R"({"locations":[null]})");
+  EXPECT_EQ(state_.key_count(), 0u);
+  for (Rank rank : {0, 1}) EXPECT_EQ(state_.rank_stats(rank)->free, 2) << rank;
+  expect_json(post("/keys/delete", R"({"keys":[]})"), 200, R"({"deleted":[]})");
+}
+
+TEST_F(ServiceTest, DeleteRefusesWhatBatchExistsRefusesAndChangesNothing) {
+  init(0, 2);
+  write(0, "a");
+  expect_refused_detail("/keys/delete", R"({"keys":5})", 400, "Invalid keys format");
+  expect_refused_detail("/keys/delete", R"({"keys":["a",7]})", 400, "keys[1]: expected a string");
+  expect_refused_detail("/keys/delete", "[1]", 400, "body: expected a JSON object");
+}
+
+TEST_F(ServiceTest, StatsNameEveryFigure) {
+  init(0, 4);
+  write(0, "a");
+  post("/keys/batch_allocate", R"({"rank":0,"keys":[["b",""]]})");
+  post("/keys/delete", R"({"keys":["a"]})");
+  const ServiceAnswer a = service_.handle("GET", "/stats", "");
+  expect_json(a, 200,
+              R"({"ranks":[{"rank":0,"num_pages":4,"free":3,"allocated":1,"mapped":0,"orphaned":0,"draining":0,)"
+              R"("kept_on_release":0}],"keys_complete":0,"keys_incomplete":0,"keys_leased":0,"key_records":1,)"
+              R"("evicted_keys":0,"deleted_keys":1,"reclaimed_keys":0,"reclaimed_allocated_pages":0,)"
+              R"("reclaimed_orphaned_pages":0})");
+  // What the client reads back is what the state says.
+  auto decoded = protocol::decode_stats_response(a.body);
+  ASSERT_TRUE(decoded) << decoded.error().message;
+  const StateStats expected = state_.stats();
+  ASSERT_EQ(decoded.value().ranks.size(), 1u);
+  EXPECT_EQ(decoded.value().ranks[0].second.free, expected.ranks[0].second.free);
+  EXPECT_EQ(decoded.value().ranks[0].second.allocated, expected.ranks[0].second.allocated);
+  EXPECT_EQ(decoded.value().deleted_keys, expected.deleted_keys);
+  EXPECT_EQ(decoded.value().key_records, expected.key_records);
 }
 
 // ---- Deliberate deviations: confirm_write ----

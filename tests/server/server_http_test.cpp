@@ -448,11 +448,15 @@ TEST_F(ServerMetricsTest, HelpDescribesTheOptions) {
   EXPECT_THAT(ran.out, HasSubstr("--threads"));
   EXPECT_THAT(ran.out, HasSubstr("0.0.0.0"));
   EXPECT_THAT(ran.out, HasSubstr("--idle-timeout-ms"));
+  EXPECT_THAT(ran.out, HasSubstr("--eviction"));
+  EXPECT_THAT(ran.out, HasSubstr("5000 with --eviction lru, else 0"));
+  EXPECT_THAT(ran.out, HasSubstr("--allocation-ttl-ms"));
 }
 
 TEST_F(ServerMetricsTest, EveryBadOptionExitsTwoWithoutListening) {
   for (const char* args : {"--bogus", "--port=99999", "--port 99999", "--threads=0", "--max-pages", "--host=",
-                           "--dedup-ttl-ms=0", "--log-requests=maybe", "stray"}) {
+                           "--dedup-ttl-ms=0", "--log-requests=maybe", "stray", "--eviction=mru",
+                           "--eviction", "--read-lease-ms=-1", "--allocation-ttl-ms=soon"}) {
     const Ran ran = run_server_binary(args);
     EXPECT_EQ(ran.status, 2) << args << ": " << ran.out;
     EXPECT_THAT(ran.out, HasSubstr("hf3fs-meta-server: ")) << args;

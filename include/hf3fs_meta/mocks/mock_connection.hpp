@@ -34,6 +34,8 @@ class MockConnection : public hf3fs_meta::Connection {
     ON_CALL(*this, confirm_write).WillByDefault(Return(unset("confirm_write", hf3fs_meta::Operation::confirm_write)));
     ON_CALL(*this, batch_exists).WillByDefault(Return(unset("batch_exists", hf3fs_meta::Operation::batch_exists)));
     ON_CALL(*this, get_locations).WillByDefault(Return(unset("get_locations", hf3fs_meta::Operation::get_locations)));
+    ON_CALL(*this, delete_keys).WillByDefault(Return(unset("delete_keys", hf3fs_meta::Operation::delete_keys)));
+    ON_CALL(*this, stats).WillByDefault(Return(unset("stats", hf3fs_meta::Operation::stats)));
     ON_CALL(*this, clear).WillByDefault(Return(unset("clear", hf3fs_meta::Operation::clear)));
     ON_CALL(*this, raw).WillByDefault(Return(unset("raw", hf3fs_meta::Operation::raw)));
   }
@@ -61,6 +63,9 @@ class MockConnection : public hf3fs_meta::Connection {
   MOCK_METHOD(hf3fs_meta::Result<std::vector<std::optional<hf3fs_meta::Page>>>, get_locations,
               (hf3fs_meta::Rank rank, const std::vector<std::string>& keys, const hf3fs_meta::CallOptions& call),
               (override));
+  MOCK_METHOD(hf3fs_meta::Result<std::vector<bool>>, delete_keys,
+              (const std::vector<std::string>& keys, const hf3fs_meta::CallOptions& call), (override));
+  MOCK_METHOD(hf3fs_meta::Result<hf3fs_meta::StateStats>, stats, (const hf3fs_meta::CallOptions& call), (override));
   MOCK_METHOD(hf3fs_meta::Result<void>, clear, (const hf3fs_meta::CallOptions& call), (override));
   MOCK_METHOD(hf3fs_meta::Result<hf3fs_meta::RawResponse>, raw,
               (std::string_view path, std::string_view body, const hf3fs_meta::CallOptions& call), (override));
