@@ -46,6 +46,10 @@ constexpr std::uint32_t kOrphaned = 0xFFFFFFFDu;
 constexpr std::uint32_t kKeyIdLimit = kOrphaned;  // key ids are below this
 constexpr std::uint32_t kNone = 0xFFFFFFFFu;      // "no page" / "no id" in scratch data
 
+// What a removed key's record keeps for the next key given its id (vLLM's keys: 32 hex digits).
+constexpr std::size_t kKeptNameBytes = 64;
+constexpr std::size_t kKeptPageEntries = 8;
+
 // Pages are 32-bit inside; a rank can never hold more than this, whatever the options say.
 constexpr std::int64_t kPageLimit = std::numeric_limits<std::uint32_t>::max();
 
@@ -69,7 +73,9 @@ struct HashedKeyHash {
 
 struct HashedKeyEqual {
   bool operator()(const HashedKey& a, const HashedKey& b) const noexcept {
-    return a.hash == b.hash && a.name == b.name;
+    // The same bytes need not be read: erasing a key by its record's own view, as removing a key
+    // does, then touches only the table (the name is a cache miss away).
+    return a.hash == b.hash && ((a.name.data() == b.name.data() && a.name.size() == b.name.size()) || a.name == b.name);
   }
 };
 
@@ -87,14 +93,16 @@ enum class Where : std::uint8_t { none, lru, leased };
 
 struct KeyRecord {
   std::string name;  // key_ids views these bytes: not changed while the key is in the map
-  std::uint32_t tp_world_size = 0;
   std::vector<RankPage> pages;  // one entry per rank the key is mapped on; short (one per TP rank)
-  // Lifecycle: the lease list's links (key ids), and clock times in milliseconds.
-  std::uint32_t lease_prev = kNone;
-  std::uint32_t lease_next = kNone;
+  std::size_t hash = 0;         // of name, as key_ids holds it: removing the key needs no rehash
+  // Lifecycle: clock times in milliseconds.
   std::int64_t lease_end = 0;
   // With a TTL: the event (TimedKey::stamp) of its creation, or of its ceasing to be complete.
   std::uint64_t incomplete_stamp = 0;
+  std::uint32_t tp_world_size = 0;
+  // Lifecycle: the lease list's links (key ids).
+  std::uint32_t lease_prev = kNone;
+  std::uint32_t lease_next = kNone;
   Where where = Where::none;
   bool live = false;  // in key_ids; false for a free id and for a deleted key draining under a lease
 
@@ -224,6 +232,7 @@ struct Scratch {
   std::vector<HashedKey> hashed;        // the call's keys, hashed before the lock is taken
   std::vector<std::uint32_t> local_of;  // confirmation index -> local key index
   std::vector<LocalKey> locals;
+  std::vector<std::uint32_t> pages;  // allocate with the lifecycle on: each key's complete page, or kNone
 
   void reset() {
     // A huge batch must not leave a huge table behind for every later call to clear.
@@ -232,12 +241,14 @@ struct Scratch {
     if (page_overlay.size() > kKeep) decltype(page_overlay){}.swap(page_overlay);
     if (hashed.capacity() > kKeep) std::vector<HashedKey>{}.swap(hashed);
     if (local_of.capacity() > kKeep) std::vector<std::uint32_t>{}.swap(local_of);
+    if (pages.capacity() > kKeep) std::vector<std::uint32_t>{}.swap(pages);
     if (locals.capacity() > kKeep) std::vector<LocalKey>{}.swap(locals);
     seen.clear();
     page_overlay.clear();
     hashed.clear();
     local_of.clear();
     locals.clear();
+    pages.clear();
   }
 };
 
@@ -428,6 +439,7 @@ struct MetadataState::Impl {
     }
     KeyRecord& k = keys[id];
     k.name.assign(key.name);
+    k.hash = key.hash;
     // Ranks initialized now; a scheduler never creates one, so this counts workers only.
     k.tp_world_size = static_cast<std::uint32_t>(ranks.size());
     k.live = true;
@@ -611,7 +623,7 @@ struct MetadataState::Impl {
   // their pools now, or, under a read lease, drain back when the lease ends.
   void remove_key(std::uint32_t id) {
     KeyRecord& k = keys[id];
-    key_ids.erase(HashedKey{k.name});
+    key_ids.erase(HashedKey{k.name, k.hash});
     k.live = false;
     if (k.complete()) --life.complete;
     if (k.where == Where::leased) {
@@ -636,8 +648,18 @@ struct MetadataState::Impl {
   }
   void free_id(std::uint32_t id) {
     KeyRecord& k = keys[id];
-    std::string().swap(k.name);
-    std::vector<RankPage>().swap(k.pages);
+    // Short buffers stay with the id for its next key (a cache that turns over then mallocs nothing
+    // per key); long ones are freed. Either way memory is bounded by the ids ever in use at once.
+    if (k.name.capacity() > kKeptNameBytes) {
+      std::string().swap(k.name);
+    } else {
+      k.name.clear();
+    }
+    if (k.pages.capacity() > kKeptPageEntries) {
+      std::vector<RankPage>().swap(k.pages);
+    } else {
+      k.pages.clear();
+    }
     k.tp_world_size = 0;
     k.where = Where::none;
     life.free_ids.push_back(id);
@@ -647,11 +669,18 @@ struct MetadataState::Impl {
   // r) are used in request order, then, with eviction, least recently used keys with a page on r are
   // evicted until the pool holds one page per key. The reused keys are leased, or at the most recent
   // end of r's list: the first lru_size - (reused keys in the list) entries are never this call's.
-  void before_allocate(RankData& r, std::uint32_t slot, const std::vector<HashedKey>& hashed) {
+  // `pages` gets each key's page on r if it is reused, else kNone: the allocate's answer, found with
+  // one lookup per key (no victim is a key of the call, so eviction changes none of them).
+  void before_allocate(RankData& r, std::uint32_t slot, const std::vector<HashedKey>& hashed,
+                       std::vector<std::uint32_t>& pages) {
     std::uint32_t reused_in_list = 0;
-    for (const HashedKey& key : hashed) {
-      const std::uint32_t id = id_of(key);
-      if (id == kNone || !keys[id].complete() || keys[id].on(slot) == nullptr) continue;
+    pages.resize(hashed.size(), kNone);
+    for (std::size_t i = 0; i < hashed.size(); ++i) {
+      const std::uint32_t id = id_of(hashed[i]);
+      if (id == kNone || !keys[id].complete()) continue;
+      const RankPage* rp = keys[id].on(slot);
+      if (rp == nullptr) continue;
+      pages[i] = rp->page;
       use(id, true);
       if (keys[id].where == Where::lru) ++reused_in_list;
     }
@@ -769,19 +798,24 @@ StateResult<std::vector<Page>> MetadataState::allocate(Rank rank, std::span<cons
   if (slot == kNone) return not_initialized(rank);
   if (duplicate) return std::move(*duplicate);
   RankData& r = *impl_->ranks[slot];
-  if (impl_->lifecycle) impl_->before_allocate(r, slot, hashed);
+  const bool looked_up = impl_->lifecycle;
+  if (looked_up) impl_->before_allocate(r, slot, hashed, s.pages);
+  // The page a complete key has on this rank, else kNone.
+  const auto existing_page = [&](std::size_t i) {
+    return looked_up ? s.pages[i] : impl_->complete_page(hashed[i], slot);
+  };
 
   if (r.free_count < keys.size()) {
     // Nothing is taken; only complete keys already on this rank get an answer.
     for (std::size_t i = 0; i < keys.size(); ++i) {
-      const std::uint32_t existing = impl_->complete_page(hashed[i], slot);
+      const std::uint32_t existing = existing_page(i);
       if (existing != kNone) result[i] = existing;
     }
     return result;
   }
   for (std::size_t i = 0; i < keys.size(); ++i) {
     const std::uint32_t page = r.pop_front();
-    const std::uint32_t existing = impl_->complete_page(hashed[i], slot);
+    const std::uint32_t existing = existing_page(i);
     if (existing != kNone) {
       // As vLLM: the page was taken for the key, then handed back to the end of the pool.
       r.push_back(page);
