@@ -28,8 +28,6 @@ std::string make_key(int route, std::string_view id) {
   return key;
 }
 
-std::uint64_t hash_body(std::string_view body) { return std::hash<std::string_view>{}(body); }
-
 std::size_t weight(std::size_t key_size, std::size_t pages) {
   return DedupCache::kEntryOverhead + key_size + pages * sizeof(std::uint32_t);
 }
@@ -45,23 +43,23 @@ DedupCache::Claim& DedupCache::Claim::operator=(Claim&& other) noexcept {
   return *this;
 }
 
-void DedupCache::Claim::complete(int status, std::span<const std::int64_t> pages) {
+void DedupCache::Claim::complete(int status, std::span<const std::int64_t> pages, std::uint64_t seq) {
   if (!entry_) return;
   auto entry = std::move(entry_);
-  cache_->settle(entry, status >= 200 && status < 300, status, pages);
+  cache_->settle(entry, status >= 200 && status < 300, status, pages, seq);
 }
 
 void DedupCache::Claim::reset() {
   if (!entry_) return;
   auto entry = std::move(entry_);
-  cache_->settle(entry, false, 0, {});
+  cache_->settle(entry, false, 0, {}, 0);
 }
 
 DedupCache::DedupCache(Options options) : options_(std::move(options)) {}
 
 DedupCache::Acquired DedupCache::acquire(int route, std::string_view id, std::string_view body,
                                          std::size_t max_pages) {
-  const auto hash = hash_body(body);
+  const auto hash = body_hash(body);
   auto key = make_key(route, id);
   const std::size_t reserve = weight(key.size(), max_pages);
   const auto at = now();
@@ -98,8 +96,33 @@ DedupCache::Acquired DedupCache::acquire(int route, std::string_view id, std::st
   return Acquired{Kind::owner, Claim(this, std::move(entry)), {}, {}, {}};
 }
 
+std::uint64_t DedupCache::body_hash(std::string_view body) { return std::hash<std::string_view>{}(body); }
+
+void DedupCache::restore(int route, std::string_view id, std::uint64_t body_hash, std::size_t body_size,
+                         KeptAnswer answer) {
+  auto entry = std::make_shared<Entry>();
+  entry->key = make_key(route, id);
+  entry->body_hash = body_hash;
+  entry->body_size = body_size;
+  entry->bytes = weight(entry->key.size(), answer.pages.size());
+  entry->answer = std::move(answer);
+  entry->done = true;
+  entry->settled = true;
+  std::lock_guard lock(mutex_);
+  if (entry->bytes > options_.max_bytes - std::min(bytes_, options_.max_bytes)) return;
+  entry->generation = generation_;
+  entry->stored_at = now();
+  if (auto it = entries_.find(entry->key); it != entries_.end()) {
+    const auto older = it->second;  // the same id used again after its window: the later one counts
+    erase_locked(older);
+  }
+  bytes_ += entry->bytes;
+  entries_.emplace(entry->key, entry);
+  kept_.push_back(entry);
+}
+
 void DedupCache::settle(const std::shared_ptr<Entry>& entry, bool keep, int status,
-                        std::span<const std::int64_t> pages) {
+                        std::span<const std::int64_t> pages, std::uint64_t seq) {
   std::vector<std::function<void()>> waiters;
   {
     std::lock_guard lock(mutex_);
@@ -109,6 +132,7 @@ void DedupCache::settle(const std::shared_ptr<Entry>& entry, bool keep, int stat
     if (keep && current && kept_bytes <= entry->bytes) {
       entry->done = true;
       entry->answer.status = status;
+      entry->answer.seq = seq;
       entry->answer.pages.reserve(pages.size());
       for (const auto page : pages) entry->answer.pages.push_back(static_cast<std::uint32_t>(page));
       bytes_ -= entry->bytes - kept_bytes;

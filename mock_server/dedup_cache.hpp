@@ -32,6 +32,8 @@ namespace hf3fs_meta::server {
 struct KeptAnswer {
   int status = 0;
   std::vector<std::uint32_t> pages;  // batch_allocate: the pages answered, kNoPage as 0xFFFFFFFF
+  std::uint64_t seq = 0;  // the journal record of the change it answered (0: none); a durable server
+                          // answers a repeat only once that record is as durable as the first answer was
 };
 
 class DedupCache {
@@ -60,7 +62,7 @@ class DedupCache {
     explicit operator bool() const noexcept { return entry_ != nullptr; }
     // Keeps a 2xx answer for repeats (pages: at most the count reserved at acquire); wakes those
     // waiting either way.
-    void complete(int status, std::span<const std::int64_t> pages);
+    void complete(int status, std::span<const std::int64_t> pages, std::uint64_t seq = 0);
     void reset();  // abandon
 
    private:
@@ -99,10 +101,18 @@ class DedupCache {
 
   void clear();
 
+  // An answer recovered from a durable server's journal or snapshot, kept as if just given (its
+  // window starts now); left out if the budget has no room for it.
+  void restore(int route, std::string_view id, std::uint64_t body_hash, std::size_t body_size, KeptAnswer answer);
+  // The body's fingerprint kept with an entry (and journaled): libstdc++'s hash of a string is a
+  // fixed-seed MurmurHash, the same in every run, so journaled fingerprints match after a restart.
+  static std::uint64_t body_hash(std::string_view body);
+
   Stats stats() const;
 
  private:
-  void settle(const std::shared_ptr<Entry>& entry, bool keep, int status, std::span<const std::int64_t> pages);
+  void settle(const std::shared_ptr<Entry>& entry, bool keep, int status, std::span<const std::int64_t> pages,
+              std::uint64_t seq);
   void evict_locked(Clock::time_point now);
   void erase_locked(const std::shared_ptr<Entry>& entry);
   Clock::time_point now() const { return options_.now ? options_.now() : Clock::now(); }

@@ -1,4 +1,5 @@
 // hf3fs-meta-server: the reference metadata server of vLLM's HF3FS KV-cache connector.
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <exception>
@@ -8,6 +9,10 @@
 
 #include <boost/asio/signal_set.hpp>
 
+#include "durable/data_dir.hpp"
+#include "durable/store.hpp"
+#include "hf3fs_meta/protocol.hpp"
+#include "hf3fs_meta/service.hpp"
 #include "hf3fs_meta/state.hpp"
 #include "metrics.hpp"
 #include "router.hpp"
@@ -18,6 +23,48 @@ namespace {
 
 std::string url_host(const std::string& host) {
   return host.find(':') != std::string::npos ? "[" + host + "]" : host;
+}
+
+// What a repeat of a journaled request's id gets, from its record (what the dedup cache keeps).
+hf3fs_meta::server::KeptAnswer answer_of(const hf3fs_meta::durable::Record& record) {
+  using namespace hf3fs_meta;
+  const Change& change = record.change();
+  if (change.kind != ChangeKind::allocated) return server::KeptAnswer{204, {}, record.seq()};
+  server::KeptAnswer answer{200, {}, record.seq()};
+  for (const AllocatedItem& item : change.allocated) answer.pages.push_back(item.page);
+  return answer;
+}
+
+// --verify-data-dir: recovery without the lock and without writing anything.
+int verify(const std::string& dir) {
+  using namespace hf3fs_meta;
+  MetadataState state(StateOptions{std::int64_t{1} << 32});
+  const auto start = std::chrono::steady_clock::now();
+  auto recovered = durable::recover(dir, state);
+  if (!recovered) {
+    std::fprintf(stderr, "hf3fs-meta-server: %s\n", recovered.error().message.c_str());
+    return 2;
+  }
+  const auto& r = recovered.value();
+  RankStats total;
+  for (const auto& [rank, stats] : state.all_rank_stats()) {
+    total.num_pages += stats.num_pages;
+    total.free += stats.free;
+    total.allocated += stats.allocated;
+    total.mapped += stats.mapped;
+    total.orphaned += stats.orphaned;
+  }
+  std::printf("%s: sound. snapshot at change %llu, %zu journal records replayed (%llu bytes), last change %llu%s%s\n"
+              "%zu ranks, %lld pages (%lld free, %lld allocated, %lld mapped, %lld orphaned), %zu keys, "
+              "%zu request-id answers; read in %.0f ms\n",
+              dir.c_str(), static_cast<unsigned long long>(r.snapshot_seq), r.records,
+              static_cast<unsigned long long>(r.journal_bytes), static_cast<unsigned long long>(r.seq),
+              r.cut ? "; the server will " : "", r.cut ? r.cut->c_str() : "", state.rank_count(),
+              static_cast<long long>(total.num_pages), static_cast<long long>(total.free),
+              static_cast<long long>(total.allocated), static_cast<long long>(total.mapped),
+              static_cast<long long>(total.orphaned), state.key_count(), r.dedup.size(),
+              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+  return 0;
 }
 
 }  // namespace
@@ -32,14 +79,38 @@ int main(int argc, char** argv) {
     return parsed.exit_code;
   }
   const ServerOptions options = *parsed.options;
+  if (!options.verify_data_dir.empty()) return verify(options.verify_data_dir);
   // A client that goes away must not kill the server; socket writes already avoid SIGPIPE, stdout not.
   std::signal(SIGPIPE, SIG_IGN);
 
   try {
     MetadataState state(state_options(options));
+    std::unique_ptr<durable::Store> store;
+    if (!options.data_dir.empty()) {
+      // A data dir that cannot be read exactly stops the server: never a silently partial state.
+      auto opened = durable::Store::open(
+          durable::Store::Options{options.data_dir, options.fsync, options.snapshot_after_bytes,
+                                  options.dedup_max_bytes},
+          state);
+      if (!opened) {
+        std::fprintf(stderr, "hf3fs-meta-server: %s\n", opened.error().message.c_str());
+        return 2;
+      }
+      store = std::move(opened).value();
+      if (const auto& cut = store->recovered().cut) std::fprintf(stderr, "hf3fs-meta-server: %s\n", cut->c_str());
+    }
     const unsigned threads = options.threads ? options.threads : std::max(1u, std::thread::hardware_concurrency());
     Metrics metrics(threads);
-    Router router(options, state, metrics);
+    Router router(options, state, metrics, store.get());
+    if (store) {
+      for (const auto& record : store->recovered().dedup) {
+        const auto& tag = *record.tag();
+        router.dedup().restore(tag.route, tag.id, tag.body_hash, tag.body_size, answer_of(record));
+      }
+      store->recovered().dedup.clear();
+      std::fprintf(stderr, "hf3fs-meta-server: recovered %zu ranks, %zu keys from %s in %.0f ms\n", state.rank_count(),
+                   state.key_count(), options.data_dir.c_str(), store->stats().recovery_seconds * 1000);
+    }
     Server server(options, router);
     const auto endpoint = server.listen();
     const std::string address = url_host(options.host) + ":" + std::to_string(endpoint.port());
@@ -64,9 +135,13 @@ int main(int argc, char** argv) {
     if (const auto ttl = state.options().allocation_ttl.count(); ttl > 0) {
       lifecycle += ", allocation ttl " + std::to_string(ttl) + " ms";
     }
+    const std::string durability =
+        store ? ", data dir " + options.data_dir + ", fsync " + std::string(durable::to_string(options.fsync))
+              : ", memory only";
     std::fprintf(stderr,
-                 "hf3fs-meta-server: listening on %s://%s (threads %u, max pages %lld, max connections %zu%s%s%s)\n",
+                 "hf3fs-meta-server: listening on %s://%s (threads %u, max pages %lld, max connections %zu%s%s%s%s)\n",
                  scheme, address.c_str(), threads, static_cast<long long>(options.max_pages), server.max_connections(),
+                 durability.c_str(),
                  options.auth_token.empty() ? "" : ", bearer token required",
                  options.enable_fault_injection ? ", fault injection on" : "", lifecycle.c_str());
     std::printf("listening on %s://%s\n", scheme, address.c_str());
@@ -75,6 +150,17 @@ int main(int argc, char** argv) {
     server.run();
     signals.cancel();
     signal_thread.join();
+    if (store) {
+      // Clean shutdown: a snapshot, so the next start reads one file and replays nothing.
+      auto snapshot = store->shutdown();
+      if (snapshot) {
+        std::fprintf(stderr, "hf3fs-meta-server: snapshot of %llu bytes written to %s\n",
+                     static_cast<unsigned long long>(snapshot.value()), options.data_dir.c_str());
+      } else {
+        std::fprintf(stderr, "hf3fs-meta-server: the shutdown snapshot failed (%s); the journal has every change\n",
+                     snapshot.error().message.c_str());
+      }
+    }
     std::fprintf(stderr, "hf3fs-meta-server: stopped (%s), %llu requests served\n",
                  caught == SIGINT ? "SIGINT" : caught == SIGTERM ? "SIGTERM" : "no signal",
                  static_cast<unsigned long long>(server.requests_served()));

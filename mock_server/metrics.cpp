@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <type_traits>
 
 #include "hf3fs_meta/protocol.hpp"
 
@@ -88,6 +89,11 @@ std::string Metrics::render(const MetadataState& state, const DedupCache::Stats&
     append(out, "hf3fs_meta_releases_kept_mapped_total{rank=\"%lld\"} %llu\n", static_cast<long long>(rank),
            static_cast<unsigned long long>(stats.kept_on_release));
   }
+  out += "# HELP hf3fs_meta_initialize_num_pages_mismatch_total Initializes of an existing rank with another "
+         "num_pages (the rank was kept as it was).\n"
+         "# TYPE hf3fs_meta_initialize_num_pages_mismatch_total counter\n";
+  append(out, "hf3fs_meta_initialize_num_pages_mismatch_total %llu\n",
+         static_cast<unsigned long long>(num_pages_mismatches_.load(std::memory_order_relaxed)));
   out += "# HELP hf3fs_meta_keys Keys known.\n# TYPE hf3fs_meta_keys gauge\n";
   append(out, "hf3fs_meta_keys %llu\n",
          static_cast<unsigned long long>(figures.keys_complete + figures.keys_incomplete));
@@ -127,6 +133,36 @@ std::string Metrics::render(const MetadataState& state, const DedupCache::Stats&
         limits.accept_failures);
   gauge("hf3fs_meta_session_failures_total", "counter", "Exceptions that closed one connection, never the server.",
         limits.session_failures);
+  return out;
+}
+
+std::string render_durability(const durable::StoreStats& store, const durable::JournalStats& journal, bool failed) {
+  std::string out;
+  auto counter = [&](const char* name, const char* help, const char* type, auto value) {
+    append(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    if constexpr (std::is_floating_point_v<decltype(value)>) {
+      append(out, "%s %.9f\n", name, value);
+    } else {
+      append(out, "%s %llu\n", name, static_cast<unsigned long long>(value));
+    }
+  };
+  counter("hf3fs_meta_journal_records_total", "Journal records appended.", "counter", journal.records);
+  counter("hf3fs_meta_journal_bytes_total", "Journal bytes written.", "counter", journal.bytes);
+  counter("hf3fs_meta_journal_fsyncs_total", "fdatasync calls on journal files.", "counter", journal.fsyncs);
+  counter("hf3fs_meta_journal_fsync_seconds_total", "Time spent in those fdatasync calls.", "counter",
+          static_cast<double>(journal.fsync_ns_total) / 1e9);
+  counter("hf3fs_meta_journal_fsync_seconds_max", "The longest fdatasync.", "gauge",
+          static_cast<double>(journal.fsync_ns_max) / 1e9);
+  counter("hf3fs_meta_disk_errors_total", "Journal writes or syncs that failed.", "counter", journal.disk_errors);
+  counter("hf3fs_meta_disk_failed", "1 while state changes are refused because the data dir cannot be written.",
+          "gauge", std::uint64_t{failed ? 1u : 0u});
+  counter("hf3fs_meta_snapshots_total", "Snapshots written.", "counter", store.snapshots);
+  counter("hf3fs_meta_snapshot_failures_total", "Snapshots that failed.", "counter", store.snapshot_failures);
+  counter("hf3fs_meta_snapshot_seconds_total", "Time spent taking snapshots.", "counter", store.snapshot_seconds_total);
+  counter("hf3fs_meta_snapshot_last_seconds", "Duration of the last snapshot.", "gauge", store.last_snapshot_seconds);
+  counter("hf3fs_meta_snapshot_last_bytes", "Size of the last snapshot.", "gauge", store.last_snapshot_bytes);
+  counter("hf3fs_meta_recovery_seconds", "Time the last start spent recovering the data dir.", "gauge",
+          store.recovery_seconds);
   return out;
 }
 

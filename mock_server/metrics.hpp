@@ -13,6 +13,7 @@
 
 #include "dedup_cache.hpp"
 #include "hf3fs_meta/routes.hpp"
+#include "durable/store.hpp"
 #include "hf3fs_meta/state.hpp"
 
 namespace hf3fs_meta::server {
@@ -67,6 +68,8 @@ struct LimitCounters {
   std::atomic<std::uint64_t> accept_failures{0};       // accept() errors (EMFILE...), each survived
   std::atomic<std::uint64_t> session_failures{0};      // exceptions that closed one connection
 };
+// The figures of a durable server's data dir (appended to Metrics::render's).
+std::string render_durability(const durable::StoreStats& store, const durable::JournalStats& journal, bool failed);
 
 class Metrics {
  public:
@@ -78,6 +81,8 @@ class Metrics {
   std::string render(const MetadataState& state, const DedupCache::Stats& dedup) const;
 
   LimitCounters limits;
+
+  void count_num_pages_mismatch() noexcept { num_pages_mismatches_.fetch_add(1, std::memory_order_relaxed); }
 
  private:
   static constexpr std::array<double, 15> kBuckets = {0.00005, 0.0001, 0.00025, 0.0005, 0.001,
@@ -91,6 +96,7 @@ class Metrics {
   };
   std::size_t shard_count_;
   std::unique_ptr<Shard[]> shards_;
+  std::atomic<std::uint64_t> num_pages_mismatches_{0};
 };
 
 }  // namespace hf3fs_meta::server

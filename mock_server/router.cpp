@@ -1,6 +1,7 @@
 #include "router.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <utility>
 
 #include <boost/beast/core/string.hpp>
@@ -74,12 +75,21 @@ bool bearer_matches(std::string_view header, std::string_view token) {
 
 }  // namespace
 
-Router::Router(const ServerOptions& options, MetadataState& state, Metrics& metrics)
+Router::Router(const ServerOptions& options, MetadataState& state, Metrics& metrics, durable::Store* store)
     : options_(options),
       service_(state),
       metrics_(metrics),
-      dedup_(DedupCache::Options{options.dedup_max_bytes, options.dedup_ttl, {}}) {
+      dedup_(DedupCache::Options{options.dedup_max_bytes, options.dedup_ttl, {}}),
+      store_(store) {
   if (dedup_.enabled()) dedup_header_ = "x-request-id-dedup: " + std::to_string(dedup_.window().count()) + "\r\n";
+}
+
+void Router::await_durable(Exchange& exchange, std::function<void()> wake) {
+  store_->journal().when_durable(exchange.durable_seq,
+                                 [&exchange, wake = std::move(wake)](const std::optional<std::string>& error) {
+                                   if (error) exchange.durable_error = *error;
+                                   wake();
+                                 });
 }
 
 bool Router::serve_server_route(const Request& request, std::string_view path, Exchange& exchange) {
@@ -90,13 +100,24 @@ bool Router::serve_server_route(const Request& request, std::string_view path, E
     switch (row.route) {
       case ServerRoute::healthz:
         if (request.method != "GET") break;
-        set_json(reply, 200, R"({"status":"ok"})");
+        if (auto failure = store_ ? store_->journal().failure() : std::nullopt) {
+          // Reads are still answered; state changes get 503 until a snapshot succeeds.
+          std::string body = protocol::encode_detail(*failure);
+          body.insert(1, R"("status":"degraded",)");
+          set_json(reply, 200, std::move(body));
+        } else {
+          set_json(reply, 200, R"({"status":"ok"})");
+        }
         return true;
       case ServerRoute::metrics:
         if (request.method != "GET") break;
         reply.status = 200;
         reply.content_type = "text/plain; version=0.0.4; charset=utf-8";
         reply.body = metrics_.render(service_.state(), dedup_.stats());
+        if (store_) {
+          reply.body += render_durability(store_->stats(), store_->journal().stats(),
+                                          store_->journal().failure().has_value());
+        }
         reply.location.clear();
         reply.allow.clear();
         return true;
@@ -130,13 +151,85 @@ void Router::serve_faults(const Request& request, Exchange& exchange) {
     return;
   }
   if (parsed.request->forget_state) {
+    durable::Journal::reset_thread_seq();
     service_.state().clear();
+    if (store_) (void)store_->journal().write_through(durable::Journal::thread_seq());
     dedup_.clear();
     set_json(reply, 200, R"({"forgotten":true})");
     return;
   }
   const auto rules = faults_.add(std::move(parsed.request->rule));
   set_json(reply, 200, "{\"rules\":" + std::to_string(rules) + "}");
+}
+
+void Router::serve_protocol(const Request& request, Exchange& exchange) {
+  auto& reply = exchange.reply;
+  const Route route = exchange.target.route;
+  const bool changes_state = route == Route::initialize || route == Route::batch_allocate ||
+                             route == Route::confirm_write || route == Route::clear || route == Route::drop_rank;
+  ServiceAnswer answer;
+  std::uint64_t seq = 0;
+  if (store_ && route == Route::delete_keys) {
+    // Not journaled yet: a deletion a restart would undo is worse than none.
+    answer.status = 501;
+    answer.content_type = kJson;
+    answer.body = protocol::encode_detail("POST /keys/delete is not available with --data-dir yet (the journal "
+                                          "does not record deletions): nothing applied");
+  } else if (store_ && changes_state) {
+    if (auto failure = store_->journal().failure()) {
+      answer.status = 503;
+      answer.content_type = kJson;
+      answer.body = protocol::encode_detail("the data dir cannot be written (" + *failure + "): nothing applied");
+    } else {
+      // The change's record carries the request id, so that a restarted server still knows the answer.
+      durable::DedupTag tag;
+      if (exchange.claim) {
+        tag = durable::DedupTag{static_cast<std::uint8_t>(route), request.request_id,
+                                DedupCache::body_hash(request.body), request.body.size()};
+      }
+      durable::Journal::reset_thread_seq();
+      {
+        durable::TagScope scope(exchange.claim ? &tag : nullptr);
+        answer = service_.handle(exchange.target, request.body);
+      }
+      seq = durable::Journal::thread_seq();
+      if (seq != 0) {
+        if (auto error = store_->journal().write_through(seq)) {
+          answer = ServiceAnswer{};
+          answer.status = 503;
+          answer.content_type = kJson;
+          answer.body = protocol::encode_detail("the change could not be written to the data dir (" + *error +
+                                                "): not acknowledged");
+          seq = 0;
+        }
+      }
+    }
+  } else {
+    answer = service_.handle(exchange.target, request.body);
+  }
+  if (answer.num_pages_kept != 0) {
+    metrics_.count_num_pages_mismatch();
+    std::fprintf(stderr,
+                 "hf3fs-meta-server: %.*s asked for another num_pages than the rank has (%lld): the rank is kept "
+                 "as it is; POST /rank/{rank}/drop first to resize it\n",
+                 static_cast<int>(request.target.size()), request.target.data(),
+                 static_cast<long long>(answer.num_pages_kept));
+  }
+  // Completed after the record is written: a repeat waiting on the claim is never answered first.
+  if (exchange.claim) exchange.claim.complete(answer.status, answer.pages, seq);
+  if (route == Route::clear && answer.status >= 200 && answer.status < 300) dedup_.clear();
+  if (seq != 0 && store_->journal().mode() == durable::FsyncMode::always) exchange.durable_seq = seq;
+  reply.status = answer.status;
+  reply.content_type = std::move(answer.content_type);
+  reply.body = std::move(answer.body);
+  reply.allow = std::move(answer.allow);
+  reply.location.clear();
+  if (!answer.location.empty()) {
+    reply.location = options_.tls_cert.empty() ? "http://" : "https://";
+    reply.location += request.host.empty() ? default_host_ : request.host;
+    reply.location += answer.location;
+  }
+  exchange.has_reply = true;
 }
 
 Router::Next Router::step(const Request& request, Exchange& exchange) {
@@ -190,6 +283,8 @@ Router::Next Router::step(const Request& request, Exchange& exchange) {
         case DedupCache::Kind::hit:
           answer_again(request, route_info(exchange.target.route).dedup, acquired.answer, reply);
           exchange.has_reply = true;
+          // Not before the first answer's record is as durable as that answer was.
+          if (store_ && store_->journal().mode() == durable::FsyncMode::always) exchange.durable_seq = acquired.answer.seq;
           break;
         case DedupCache::Kind::conflict:
           set_json(reply, 400,
@@ -221,21 +316,17 @@ Router::Next Router::step(const Request& request, Exchange& exchange) {
     return Next::delay;
   }
 
-  if (!exchange.has_reply) {
-    auto answer = service_.handle(exchange.target, request.body);
-    if (exchange.claim) exchange.claim.complete(answer.status, answer.pages);
-    if (exchange.target.route == Route::clear && answer.status >= 200 && answer.status < 300) dedup_.clear();
-    reply.status = answer.status;
-    reply.content_type = std::move(answer.content_type);
-    reply.body = std::move(answer.body);
-    reply.allow = std::move(answer.allow);
-    reply.location.clear();
-    if (!answer.location.empty()) {
-      reply.location = options_.tls_cert.empty() ? "http://" : "https://";
-      reply.location += request.host.empty() ? default_host_ : request.host;
-      reply.location += answer.location;
-    }
-    exchange.has_reply = true;
+  if (!exchange.has_reply) serve_protocol(request, exchange);
+
+  if (exchange.durable_seq != 0 && !exchange.durable_waited) {
+    exchange.durable_waited = true;
+    return Next::durable;
+  }
+  if (!exchange.durable_error.empty()) {
+    const std::string error = std::move(exchange.durable_error);
+    exchange.durable_error.clear();
+    set_json(reply, 503, protocol::encode_detail("the change was written but not synced to disk (" + error +
+                                                 "): not acknowledged"));
   }
 
   if (exchange.action.kind == FaultAction::Kind::close_after) return Next::close;

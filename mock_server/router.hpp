@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "dedup_cache.hpp"
+#include "durable/store.hpp"
 #include "fault_injector.hpp"
 #include "hf3fs_meta/service.hpp"
 #include "metrics.hpp"
@@ -35,6 +36,9 @@ struct Exchange {
   bool dedup_done = false;
   bool delayed = false;
   bool has_reply = false;
+  bool durable_waited = false;
+  std::uint64_t durable_seq = 0;  // --fsync always: the record the reply waits for
+  std::string durable_error;      // set by the journal's syncer before the session is woken
   FaultAction action;
   DedupCache::Claim claim;
   std::shared_ptr<DedupCache::Entry> wait_entry;
@@ -43,7 +47,9 @@ struct Exchange {
   void reset() {
     label = Route::not_found;
     target.route = Route::not_found;
-    started = dedup_done = delayed = has_reply = false;
+    started = dedup_done = delayed = has_reply = durable_waited = false;
+    durable_seq = 0;
+    durable_error.clear();
     action = {};
     claim.reset();
     wait_entry.reset();
@@ -59,9 +65,14 @@ class Router {
     fail,   // throw in the session, as a failure beyond the router would (fault)
     delay,  // wait exchange.action.delay, then step again
     wait,   // DedupCache::wait(exchange.wait_entry, ...), then step again
+    durable,  // await_durable(exchange, ...), then step again
   };
 
-  Router(const ServerOptions& options, MetadataState& state, Metrics& metrics);
+  // `store`: the data dir of a durable server (null: memory only).
+  Router(const ServerOptions& options, MetadataState& state, Metrics& metrics, durable::Store* store = nullptr);
+
+  // Calls `wake` (from any thread) once the exchange's record is on disk, or its sync failed.
+  void await_durable(Exchange& exchange, std::function<void()> wake);
 
   Next step(const Request& request, Exchange& exchange);
 
@@ -76,6 +87,7 @@ class Router {
  private:
   bool serve_server_route(const Request& request, std::string_view path, Exchange& exchange);
   void serve_faults(const Request& request, Exchange& exchange);
+  void serve_protocol(const Request& request, Exchange& exchange);
 
   const ServerOptions& options_;
   Service service_;
@@ -83,6 +95,7 @@ class Router {
   DedupCache dedup_;
   std::string dedup_header_;
   FaultInjector faults_;
+  durable::Store* store_ = nullptr;
   std::string default_host_;
 };
 

@@ -338,6 +338,15 @@ class Session : public std::enable_shared_from_this<Session> {
           });
         });
         return;
+      case Router::Next::durable:
+        busy_ = true;
+        router_.await_durable(exchange_, [self = shared_from_this()] {
+          asio::post(self->socket_.get_executor(), [self] {
+            self->busy_ = false;
+            if (!self->closed_) self->advance();
+          });
+        });
+        return;
       case Router::Next::wait:
         busy_ = true;
         router_.dedup().wait(exchange_.wait_entry, [self = shared_from_this()] {

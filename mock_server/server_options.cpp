@@ -104,6 +104,32 @@ void define(CLI::App& app, ServerOptions& o) {
          "confirmation, and a page orphaned this long, return to their pools; a late confirm is 409 (0: never)")
       ->default_str("0")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
+  // Durability (README "Durability").
+  app.add_option("--data-dir", o.data_dir,
+                 "keep the state in this directory (created if missing): recover from it before listening, "
+                 "journal every change, take snapshots (default: memory only)")
+      ->check(CLI::Validator([](std::string& dir) { return dir.empty() ? "must not be empty" : ""; }, "DIR"));
+  app.add_option_function<std::string>(
+         "--fsync", [&o](const std::string& mode) { o.fsync = *durable::parse_fsync_mode(mode); },
+         "with --data-dir: always = a change is answered once its record is on disk (one fdatasync covers "
+         "every record written meanwhile); everysec = the record is written before the answer and synced "
+         "within about a second (a power loss may cost that second); no = written before the answer, "
+         "synced when the OS decides")
+      ->default_str(std::string(durable::to_string(o.fsync)))
+      ->check(CLI::Validator(
+          [](std::string& mode) {
+            return durable::parse_fsync_mode(mode) ? "" : "must be always, everysec or no";
+          },
+          "always|everysec|no"));
+  app.add_option("--snapshot-after-bytes", o.snapshot_after_bytes,
+                 "with --data-dir: take a snapshot once the journal has grown by this many bytes since the last "
+                 "one (0: never for size; a clean shutdown still takes one)")
+      ->capture_default_str()
+      ->check(CLI::Range(std::uint64_t{0}, std::uint64_t{1} << 50));
+  app.add_option("--verify-data-dir", o.verify_data_dir,
+                 "check this data dir offline (without its lock, writing nothing), print a summary, and exit: 0 if "
+                 "it recovers, 2 if not")
+      ->check(CLI::Validator([](std::string& dir) { return dir.empty() ? "must not be empty" : ""; }, "DIR"));
   app.add_flag("--enable-fault-injection", o.enable_fault_injection, "serve the fault-injection route (tests only)");
   app.add_flag("--log-requests", o.log_requests, "log every request on stderr");
   app.footer(kFooter);
@@ -122,6 +148,14 @@ ParsedOptions parse_options(const std::vector<std::string>& args) {
   } catch (const CLI::ParseError& e) {
     // CLI11's own exit codes are 100 and up; every usage error exits 2.
     return ParsedOptions{std::nullopt, 2, "hf3fs-meta-server: " + std::string(e.what()) + "\n(see --help)\n"};
+  }
+  // The journal records no eviction, lease or reclaim yet: a recovery would not give the state back.
+  if (!options.data_dir.empty() &&
+      (options.eviction != Eviction::none || options.read_lease.value_or(std::chrono::milliseconds(0)).count() > 0 ||
+       options.allocation_ttl.count() > 0)) {
+    return ParsedOptions{std::nullopt, 2,
+                         "hf3fs-meta-server: --data-dir does not go with --eviction, --read-lease-ms or "
+                         "--allocation-ttl-ms yet (the journal does not record the cache lifecycle)\n"};
   }
   return ParsedOptions{options, 0, {}};
 }

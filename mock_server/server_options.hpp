@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "hf3fs_meta/state.hpp"
+#include "durable/journal.hpp"
 
 namespace hf3fs_meta::server {
 
@@ -36,6 +37,11 @@ struct ServerOptions {
   Eviction eviction = Eviction::none;
   std::optional<std::chrono::milliseconds> read_lease;  // unset: 5000 with eviction, else 0
   std::chrono::milliseconds allocation_ttl{0};          // 0: nothing is reclaimed
+  // Durability (README "Durability"): empty data_dir keeps everything in memory only.
+  std::string data_dir;
+  durable::FsyncMode fsync = durable::FsyncMode::everysec;
+  std::uint64_t snapshot_after_bytes = std::uint64_t{64} << 20;
+  std::string verify_data_dir;  // check this data dir offline, print a summary, exit
 };
 
 // The state model's options these make.

@@ -116,6 +116,10 @@ void define(CLI::App& app, CommandLine& cl) {
   del->add_option("KEY", cl.items, "a key")->required();
 
   command("stats", "pages by state per rank, keys, evictions, deletions, reclaims (a reference-server extension)");
+  CLI::App* drop = command("drop-rank",
+                           "forget the rank, its pages and its keys' mappings on it (reference server; for a "
+                           "redeploy with other num_pages or fewer ranks: README, \"Durability\")");
+  rank(drop);
 
   CLI::App* raw = command("raw", "post BODY as it is, and show how the SDK classifies the answer");
   raw->add_option("PATH", cl.path, "the path to post to")->required();
@@ -440,6 +444,32 @@ int run(const std::vector<std::string>& args, const Environment& env, std::ostre
         [&](std::ostream& o) {
           for (std::size_t i = 0; i < cl.items.size(); ++i) {
             o << cl.items[i] << ' ' << (r.value()[i] ? "deleted" : "absent") << '\n';
+          }
+        });
+  }
+
+  if (cl.command == "drop-rank") {
+    auto r = client.drop_rank(rank);
+    if (!r) return report_error(cl, r.error(), out, err);
+    const DropOutcome& d = r.value();
+    return report_success(
+        cl, *calls, out, err,
+        [&](Writer& w) {
+          w.Key("dropped");
+          w.Bool(d.dropped);
+          w.Key("pages");
+          w.Int64(d.pages);
+          w.Key("mappings");
+          w.Uint64(d.mappings);
+          w.Key("keys_removed");
+          w.Uint64(d.keys_removed);
+        },
+        [&](std::ostream& o) {
+          if (!d.dropped) {
+            o << "rank " << rank << " did not exist\n";
+          } else {
+            o << "dropped rank " << rank << ": " << d.pages << " pages, " << d.mappings << " key mappings, "
+              << d.keys_removed << " keys removed\n";
           }
         });
   }

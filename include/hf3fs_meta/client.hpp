@@ -98,6 +98,11 @@ class Client {
   Result<StateStats> stats(const CallOptions& call = {}) { return connection_->stats(call); }
   // POST /clear: the server forgets every rank and key.
   Result<void> clear(const CallOptions& call = {}) { return connection_->clear(call); }
+  // POST /rank/{rank}/drop (extension of the reference server): the rank, its pages and its keys'
+  // mappings on it go; keys left with no mapping go. For a redeploy with other num_pages or fewer
+  // ranks against a durable server (README, "Durability"). A rank this client registered stays
+  // registered (with its num_pages): a later call meeting "not initialized" initializes it again.
+  Result<DropOutcome> drop_rank(Rank rank, const CallOptions& call = {}) { return connection_->drop_rank(rank, call); }
   // POST a body as it is and classify the answer (for tools and tests).
   Result<RawResponse> raw(std::string_view path, std::string_view body, const CallOptions& call = {}) {
     return connection_->raw(path, body, call);

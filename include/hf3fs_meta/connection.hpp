@@ -77,6 +77,7 @@ class Connection {
   virtual Result<std::vector<bool>> delete_keys(const std::vector<std::string>& keys, const CallOptions& call) = 0;
   virtual Result<StateStats> stats(const CallOptions& call) = 0;
   virtual Result<void> clear(const CallOptions& call) = 0;
+  virtual Result<DropOutcome> drop_rank(Rank rank, const CallOptions& call) = 0;
   virtual Result<RawResponse> raw(std::string_view path, std::string_view body, const CallOptions& call) = 0;
 };
 

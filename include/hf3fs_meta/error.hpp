@@ -47,6 +47,7 @@ enum class Operation {
   clear,
   delete_keys,  // extension: POST /keys/delete
   stats,        // extension: GET /stats
+  drop_rank,    // extension: POST /rank/{rank}/drop
   raw,
 };
 std::string_view to_string(Operation op) noexcept;

@@ -68,6 +68,8 @@ std::string encode_get_locations_request(Rank rank, std::span<const std::string>
 
 // ---- Client side: success decoders, checking the answer against what was sent ----
 Decoded<std::string> decode_initialize_response(std::string_view body);  // the "message"
+// {"rank":R,"dropped":B,"pages":N,"mappings":M,"keys_removed":K} (extension: POST /rank/{rank}/drop).
+Decoded<DropOutcome> decode_drop_response(std::string_view body);
 // The page of each sent key, in request order; the answer must name the key sent at each index.
 Decoded<std::vector<Page>> decode_allocate_response(std::string_view body, std::span<const BlockKey> sent);
 Decoded<std::vector<bool>> decode_batch_exists_response(std::string_view body, std::size_t expected);
@@ -141,6 +143,7 @@ std::optional<Rank> parse_path_rank(std::string_view segment) noexcept;
 std::string encode_message(std::string_view message);  // {"message":"..."}
 std::string encode_detail(std::string_view detail);    // {"detail":"..."}
 std::string encode_allocate_response(Rank rank, std::span<const BlockKey> keys, std::span<const Page> pages);
+std::string encode_drop_response(Rank rank, const DropOutcome& outcome);
 std::string encode_batch_exists_response(const std::vector<bool>& exists);
 std::string encode_delete_keys_response(const std::vector<bool>& deleted);
 std::string encode_stats_response(const StateStats& stats);

@@ -25,6 +25,7 @@ enum class Route : std::uint8_t {
   clear,
   delete_keys,  // extension (like SGLang's delete_keys)
   stats,        // extension
+  drop_rank,  // extension of the reference server
   redirect,  // an endpoint's path with a trailing slash: 307
   method_not_allowed,
   not_found,
@@ -122,6 +123,12 @@ inline constexpr RouteInfo kRoutes[] = {
      .operation = Operation::delete_keys,
      .repeat = Repeat::never},
     {.route = Route::stats, .name = "/stats", .method = "GET", .operation = Operation::stats, .repeat = Repeat::always},
+    // Never repeated: it could drop a rank initialized again since the first attempt.
+    {.route = Route::drop_rank,
+     .name = "/rank/{rank}/drop",
+     .method = "POST",
+     .operation = Operation::drop_rank,
+     .repeat = Repeat::never},
     {.route = Route::redirect, .name = "redirect"},
     {.route = Route::method_not_allowed, .name = "method_not_allowed"},
     {.route = Route::not_found, .name = "not_found"},

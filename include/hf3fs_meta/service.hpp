@@ -23,6 +23,9 @@ struct ServiceAnswer {
   // batch_allocate answered 200: its pages, in request order. What request-id deduplication keeps
   // to answer a repeat (routes.hpp, Dedup::pages), rather than the rendered body.
   std::vector<Page> pages;
+  // An initialize of an existing rank with another num_pages: the rank's count, kept (vLLM's answer;
+  // the server logs and counts it, since a redeploy with smaller files needs POST /rank/{rank}/drop).
+  std::int64_t num_pages_kept = 0;
 };
 
 // A request's target routed as Starlette routes it (percent-decoded path; 405 for another method;

@@ -73,6 +73,7 @@ struct StateOptions {
 
 struct InitializeOutcome {
   bool created = false;  // false: the rank existed (left as it was) or role scheduler
+  std::int64_t existing_num_pages = 0;  // the rank existed: its num_pages (maybe not the one asked for)
 };
 
 struct ConfirmOutcome {
@@ -117,6 +118,69 @@ struct KeyInfo {
   friend bool operator==(const KeyInfo&, const KeyInfo&) = default;
 };
 
+// A change record: the effects of one applied call (never its inputs), so that replaying it decides
+// nothing. Handed to the change sink under the state's lock, numbered 1, 2, 3... in apply order;
+// refused calls, and calls that changed nothing, make none. The views point into the state or the
+// call and are valid only during the sink's call. Pages are 32-bit inside.
+enum class ChangeKind : std::uint8_t {
+  rank_created = 1,  // rank, num_pages
+  allocated = 2,     // rank, allocated: per key, the page taken from the pool's front and its answer
+  confirmed = 3,     // rank, confirmed (in order), then released (in order), then kept_mapped
+  cleared = 4,       // every rank and key forgotten
+  rank_dropped = 5,  // rank: the rank, its pages and its keys' mappings on it gone; keys left unmapped gone
+};
+inline constexpr std::uint32_t kNoPage32 = 0xFFFFFFFFu;
+struct AllocatedItem {
+  std::string_view key;
+  std::uint32_t taken = kNoPage32;  // popped from the pool's front (kNoPage32: the pool was short)
+  std::uint32_t page = kNoPage32;   // the answer: == taken (now allocated), another page (a complete key's
+                                    // page; `taken` went back to the pool's end), or kNoPage32
+};
+struct ConfirmedItem {
+  std::string_view key;
+  std::uint32_t page = 0;
+  std::uint32_t new_key_tp_world_size = 0;  // the key was created by this confirmation: its tp_world_size
+};
+struct Change {
+  ChangeKind kind = ChangeKind::cleared;
+  std::uint64_t seq = 0;
+  Rank rank = 0;
+  std::uint32_t num_pages = 0;  // rank_created
+  std::span<const AllocatedItem> allocated;
+  std::span<const ConfirmedItem> confirmed;
+  std::span<const std::uint32_t> released;  // pages actually returned to the pool
+  std::uint32_t kept_mapped = 0;
+};
+// Called under the state's exclusive lock: must be quick and must not call back into the state.
+using ChangeSink = std::function<void(const Change&)>;
+
+// A full image of the state, exact: ranks in creation order with their free pool front first and
+// their page table, keys in id order. Page-table entries are key ids or the markers below.
+inline constexpr std::uint32_t kImageFree = 0xFFFFFFFFu;
+inline constexpr std::uint32_t kImageAllocated = 0xFFFFFFFEu;
+inline constexpr std::uint32_t kImageOrphaned = 0xFFFFFFFDu;
+struct RankImage {
+  Rank rank = 0;
+  std::vector<std::uint32_t> free_pool;  // front first
+  std::vector<std::uint32_t> owner;      // one entry per page: num_pages = owner.size()
+  std::vector<std::uint32_t> allocated_for;  // per kImageAllocated page, in page order: its key's hash
+  std::uint64_t kept_on_release = 0;
+  friend bool operator==(const RankImage&, const RankImage&) = default;
+};
+struct KeyImage {
+  std::string name;  // empty for an id in free_ids
+  std::uint32_t tp_world_size = 0;
+  friend bool operator==(const KeyImage&, const KeyImage&) = default;
+};
+// Covers the state without the cache lifecycle (no leases, recency or TTL events in it; issue 11).
+struct StateImage {
+  std::uint64_t seq = 0;  // the last change included
+  std::vector<RankImage> ranks;
+  std::vector<KeyImage> keys;
+  std::vector<std::uint32_t> free_ids;  // ids of removed keys, the last one reused first
+  friend bool operator==(const StateImage&, const StateImage&) = default;
+};
+
 class MetadataState {
  public:
   explicit MetadataState(StateOptions options = {});
@@ -157,6 +221,25 @@ class MetadataState {
 
   // Forgets every rank and key, as a restart does.
   void clear();
+
+  // Extension (POST /rank/{rank}/drop): forgets one rank, its pages and its keys' mappings on it;
+  // keys left with no mapping go. Later keys count one rank fewer in their tp_world_size.
+  DropOutcome drop_rank(Rank rank);
+
+  // Durability (DESIGN.md): the state does no I/O; a journal subscribes to its changes and replays them.
+  // Set before any call that changes the state; an empty sink stops the records.
+  void set_change_sink(ChangeSink sink);
+  // Applies a recorded change, checking that it fits (the page taken is the pool's front, a confirmed
+  // page is allocated or orphaned...): an error means the record does not belong after this state.
+  // The change's seq must follow the state's. Not handed to the sink.
+  StateResult<void> apply(const Change& change);
+  // The image at one instant. `at_instant` runs under the exclusive lock at that instant (a journal
+  // switches files there); the key names are copied afterwards in chunks, so writers wait only for
+  // the page tables to be copied.
+  StateImage export_image(const std::function<void(std::uint64_t seq)>& at_instant = {}) const;
+  // Replaces the whole state with an image, after checking it is consistent.
+  StateResult<void> import_image(StateImage image);
+  std::uint64_t seq() const;  // the last change applied
 
   // Introspection, for tests, metrics and the server.
   std::optional<RankStats> rank_stats(Rank rank) const;

@@ -1,6 +1,7 @@
 // Vocabulary types shared by the state model, the protocol codec and the client.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -38,6 +39,15 @@ struct Confirmation {
   std::string key;
   Page page = kNoPage;
   friend bool operator==(const Confirmation&, const Confirmation&) = default;
+};
+
+// What POST /rank/{rank}/drop did (extension of the reference server).
+struct DropOutcome {
+  bool dropped = false;          // false: there was no such rank
+  std::int64_t pages = 0;        // the rank's num_pages
+  std::size_t mappings = 0;      // keys that had a page on the rank
+  std::size_t keys_removed = 0;  // of those, keys left with no page on any rank
+  friend bool operator==(const DropOutcome&, const DropOutcome&) = default;
 };
 
 }  // namespace hf3fs_meta

@@ -596,6 +596,7 @@ class DefaultConnection final : public Connection {
   Result<std::vector<bool>> delete_keys(const std::vector<std::string>& keys, const CallOptions& call) override;
   Result<StateStats> stats(const CallOptions& call) override;
   Result<void> clear(const CallOptions& call) override;
+  Result<DropOutcome> drop_rank(Rank rank, const CallOptions& call) override;
   Result<RawResponse> raw(std::string_view path, std::string_view body, const CallOptions& call) override;
 
  private:
@@ -703,6 +704,12 @@ Result<void> DefaultConnection::clear(const CallOptions& call) {
   HttpRequest request{request_path(Route::clear), std::string(), {}};
   return impl_.run<void>(impl_.spec(Route::clear, std::nullopt, call), request,
                           [](const HttpResponse&) { return protocol::Decoded<void>(boost::outcome_v2::success()); });
+}
+
+Result<DropOutcome> DefaultConnection::drop_rank(Rank rank, const CallOptions& call) {
+  HttpRequest request{request_path(Route::drop_rank, rank), std::string(), {}};
+  return impl_.run<DropOutcome>(impl_.spec(Route::drop_rank, rank, call), request,
+                                [](const HttpResponse& r) { return protocol::decode_drop_response(r.body); });
 }
 
 Result<RawResponse> DefaultConnection::raw(std::string_view path, std::string_view body, const CallOptions& call) {

@@ -144,6 +144,19 @@ int index_of(const std::string_view (&names)[N], std::string_view name) {
 
 }  // namespace
 
+std::string encode_drop_response(Rank rank, const DropOutcome& outcome) {
+  std::string out = "{\"rank\":";
+  append_int(out, rank);
+  out += outcome.dropped ? ",\"dropped\":true,\"pages\":" : ",\"dropped\":false,\"pages\":";
+  append_int(out, outcome.pages);
+  out += ",\"mappings\":";
+  append_int(out, static_cast<std::int64_t>(outcome.mappings));
+  out += ",\"keys_removed\":";
+  append_int(out, static_cast<std::int64_t>(outcome.keys_removed));
+  out += '}';
+  return out;
+}
+
 // ---- Client side: request encoders ----
 
 std::string encode_initialize_request(std::int64_t num_pages, Role role) {
@@ -256,6 +269,27 @@ Decoded<std::string> decode_initialize_response(std::string_view body) {
   if (!message) return refuse("message: missing from the answer");
   if (!message->IsString()) return refuse("message: expected a string");
   return std::string(string_of(*message));
+}
+
+Decoded<DropOutcome> decode_drop_response(std::string_view body) {
+  ParsedJson json;
+  if (!json.parse(body)) return refuse("answer: not JSON (" + json.error_text() + ")");
+  if (!json.root().IsObject()) return refuse("answer: expected a JSON object");
+  DropOutcome out;
+  const Value* dropped = find_member(json.root(), "dropped");
+  if (!dropped || !dropped->IsBool()) return refuse("dropped: expected true or false");
+  out.dropped = dropped->GetBool();
+  std::int64_t counts[3] = {};
+  const char* names[3] = {"pages", "mappings", "keys_removed"};
+  for (int i = 0; i < 3; ++i) {
+    const Value* v = find_member(json.root(), names[i]);
+    if (!v || !v->IsInt64() || v->GetInt64() < 0) return refuse(std::string(names[i]) + ": expected a count");
+    counts[i] = v->GetInt64();
+  }
+  out.pages = counts[0];
+  out.mappings = static_cast<std::size_t>(counts[1]);
+  out.keys_removed = static_cast<std::size_t>(counts[2]);
+  return out;
 }
 
 namespace {

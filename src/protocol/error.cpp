@@ -148,6 +148,7 @@ std::string_view to_string(Operation op) noexcept {
     case Operation::batch_exists: return "batch_exists";
     case Operation::get_locations: return "get_locations";
     case Operation::clear: return "clear";
+    case Operation::drop_rank: return "drop_rank";
     case Operation::raw: return "raw";
     case Operation::delete_keys: return "delete_keys";
     case Operation::stats: return "stats";

@@ -219,8 +219,19 @@ ServiceAnswer Service::handle(const RoutedTarget& target, std::string_view body)
       auto result = state_.initialize(*rank, num_pages, Role::worker);
       if (!result) return state_error_answer(route, *rank, result.error());
       // The requested count, even when the rank existed with another: vLLM's reply.
-      return json_answer(200, protocol::encode_message("Rank " + std::to_string(*rank) + " initialized with " +
-                                                       std::to_string(num_pages) + " pages"));
+      ServiceAnswer a = json_answer(200, protocol::encode_message("Rank " + std::to_string(*rank) +
+                                                                  " initialized with " + std::to_string(num_pages) +
+                                                                  " pages"));
+      const std::int64_t existing = result.value().existing_num_pages;
+      if (!result.value().created && existing != num_pages) a.num_pages_kept = existing;
+      return a;
+    }
+
+    case Route::drop_rank: {
+      const std::string_view segment = target.rank_segment();
+      const auto rank = protocol::parse_path_rank(segment);
+      if (!rank) return json_answer(422, protocol::encode_path_rank_validation_error(sanitize_utf8(segment)));
+      return json_answer(200, protocol::encode_drop_response(*rank, state_.drop_rank(*rank)));
     }
 
     case Route::batch_allocate: {

@@ -233,6 +233,10 @@ struct Scratch {
   std::vector<std::uint32_t> local_of;  // confirmation index -> local key index
   std::vector<LocalKey> locals;
   std::vector<std::uint32_t> pages;  // allocate with the lifecycle on: each key's complete page, or kNone
+  // The change record's items, filled only while a change sink is set.
+  std::vector<AllocatedItem> allocated;
+  std::vector<ConfirmedItem> confirmed;
+  std::vector<std::uint32_t> released;
 
   void reset() {
     // A huge batch must not leave a huge table behind for every later call to clear.
@@ -243,6 +247,12 @@ struct Scratch {
     if (local_of.capacity() > kKeep) std::vector<std::uint32_t>{}.swap(local_of);
     if (pages.capacity() > kKeep) std::vector<std::uint32_t>{}.swap(pages);
     if (locals.capacity() > kKeep) std::vector<LocalKey>{}.swap(locals);
+    if (allocated.capacity() > kKeep) std::vector<AllocatedItem>{}.swap(allocated);
+    if (confirmed.capacity() > kKeep) std::vector<ConfirmedItem>{}.swap(confirmed);
+    if (released.capacity() > kKeep) std::vector<std::uint32_t>{}.swap(released);
+    allocated.clear();
+    confirmed.clear();
+    released.clear();
     seen.clear();
     page_overlay.clear();
     hashed.clear();
@@ -328,12 +338,17 @@ struct MetadataState::Impl {
   mutable std::shared_mutex mutex;
 
   boost::unordered_flat_map<Rank, std::uint32_t> rank_slots;
-  std::vector<std::unique_ptr<RankData>> ranks;  // by slot
+  std::vector<std::unique_ptr<RankData>> ranks;  // by slot; null once dropped (slots are never reused)
   KeyMap<std::uint32_t> key_ids;
   KeyRecords keys;
   std::int64_t total_pages = 0;  // of all ranks
   Lifecycle life;
   Counters counters;
+  // Durability: the change records' sink and number, and the export's check that no key id was
+  // freed (and so maybe reused) while it copied names outside the lock.
+  ChangeSink sink;
+  std::uint64_t seq = 0;    // changes applied
+  std::uint64_t epoch = 0;  // bumped whenever a key id is freed or every id is replaced (clear, import)
   // Fixed at construction from the options.
   bool lifecycle = false;  // any of eviction, leases, TTL on
   bool lru = false;
@@ -348,6 +363,43 @@ struct MetadataState::Impl {
     lease_ms = std::max<std::int64_t>(0, options.read_lease.count());
     ttl_ms = std::max<std::int64_t>(0, options.allocation_ttl.count());
     lifecycle = lru || lease_ms > 0 || ttl_ms > 0;
+  }
+
+  // Under the exclusive lock, once a call has changed the state.
+  void emit(Change& change) {
+    change.seq = ++seq;
+    if (sink) sink(change);
+  }
+
+  // Under the exclusive lock. See drop_rank. `gone` takes the rank's data, to be freed by the caller.
+  DropOutcome drop(std::uint32_t slot, std::unique_ptr<RankData>& gone) {
+    RankData& r = *ranks[slot];
+    DropOutcome outcome{true, r.num_pages, 0, 0};
+    for (std::uint32_t page = 0; page < r.num_pages; ++page) {
+      const std::uint32_t id = r.owner[page];
+      if (id >= kKeyIdLimit) continue;
+      ++outcome.mappings;
+      KeyRecord& k = keys[id];
+      const bool was_complete = k.complete();
+      if (k.live && k.where == Where::lru) lru_unlink(id);  // while its page on this rank is still listed
+      std::erase_if(k.pages, [&](const RankPage& rp) { return rp.slot == slot; });
+      if (!k.live) continue;  // deleted, draining under a lease: its page goes with the rank
+      if (k.pages.empty()) {
+        ++outcome.keys_removed;
+        if (was_complete) --life.complete;
+        if (k.where == Where::leased) lease_unlink(id);
+        key_ids.erase(HashedKey{k.name});
+        k.live = false;
+        free_id(id);
+        continue;
+      }
+      completeness_changed(id, was_complete);
+      if (lru && k.where == Where::none && k.complete()) lru_link(id);
+    }
+    rank_slots.erase(r.rank);
+    total_pages -= r.num_pages;
+    gone = std::move(ranks[slot]);
+    return outcome;
   }
 
   // Only under the lock.
@@ -428,7 +480,8 @@ struct MetadataState::Impl {
     return result;
   }
 
-  std::uint32_t create_key(const HashedKey& key) {
+  // tp_world_size: the ranks initialized now (a scheduler never creates one, so workers only).
+  std::uint32_t create_key(const HashedKey& key, std::uint32_t tp_world_size) {
     std::uint32_t id;
     if (life.free_ids.empty()) {
       id = static_cast<std::uint32_t>(keys.size());
@@ -440,8 +493,7 @@ struct MetadataState::Impl {
     KeyRecord& k = keys[id];
     k.name.assign(key.name);
     k.hash = key.hash;
-    // Ranks initialized now; a scheduler never creates one, so this counts workers only.
-    k.tp_world_size = static_cast<std::uint32_t>(ranks.size());
+    k.tp_world_size = tp_world_size;
     k.live = true;
     key_ids.emplace(HashedKey{k.name, key.hash}, id);
     if (ttl_ms > 0) {
@@ -527,6 +579,7 @@ struct MetadataState::Impl {
   }
 
   void expire_page(const TimedPage& e) {
+    if (!ranks[e.slot]) return;  // dropped since
     RankData& r = *ranks[e.slot];
     if (r.owner[e.page] != e.marker || r.stamp[e.page] != e.stamp) return;  // confirmed or released since
     if (e.marker == kAllocated) {
@@ -663,6 +716,7 @@ struct MetadataState::Impl {
     k.tp_world_size = 0;
     k.where = Where::none;
     life.free_ids.push_back(id);
+    ++epoch;
   }
 
   // Before an allocate of keys on rank r is answered: the keys it reuses (complete, with a page on
@@ -740,7 +794,7 @@ StateResult<InitializeOutcome> MetadataState::initialize(Rank rank, std::int64_t
   const auto over_limits = [&]() -> std::optional<StateError> {
     const Impl& impl = *impl_;
     std::string reason;
-    if (static_cast<std::int64_t>(impl.ranks.size()) >= impl.options.max_ranks) {
+    if (static_cast<std::int64_t>(impl.rank_slots.size()) >= impl.options.max_ranks) {
       reason = "rank " + std::to_string(rank) + " would exceed the maximum of " +
                std::to_string(impl.options.max_ranks) + " ranks";
     } else if (num_pages > impl.options.max_total_pages - impl.total_pages) {
@@ -754,7 +808,9 @@ StateResult<InitializeOutcome> MetadataState::initialize(Rank rank, std::int64_t
   };
   {
     Impl::ReadAccess access(*impl_);
-    if (impl_->slot_of(rank) != kNone) return InitializeOutcome{false};
+    if (const std::uint32_t slot = impl_->slot_of(rank); slot != kNone) {
+      return InitializeOutcome{false, impl_->ranks[slot]->num_pages};
+    }
     if (auto refused = over_limits()) return std::move(*refused);
   }
   // Filling megabytes of page arrays must not stall the other ranks: build first, then insert.
@@ -762,12 +818,19 @@ StateResult<InitializeOutcome> MetadataState::initialize(Rank rank, std::int64_t
                                          impl_->ttl_ms > 0);
   std::unique_lock lock(impl_->mutex);
   impl_->advance();
-  if (impl_->slot_of(rank) != kNone) return InitializeOutcome{false};  // another thread won the race
+  if (const std::uint32_t slot = impl_->slot_of(rank); slot != kNone) {
+    return InitializeOutcome{false, impl_->ranks[slot]->num_pages};  // another thread won the race
+  }
   if (auto refused = over_limits()) return std::move(*refused);
   impl_->total_pages += num_pages;
   impl_->ranks.reserve(impl_->ranks.size() + 1);
   impl_->rank_slots.emplace(rank, static_cast<std::uint32_t>(impl_->ranks.size()));
   impl_->ranks.push_back(std::move(data));
+  Change change;
+  change.kind = ChangeKind::rank_created;
+  change.rank = rank;
+  change.num_pages = static_cast<std::uint32_t>(num_pages);
+  impl_->emit(change);
   return InitializeOutcome{true};
 }
 
@@ -813,6 +876,7 @@ StateResult<std::vector<Page>> MetadataState::allocate(Rank rank, std::span<cons
     }
     return result;
   }
+  const bool record = static_cast<bool>(impl_->sink);
   for (std::size_t i = 0; i < keys.size(); ++i) {
     const std::uint32_t page = r.pop_front();
     const std::uint32_t existing = existing_page(i);
@@ -827,6 +891,14 @@ StateResult<std::vector<Page>> MetadataState::allocate(Rank rank, std::span<cons
       impl_->allocated(r, slot, page);
       result[i] = page;
     }
+    if (record) s.allocated.push_back(AllocatedItem{keys[i].key, page, static_cast<std::uint32_t>(result[i])});
+  }
+  if (!keys.empty()) {
+    Change change;
+    change.kind = ChangeKind::allocated;
+    change.rank = rank;
+    change.allocated = s.allocated;
+    impl_->emit(change);
   }
   return result;
 }
@@ -919,10 +991,17 @@ StateResult<ConfirmOutcome> MetadataState::confirm_write(Rank rank, std::span<co
 
   // Apply. Only an allocation failure (bad_alloc) can interrupt this part.
   ConfirmOutcome outcome;
+  const bool record = static_cast<bool>(impl_->sink);
   for (std::size_t i = 0; i < confirmations.size(); ++i) {
     LocalKey& local = s.locals[s.local_of[i]];
-    if (local.id == kNone) local.id = impl_->create_key(local.key);
-    impl_->map_page(r, slot, local.id, static_cast<std::uint32_t>(confirmations[i].page));
+    std::uint32_t created_tp = 0;
+    if (local.id == kNone) {
+      created_tp = static_cast<std::uint32_t>(impl_->rank_slots.size());
+      local.id = impl_->create_key(local.key, created_tp);
+    }
+    const auto page = static_cast<std::uint32_t>(confirmations[i].page);
+    impl_->map_page(r, slot, local.id, page);
+    if (record) s.confirmed.push_back(ConfirmedItem{confirmations[i].key, page, created_tp});
     ++outcome.confirmed;
   }
   for (const Page p : pages_to_release) {
@@ -941,9 +1020,17 @@ StateResult<ConfirmOutcome> MetadataState::confirm_write(Rank rank, std::span<co
     }
     r.owner[page] = kFree;
     r.push_back(page);
+    if (record) s.released.push_back(page);
     ++outcome.released;
   }
   r.kept_on_release += outcome.kept_mapped;
+  Change change;
+  change.kind = ChangeKind::confirmed;
+  change.rank = rank;
+  change.confirmed = s.confirmed;
+  change.released = s.released;
+  change.kept_mapped = static_cast<std::uint32_t>(outcome.kept_mapped);
+  impl_->emit(change);
   return outcome;
 }
 
@@ -985,8 +1072,312 @@ void MetadataState::clear() {
     std::swap(old.keys, impl_->keys);
     std::swap(old.total_pages, impl_->total_pages);
     std::swap(old.life, impl_->life);
+    ++impl_->epoch;
+    Change change;
+    change.kind = ChangeKind::cleared;
+    impl_->emit(change);
   }
 }
+
+void MetadataState::set_change_sink(ChangeSink sink) {
+  std::unique_lock lock(impl_->mutex);
+  impl_->sink = std::move(sink);
+}
+
+std::uint64_t MetadataState::seq() const {
+  std::shared_lock lock(impl_->mutex);
+  return impl_->seq;
+}
+
+namespace {
+
+StateError unfit(const Change& change, const std::string& why) {
+  return make_error(StateErrc::invalid_argument,
+                    "change " + std::to_string(change.seq) + " does not fit the state: " + why, change.rank);
+}
+
+}  // namespace
+
+StateResult<void> MetadataState::apply(const Change& change) {
+  std::unique_lock lock(impl_->mutex);
+  Impl& s = *impl_;
+  if (change.seq != s.seq + 1) {
+    return unfit(change, "expected change " + std::to_string(s.seq + 1));
+  }
+  if (change.kind == ChangeKind::cleared) {
+    s.rank_slots.clear();
+    s.ranks.clear();
+    s.key_ids.clear();
+    s.keys = KeyRecords{};
+    s.total_pages = 0;
+    s.life = Lifecycle{};
+    ++s.epoch;
+    s.seq = change.seq;
+    return boost::outcome_v2::success();
+  }
+  const std::uint32_t slot = s.slot_of(change.rank);
+  const std::string rank_text = "rank " + std::to_string(change.rank);
+  if (change.kind == ChangeKind::rank_created) {
+    if (slot != kNone) return unfit(change, rank_text + " exists");
+    if (change.num_pages == 0) return unfit(change, "num_pages 0");
+    // The limits the state lives under (the server's --max-* flags): also what keeps a record that
+    // names an absurd rank from taking all the memory.
+    if (change.num_pages > s.options.max_pages ||
+        static_cast<std::int64_t>(s.rank_slots.size()) >= s.options.max_ranks ||
+        change.num_pages > s.options.max_total_pages - s.total_pages) {
+      return unfit(change, rank_text + " of " + std::to_string(change.num_pages) +
+                               " pages is beyond the limits (max pages " + std::to_string(s.options.max_pages) +
+                               ", max ranks " + std::to_string(s.options.max_ranks) + ", max total pages " +
+                               std::to_string(s.options.max_total_pages) + ")");
+    }
+    s.rank_slots.emplace(change.rank, static_cast<std::uint32_t>(s.ranks.size()));
+    s.ranks.push_back(std::make_unique<RankData>(change.rank, change.num_pages, s.lru, s.ttl_ms > 0));
+    s.total_pages += change.num_pages;
+    s.seq = change.seq;
+    return boost::outcome_v2::success();
+  }
+  if (slot == kNone) return unfit(change, rank_text + " does not exist");
+  if (change.kind == ChangeKind::rank_dropped) {
+    std::unique_ptr<RankData> gone;
+    s.drop(slot, gone);
+    s.seq = change.seq;
+    return boost::outcome_v2::success();
+  }
+  RankData& r = *s.ranks[slot];
+  // Checked before anything is applied, so that a record that does not fit changes nothing.
+  if (change.kind == ChangeKind::allocated) {
+    if (change.allocated.size() > r.free_count) return unfit(change, "more pages taken than " + rank_text + " has free");
+    for (std::size_t i = 0; i < change.allocated.size(); ++i) {
+      const AllocatedItem& item = change.allocated[i];
+      const std::uint64_t at = std::uint64_t{r.head} + i;
+      if (r.ring[at % r.num_pages] != item.taken) {
+        return unfit(change, "page " + std::to_string(item.taken) + " is not next in the pool of " + rank_text);
+      }
+      if (item.page != item.taken && s.complete_page(HashedKey{item.key}, slot) != item.page) {
+        return unfit(change, "key " + std::string(item.key) + " has no page " + std::to_string(item.page));
+      }
+    }
+    for (const AllocatedItem& item : change.allocated) {
+      const std::uint32_t page = r.pop_front();
+      if (item.page == page) {
+        r.owner[page] = kAllocated;
+        r.allocated_for[page] = HashedKey{item.key}.short_hash();
+        ++r.allocated;
+        s.allocated(r, slot, page);
+      } else {
+        r.push_back(page);
+      }
+    }
+    s.seq = change.seq;
+    return boost::outcome_v2::success();
+  }
+  if (change.kind != ChangeKind::confirmed) return unfit(change, "unknown kind");
+  // Confirmations may depend on each other (a key moving twice), so they are judged as applied; the
+  // only state they can leave half-done is a state the journal no longer describes, which stops
+  // recovery anyway.
+  for (const ConfirmedItem& item : change.confirmed) {
+    if (item.page >= r.num_pages) return unfit(change, "page " + std::to_string(item.page) + " out of range");
+    const HashedKey key{item.key};
+    std::uint32_t id = s.id_of(key);
+    if ((id == kNone) != (item.new_key_tp_world_size != 0)) {
+      return unfit(change, "key " + std::string(item.key) + (id == kNone ? " does not exist" : " exists"));
+    }
+    if (id == kNone && s.ids_in_use() >= kKeyIdLimit) return unfit(change, "too many keys");
+    const std::uint32_t owner = r.owner[item.page];
+    if (owner != kAllocated && owner != kOrphaned && (id == kNone || owner != id)) {
+      return unfit(change, "page " + std::to_string(item.page) + " of " + rank_text + " cannot be confirmed");
+    }
+    if (id == kNone) id = s.create_key(key, item.new_key_tp_world_size);
+    s.map_page(r, slot, id, item.page);
+  }
+  for (const std::uint32_t page : change.released) {
+    if (page >= r.num_pages || (r.owner[page] != kAllocated && r.owner[page] != kOrphaned)) {
+      return unfit(change, "page " + std::to_string(page) + " of " + rank_text + " cannot be released");
+    }
+    if (r.owner[page] == kAllocated) {
+      --r.allocated;
+    } else {
+      --r.orphaned;
+    }
+    r.owner[page] = kFree;
+    r.push_back(page);
+  }
+  r.kept_on_release += change.kept_mapped;
+  s.seq = change.seq;
+  return boost::outcome_v2::success();
+}
+
+StateImage MetadataState::export_image(const std::function<void(std::uint64_t seq)>& at_instant) const {
+  constexpr std::uint32_t kKeysPerChunk = 16384;
+  // Names are copied after the instant, a chunk at a time, unless a key id was freed meanwhile (its
+  // name may be another key's by then): then the export starts over; the third attempt copies the
+  // names under the lock too, so that a state freeing ids all the time cannot starve it.
+  for (int attempt = 1;; ++attempt) {
+    const bool names_under_lock = attempt >= 3;
+    StateImage image;
+    std::uint64_t epoch = 0;
+    std::uint32_t key_count = 0;
+    const auto copy_names = [&](std::uint32_t begin, std::uint32_t end) {
+      for (std::uint32_t id = begin; id < end; ++id) {
+        const KeyRecord& k = impl_->keys[id];
+        image.keys[id] = KeyImage{k.name, k.tp_world_size};
+      }
+    };
+    {
+      std::unique_lock lock(impl_->mutex);
+      image.seq = impl_->seq;
+      image.ranks.reserve(impl_->rank_slots.size());
+      for (const auto& r : impl_->ranks) {
+        if (!r) continue;
+        RankImage& ri = image.ranks.emplace_back();
+        ri.rank = r->rank;
+        ri.kept_on_release = r->kept_on_release;
+        ri.owner.assign(r->owner.get(), r->owner.get() + r->num_pages);
+        ri.allocated_for.reserve(r->allocated);
+        for (std::uint32_t page = 0; page < r->num_pages; ++page) {
+          if (r->owner[page] == kAllocated) ri.allocated_for.push_back(r->allocated_for[page]);
+        }
+        ri.free_pool.resize(r->free_count);
+        const std::uint32_t first = std::min(r->free_count, r->num_pages - r->head);
+        std::copy_n(r->ring.get() + r->head, first, ri.free_pool.begin());
+        std::copy_n(r->ring.get(), r->free_count - first, ri.free_pool.begin() + first);
+      }
+      key_count = static_cast<std::uint32_t>(impl_->keys.size());
+      image.free_ids = impl_->life.free_ids;
+      epoch = impl_->epoch;
+      image.keys.resize(key_count);
+      if (names_under_lock) copy_names(0, key_count);
+      if (at_instant) at_instant(image.seq);
+    }
+    if (names_under_lock) return image;
+    bool freed = false;
+    for (std::uint32_t begin = 0; begin < key_count && !freed; begin += kKeysPerChunk) {
+      std::shared_lock lock(impl_->mutex);
+      freed = impl_->epoch != epoch;
+      if (!freed) copy_names(begin, std::min(key_count, begin + kKeysPerChunk));
+    }
+    if (!freed) return image;
+  }
+}
+
+StateResult<void> MetadataState::import_image(StateImage image) {
+  auto bad = [](const std::string& why) {
+    return make_error(StateErrc::invalid_argument, "inconsistent image: " + why, 0);
+  };
+  Impl next(impl_->options);
+  const auto key_count = image.keys.size();
+  if (key_count > kKeyIdLimit) return bad("too many keys");
+  std::vector<bool> free_id(key_count, false);
+  for (const std::uint32_t id : image.free_ids) {
+    if (id >= key_count || free_id[id]) return bad("free key id " + std::to_string(id));
+    free_id[id] = true;
+  }
+  for (auto& k : image.keys) {
+    KeyRecord record;
+    record.name = std::move(k.name);
+    record.tp_world_size = k.tp_world_size;
+    next.keys.push_back(std::move(record));
+  }
+  for (auto& ri : image.ranks) {
+    const std::string rank_text = "rank " + std::to_string(ri.rank);
+    if (next.slot_of(ri.rank) != kNone) return bad(rank_text + " twice");
+    if (ri.owner.empty() || ri.owner.size() > static_cast<std::size_t>(kPageLimit)) return bad(rank_text + " size");
+    const auto n = static_cast<std::uint32_t>(ri.owner.size());
+    const auto slot = static_cast<std::uint32_t>(next.ranks.size());
+    auto r = std::make_unique<RankData>(ri.rank, n, next.lru, next.ttl_ms > 0);
+    std::copy(ri.owner.begin(), ri.owner.end(), r->owner.get());
+    r->kept_on_release = ri.kept_on_release;
+    std::uint32_t free_entries = 0;
+    for (std::uint32_t page = 0; page < n; ++page) {
+      const std::uint32_t owner = ri.owner[page];
+      if (owner == kFree) {
+        ++free_entries;
+      } else if (owner == kAllocated) {
+        if (r->allocated >= ri.allocated_for.size()) return bad(rank_text + " allocated pages");
+        r->allocated_for[page] = ri.allocated_for[r->allocated];
+        ++r->allocated;
+      } else if (owner == kOrphaned) {
+        ++r->orphaned;
+      } else if (owner < key_count && !free_id[owner]) {
+        KeyRecord& k = next.keys[owner];
+        if (k.on(slot)) return bad("key " + k.name + " has two pages on " + rank_text);
+        k.pages.push_back(RankPage{slot, page});
+        ++r->mapped;
+      } else {
+        return bad(rank_text + " page " + std::to_string(page) + " names no key");
+      }
+    }
+    if (free_entries != ri.free_pool.size()) return bad(rank_text + " pool size");
+    if (r->allocated != ri.allocated_for.size()) return bad(rank_text + " allocated pages");
+    next.total_pages += n;
+    std::vector<bool> pooled(n, false);
+    for (std::uint32_t i = 0; i < free_entries; ++i) {
+      const std::uint32_t page = ri.free_pool[i];
+      if (page >= n || ri.owner[page] != kFree || pooled[page]) return bad(rank_text + " pool entry " + std::to_string(i));
+      pooled[page] = true;
+      r->ring[i] = page;
+    }
+    r->head = 0;
+    r->free_count = free_entries;
+    ri = RankImage{};  // gigabytes may be held twice otherwise
+    next.rank_slots.emplace(r->rank, slot);
+    next.ranks.push_back(std::move(r));
+  }
+  // Every id is either a live key with a page (a key with none is removed at once) or a free one.
+  for (std::uint32_t id = 0; id < key_count; ++id) {
+    KeyRecord& k = next.keys[id];
+    if (free_id[id]) {
+      if (!k.name.empty() || k.tp_world_size != 0) return bad("free key id " + std::to_string(id) + " has a key");
+      continue;
+    }
+    if (k.pages.empty()) return bad("key " + k.name + " has no page");
+    if (k.tp_world_size == 0) return bad("key " + k.name + " has tp_world_size 0");
+    if (!next.key_ids.emplace(HashedKey{k.name}, id).second) return bad("key " + k.name + " twice");
+    k.live = true;
+    if (k.complete()) {
+      ++next.life.complete;
+      // The recency order is not in the image: complete keys enter it in id order.
+      if (next.lru) next.lru_link(id);
+    }
+  }
+  next.life.free_ids = std::move(image.free_ids);
+  Impl old;
+  {
+    std::unique_lock lock(impl_->mutex);
+    std::swap(old.rank_slots, impl_->rank_slots);
+    std::swap(old.ranks, impl_->ranks);
+    std::swap(old.key_ids, impl_->key_ids);
+    std::swap(old.keys, impl_->keys);
+    std::swap(old.life, impl_->life);
+    std::swap(next.rank_slots, impl_->rank_slots);
+    std::swap(next.ranks, impl_->ranks);
+    std::swap(next.key_ids, impl_->key_ids);
+    std::swap(next.keys, impl_->keys);
+    std::swap(next.life, impl_->life);
+    std::swap(next.total_pages, impl_->total_pages);
+    ++impl_->epoch;
+    impl_->seq = image.seq;
+  }
+  return boost::outcome_v2::success();
+}
+
+DropOutcome MetadataState::drop_rank(Rank rank) {
+  std::unique_ptr<RankData> gone;  // freed after the lock: megabytes of page arrays
+  DropOutcome outcome;
+  {
+    std::unique_lock lock(impl_->mutex);
+    impl_->advance();
+    const std::uint32_t slot = impl_->slot_of(rank);
+    if (slot == kNone) return outcome;
+    outcome = impl_->drop(slot, gone);
+    Change change;
+    change.kind = ChangeKind::rank_dropped;
+    change.rank = rank;
+    impl_->emit(change);
+  }
+  return outcome;
+}
+
 
 std::optional<RankStats> MetadataState::rank_stats(Rank rank) const {
   Impl::ReadAccess access(*impl_);
@@ -999,8 +1390,10 @@ std::vector<std::pair<Rank, RankStats>> MetadataState::all_rank_stats() const {
   std::vector<std::pair<Rank, RankStats>> result;
   {
     Impl::ReadAccess access(*impl_);
-    result.reserve(impl_->ranks.size());
-    for (const auto& r : impl_->ranks) result.emplace_back(r->rank, stats_of(*r));
+    result.reserve(impl_->rank_slots.size());
+    for (const auto& r : impl_->ranks) {
+      if (r) result.emplace_back(r->rank, stats_of(*r));
+    }
   }
   std::sort(result.begin(), result.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   return result;
@@ -1060,8 +1453,10 @@ StateStats MetadataState::stats() const {
   StateStats out;
   {
     Impl::ReadAccess access(*impl_);
-    out.ranks.reserve(impl_->ranks.size());
-    for (const auto& r : impl_->ranks) out.ranks.emplace_back(r->rank, stats_of(*r));
+    out.ranks.reserve(impl_->rank_slots.size());
+    for (const auto& r : impl_->ranks) {
+      if (r) out.ranks.emplace_back(r->rank, stats_of(*r));
+    }
     out.keys_complete = impl_->life.complete;
     out.keys_incomplete = impl_->key_ids.size() - impl_->life.complete;
     out.keys_leased = impl_->life.leased;
@@ -1078,7 +1473,7 @@ StateStats MetadataState::stats() const {
 
 std::size_t MetadataState::rank_count() const {
   Impl::ReadAccess access(*impl_);
-  return impl_->ranks.size();
+  return impl_->rank_slots.size();
 }
 
 }  // namespace hf3fs_meta

@@ -182,6 +182,22 @@ TEST_F(CliTest, DeleteAndStats) {
   EXPECT_THAT(run({"delete", "--help"}).out, HasSubstr("Usage: hf3fs-meta delete"));
 }
 
+TEST_F(CliTest, DropRankForgetsTheRankAndItsKeysMappings) {
+  ASSERT_EQ(run({"init", "0", "--pages", "4"}).status, kSuccess);
+  ASSERT_EQ(run({"init", "1", "--pages", "8"}).status, kSuccess);
+  ASSERT_EQ(run({"allocate", "1", "k"}).status, kSuccess);
+  ASSERT_EQ(run({"confirm", "1", "k=0"}).status, kSuccess);
+  CliRun d = run({"drop-rank", "1"});
+  EXPECT_EQ(d.status, kSuccess) << d.err;
+  EXPECT_EQ(d.out, "dropped rank 1: 8 pages, 1 key mappings, 1 keys removed\n");
+  EXPECT_FALSE(state_->rank_stats(1).has_value());
+  EXPECT_EQ(state_->key_count(), 0u);
+  auto j = run({"--json", "drop-rank", "1"}).json();
+  EXPECT_FALSE(j["dropped"].GetBool());
+  EXPECT_EQ(run({"drop-rank"}).status, kUsage);
+  EXPECT_EQ(run({"drop-rank", "1", "2"}).status, kUsage);
+}
+
 TEST_F(CliTest, StaleConfirmIsARefusal) {
   ASSERT_EQ(run({"init", "0", "--pages", "4"}).status, kSuccess);
   CliRun r = run({"--json", "confirm", "0", "k=2"});

@@ -475,7 +475,7 @@ TEST(RouteTest, NamesAndCount) {
   EXPECT_EQ(to_string(Route::redirect), "redirect");
   EXPECT_EQ(to_string(Route::method_not_allowed), "method_not_allowed");
   EXPECT_EQ(to_string(Route::not_found), "not_found");
-  EXPECT_EQ(kRouteCount, 11u);
+  EXPECT_EQ(kRouteCount, 12u);
 }
 
 // ---- Robustness ----

@@ -451,12 +451,19 @@ TEST_F(ServerMetricsTest, HelpDescribesTheOptions) {
   EXPECT_THAT(ran.out, HasSubstr("--eviction"));
   EXPECT_THAT(ran.out, HasSubstr("5000 with --eviction lru, else 0"));
   EXPECT_THAT(ran.out, HasSubstr("--allocation-ttl-ms"));
+  EXPECT_THAT(ran.out, HasSubstr("--data-dir"));
+  EXPECT_THAT(ran.out, HasSubstr("--fsync"));
+  EXPECT_THAT(ran.out, HasSubstr("always|everysec|no"));
+  EXPECT_THAT(ran.out, HasSubstr("--snapshot-after-bytes"));
+  EXPECT_THAT(ran.out, HasSubstr("--verify-data-dir"));
 }
 
 TEST_F(ServerMetricsTest, EveryBadOptionExitsTwoWithoutListening) {
   for (const char* args : {"--bogus", "--port=99999", "--port 99999", "--threads=0", "--max-pages", "--host=",
                            "--dedup-ttl-ms=0", "--log-requests=maybe", "stray", "--eviction=mru",
-                           "--eviction", "--read-lease-ms=-1", "--allocation-ttl-ms=soon"}) {
+                           "--eviction", "--read-lease-ms=-1", "--allocation-ttl-ms=soon", "--data-dir=",
+                           "--fsync=sometimes", "--fsync", "--snapshot-after-bytes=-1", "--verify-data-dir=",
+                           "--data-dir=/tmp/x --eviction=lru"}) {
     const Ran ran = run_server_binary(args);
     EXPECT_EQ(ran.status, 2) << args << ": " << ran.out;
     EXPECT_THAT(ran.out, HasSubstr("hf3fs-meta-server: ")) << args;

@@ -47,6 +47,56 @@ ServerProcess::ServerProcess(std::vector<std::string> extra_args, std::uint64_t 
   start(0);
 }
 
+ServerProcess::ServerProcess(std::vector<std::string> extra_args, std::string stderr_path)
+    : extra_args_(std::move(extra_args)), stderr_path_(std::move(stderr_path)) {
+  start(0);
+}
+
+ServerProcess::Finished ServerProcess::run_to_exit(const std::vector<std::string>& args,
+                                                   std::chrono::milliseconds timeout) {
+  std::vector<std::string> all{binary_path()};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& arg : all) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    dup2(fds[1], STDOUT_FILENO);
+    dup2(fds[1], STDERR_FILENO);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  Finished out;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      ::kill(pid, SIGKILL);
+      break;
+    }
+    pollfd pfd{fds[0], POLLIN, 0};
+    const int ready = poll(&pfd, 1, static_cast<int>(left.count()));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) continue;
+    char buffer[4096];
+    const auto n = read(fds[0], buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.output.append(buffer, static_cast<std::size_t>(n));
+  }
+  close(fds[0]);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  out.exit_code = decode_status(status);
+  return out;
+}
+
 ServerProcess::~ServerProcess() {
   if (running()) terminate();
 }
@@ -77,6 +127,10 @@ void ServerProcess::start(std::uint16_t port) {
     if (open_files_ > 0) {
       const rlimit limit{open_files_, open_files_};
       if (setrlimit(RLIMIT_NOFILE, &limit) != 0) _exit(125);
+    }
+    if (!stderr_path_.empty()) {
+      const int err = open(stderr_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      if (err >= 0) dup2(err, STDERR_FILENO);
     }
     execv(argv[0], argv.data());
     _exit(127);

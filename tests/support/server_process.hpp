@@ -19,6 +19,8 @@ class ServerProcess {
   explicit ServerProcess(std::vector<std::string> extra_args = {});
   // The same, with the server's descriptor limit (RLIMIT_NOFILE, soft and hard) set to `open_files`.
   ServerProcess(std::vector<std::string> extra_args, std::uint64_t open_files);
+  // The same, with the server's stderr appended to `stderr_path` (on every start).
+  ServerProcess(std::vector<std::string> extra_args, std::string stderr_path);
   ~ServerProcess();
   ServerProcess(const ServerProcess&) = delete;
   ServerProcess& operator=(const ServerProcess&) = delete;
@@ -45,6 +47,15 @@ class ServerProcess {
 
   static std::string binary_path();
 
+  // Runs the server binary with exactly `args` until it exits (killed after `timeout`): its exit
+  // code (as terminate() returns it) and what it wrote on stdout and stderr.
+  struct Finished {
+    int exit_code = 0;
+    std::string output;
+  };
+  static Finished run_to_exit(const std::vector<std::string>& args,
+                              std::chrono::milliseconds timeout = std::chrono::seconds(20));
+
  private:
   void start(std::uint16_t port);
   int wait_for_exit(std::chrono::milliseconds timeout);
@@ -56,6 +67,7 @@ class ServerProcess {
   std::string host_ = "127.0.0.1";
   std::string scheme_ = "http";
   std::string startup_line_;
+  std::string stderr_path_;
 };
 
 }  // namespace hf3fs_meta::testing

@@ -37,6 +37,7 @@ class MockConnection : public hf3fs_meta::Connection {
     ON_CALL(*this, delete_keys).WillByDefault(Return(unset("delete_keys", hf3fs_meta::Operation::delete_keys)));
     ON_CALL(*this, stats).WillByDefault(Return(unset("stats", hf3fs_meta::Operation::stats)));
     ON_CALL(*this, clear).WillByDefault(Return(unset("clear", hf3fs_meta::Operation::clear)));
+    ON_CALL(*this, drop_rank).WillByDefault(Return(unset("drop_rank", hf3fs_meta::Operation::drop_rank)));
     ON_CALL(*this, raw).WillByDefault(Return(unset("raw", hf3fs_meta::Operation::raw)));
   }
 
@@ -67,6 +68,8 @@ class MockConnection : public hf3fs_meta::Connection {
               (const std::vector<std::string>& keys, const hf3fs_meta::CallOptions& call), (override));
   MOCK_METHOD(hf3fs_meta::Result<hf3fs_meta::StateStats>, stats, (const hf3fs_meta::CallOptions& call), (override));
   MOCK_METHOD(hf3fs_meta::Result<void>, clear, (const hf3fs_meta::CallOptions& call), (override));
+  MOCK_METHOD(hf3fs_meta::Result<hf3fs_meta::DropOutcome>, drop_rank,
+              (hf3fs_meta::Rank rank, const hf3fs_meta::CallOptions& call), (override));
   MOCK_METHOD(hf3fs_meta::Result<hf3fs_meta::RawResponse>, raw,
               (std::string_view path, std::string_view body, const hf3fs_meta::CallOptions& call), (override));
 

@@ -1,0 +1,424 @@
+#include "durable/data_dir.hpp"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <system_error>
+
+namespace hf3fs_meta::durable {
+namespace fs = std::filesystem;
+namespace {
+
+std::string errno_text(int err) { return std::generic_category().message(err); }
+
+std::string numbered(const char* prefix, std::uint64_t n, const char* suffix) {
+  char name[64];
+  std::snprintf(name, sizeof name, "%s%020llu%s", prefix, static_cast<unsigned long long>(n), suffix);
+  return name;
+}
+
+// The number in a file name made by numbered(), if the name is one.
+std::optional<std::uint64_t> number_of(const std::string& name, std::string_view prefix, std::string_view suffix) {
+  if (name.size() != prefix.size() + 20 + suffix.size() || !name.starts_with(prefix) || !name.ends_with(suffix)) {
+    return std::nullopt;
+  }
+  std::uint64_t n = 0;
+  for (std::size_t i = prefix.size(); i < prefix.size() + 20; ++i) {
+    if (name[i] < '0' || name[i] > '9') return std::nullopt;
+    n = n * 10 + static_cast<std::uint64_t>(name[i] - '0');
+  }
+  return n;
+}
+
+struct FileBytes {
+  std::string bytes;
+};
+
+DirResult<FileBytes> read_file(const fs::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return DirError(path.string() + ": " + errno_text(errno));
+  std::string bytes;
+  struct stat st {};
+  if (::fstat(fd, &st) == 0) bytes.resize(static_cast<std::size_t>(st.st_size));
+  std::size_t got = 0;
+  for (;;) {
+    if (got == bytes.size()) bytes.resize(std::max<std::size_t>(4096, bytes.size() * 2));
+    const ssize_t n = ::read(fd, bytes.data() + got, bytes.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      return DirError(path.string() + ": " + errno_text(err));
+    }
+    if (n == 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  bytes.resize(got);
+  return FileBytes{std::move(bytes)};
+}
+
+struct DirListing {
+  std::map<std::uint64_t, fs::path> snapshots;  // by seq
+  std::map<std::uint64_t, fs::path> journals;   // by first seq
+};
+
+DirResult<DirListing> list(const fs::path& dir) {
+  DirListing listing;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (auto n = number_of(name, "snapshot-", ".snap")) listing.snapshots.emplace(*n, entry.path());
+    if (auto n = number_of(name, "journal-", ".log")) listing.journals.emplace(*n, entry.path());
+  }
+  if (ec) return dir.string() + ": " + ec.message();
+  return listing;
+}
+
+// Parses a snapshot's bytes (checksum already checked) into an image and its dedup records.
+struct LoadedSnapshot {
+  StateImage image;
+  std::vector<Record> dedup;
+  std::string next_journal;
+};
+
+DirResult<LoadedSnapshot> parse_snapshot(const fs::path& path, std::string_view bytes) {
+  LoadedSnapshot out;
+  Reader in(bytes);
+  auto fail = [&](const std::string& why) -> DirResult<LoadedSnapshot> {
+    return "snapshot " + path.string() + " at offset " + std::to_string(kFileHeaderSize + in.offset()) + ": " + why;
+  };
+  std::uint32_t rank_count = 0;
+  if (!in.u64(out.image.seq) || !in.u32(rank_count)) return fail("truncated");
+  for (std::uint32_t i = 0; i < rank_count; ++i) {
+    RankImage& r = out.image.ranks.emplace_back();
+    std::uint64_t rank = 0;
+    std::uint32_t num_pages = 0;
+    std::uint32_t free_count = 0;
+    if (!in.u64(rank) || !in.u32(num_pages) || !in.u64(r.kept_on_release) || !in.u32(free_count)) {
+      return fail("truncated rank");
+    }
+    r.rank = static_cast<Rank>(rank);
+    std::string_view pool;
+    std::string_view owner;
+    if (!in.raw(std::size_t{free_count} * 4, pool) || !in.raw(std::size_t{num_pages} * 4, owner)) {
+      return fail("truncated pages of rank " + std::to_string(r.rank));
+    }
+    r.free_pool.resize(free_count);
+    if (!pool.empty()) std::memcpy(r.free_pool.data(), pool.data(), pool.size());
+    r.owner.resize(num_pages);
+    if (!owner.empty()) std::memcpy(r.owner.data(), owner.data(), owner.size());
+    std::uint32_t allocated = 0;
+    std::string_view hashes;
+    if (!in.u32(allocated) || !in.raw(std::size_t{allocated} * 4, hashes)) {
+      return fail("truncated allocated pages of rank " + std::to_string(r.rank));
+    }
+    r.allocated_for.resize(allocated);
+    if (!hashes.empty()) std::memcpy(r.allocated_for.data(), hashes.data(), hashes.size());
+  }
+  std::uint64_t key_count = 0;
+  if (!in.u64(key_count) || key_count > in.left() / 8) return fail("truncated key count");
+  out.image.keys.resize(key_count);
+  for (KeyImage& k : out.image.keys) {
+    std::string_view name;
+    if (!in.u32(k.tp_world_size) || !in.bytes(name)) return fail("truncated key");
+    k.name = name;
+  }
+  std::uint32_t free_ids = 0;
+  std::string_view ids;
+  if (!in.u32(free_ids) || !in.raw(std::size_t{free_ids} * 4, ids)) return fail("truncated free key ids");
+  out.image.free_ids.resize(free_ids);
+  if (!ids.empty()) std::memcpy(out.image.free_ids.data(), ids.data(), ids.size());
+  std::uint32_t dedup_count = 0;
+  if (!in.u32(dedup_count)) return fail("truncated dedup count");
+  for (std::uint32_t i = 0; i < dedup_count; ++i) {
+    std::uint64_t seq = 0;
+    std::string_view payload;
+    if (!in.u64(seq) || !in.bytes(payload)) return fail("truncated dedup record");
+    std::string error;
+    auto record = Record::decode(seq, payload, error);
+    if (!record) return fail(error);
+    out.dedup.push_back(std::move(*record));
+  }
+  std::string_view next;
+  if (!in.bytes(next)) return fail("truncated journal name");
+  out.next_journal = next;
+  if (in.left() != 4) return fail("unexpected bytes before the checksum");
+  return out;
+}
+
+DirResult<LoadedSnapshot> load_snapshot(const fs::path& path) {
+  auto bytes = read_file(path);
+  if (!bytes) return std::move(bytes).error();
+  const std::string_view all = bytes.value().bytes;
+  if (auto error = check_file_header(all, kSnapshotMagic)) return "snapshot " + path.string() + ": " + *error;
+  if (all.size() < kFileHeaderSize + 4) return "snapshot " + path.string() + ": truncated (" + std::to_string(all.size()) + " bytes)";
+  const std::string_view body = all.substr(kFileHeaderSize, all.size() - kFileHeaderSize - 4);
+  std::uint32_t stored = 0;
+  std::memcpy(&stored, all.data() + all.size() - 4, 4);
+  if (crc32c(body) != stored) {
+    return "snapshot " + path.string() + ": checksum mismatch over " + std::to_string(all.size()) +
+           " bytes (truncated or corrupt)";
+  }
+  return parse_snapshot(path, all.substr(kFileHeaderSize));
+}
+
+}  // namespace
+
+std::string journal_name(std::uint64_t first_seq) { return numbered("journal-", first_seq, ".log"); }
+std::string snapshot_name(std::uint64_t seq) { return numbered("snapshot-", seq, ".snap"); }
+
+DirResult<Recovered> recover(const fs::path& dir, MetadataState& state) {
+  Recovered out;
+  auto listing = list(dir);
+  if (!listing) return std::move(listing).error();
+  auto& journals = listing.value().journals;
+  std::optional<std::string> named_journal;
+  if (!listing.value().snapshots.empty()) {
+    const auto& [seq, path] = *listing.value().snapshots.rbegin();
+    auto loaded = load_snapshot(path);
+    if (!loaded) return std::move(loaded).error();
+    if (loaded.value().image.seq != seq) {
+      return "snapshot " + path.string() + ": holds change " + std::to_string(loaded.value().image.seq);
+    }
+    named_journal = loaded.value().next_journal;
+    out.dedup = std::move(loaded.value().dedup);
+    if (auto imported = state.import_image(std::move(loaded.value().image)); !imported) {
+      return "snapshot " + path.string() + ": " + imported.error().message;
+    }
+    out.snapshot_seq = seq;
+    if (!fs::exists(dir / *named_journal)) {
+      return "snapshot " + path.string() + " names " + (dir / *named_journal).string() + ", which is missing";
+    }
+  }
+  out.seq = out.snapshot_seq;
+  // Files whose records all precede the snapshot are leftovers of a removal a crash interrupted.
+  std::vector<std::pair<std::uint64_t, fs::path>> chain;
+  for (const auto& [first, path] : journals) {
+    if (first > out.snapshot_seq) chain.emplace_back(first, path);
+  }
+  for (std::size_t f = 0; f < chain.size(); ++f) {
+    const auto& [first, path] = chain[f];
+    const bool last = f + 1 == chain.size();
+    if (first != out.seq + 1) {
+      return "journal " + path.string() + " starts at record " + std::to_string(first) + ", expected " +
+             std::to_string(out.seq + 1) + " (a journal file is missing)";
+    }
+    auto bytes = read_file(path);
+    if (!bytes) return std::move(bytes).error();
+    const std::string_view all = bytes.value().bytes;
+    auto where = [&](std::size_t offset) { return "journal " + path.string() + " at offset " + std::to_string(offset); };
+    std::size_t at = kFileHeaderSize;
+    if (all.size() < kFileHeaderSize && last) {
+      out.cut = "cut a torn file header (" + std::to_string(all.size()) + " bytes) of " + path.string();
+      at = 0;
+    } else if (auto error = check_file_header(all, kJournalMagic)) {
+      return where(0) + ": " + *error;
+    } else {
+      while (at < all.size()) {
+        const std::size_t left = all.size() - at;
+        Reader header(all.substr(at, std::min(left, kRecordHeaderSize)));
+        std::uint64_t seq = 0;
+        std::uint32_t len = 0;
+        std::uint32_t crc = 0;
+        const bool whole_header = header.u64(seq) && header.u32(len) && header.u32(crc);
+        if (whole_header && crc != crc32c(all.substr(at, 12))) return where(at) + ": record header checksum mismatch";
+        if (!whole_header || left < kRecordHeaderSize + std::size_t{len} + kRecordTrailerSize) {
+          if (!last) return where(at) + ": torn record in a journal that is not the last";
+          out.cut = "cut a torn record (" + std::to_string(left) + " bytes) at " + where(at);
+          break;
+        }
+        if (seq != out.seq + 1) {
+          return where(at) + ": record " + std::to_string(seq) + ", expected " + std::to_string(out.seq + 1);
+        }
+        const std::string_view payload = all.substr(at + kRecordHeaderSize, len);
+        std::uint32_t payload_crc = 0;
+        std::memcpy(&payload_crc, all.data() + at + kRecordHeaderSize + len, 4);
+        if (payload_crc != crc32c(payload)) return where(at) + ": record payload checksum mismatch";
+        std::string error;
+        auto record = Record::decode(seq, payload, error);
+        if (!record) return where(at) + ": " + error;
+        if (auto applied = state.apply(record->change()); !applied) return where(at) + ": " + applied.error().message;
+        if (record->change().kind == ChangeKind::cleared) out.dedup.clear();
+        if (record->tag()) out.dedup.push_back(std::move(*record));
+        out.seq = seq;
+        ++out.records;
+        at += kRecordHeaderSize + len + kRecordTrailerSize;
+      }
+    }
+    out.journal_bytes += at;
+    out.journal = path;
+    out.journal_first_seq = first;
+    out.journal_valid_bytes = at;
+  }
+  return out;
+}
+
+std::optional<std::string> sync_dir(const fs::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return dir.string() + ": " + errno_text(errno);
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) return "fsync " + dir.string() + ": " + errno_text(err);
+  return std::nullopt;
+}
+
+namespace {
+
+// Buffered writes with a running checksum; the first error sticks.
+class FileWriter {
+ public:
+  FileWriter(int fd, std::string path) : fd_(fd), path_(std::move(path)) { buffer_.reserve(kBuffer); }
+  void add(std::string_view bytes, bool checksum = true) {
+    if (checksum) crc_.process_bytes(bytes.data(), bytes.size());
+    if (buffer_.size() + bytes.size() > kBuffer) flush();
+    if (bytes.size() >= kBuffer) {
+      write_all(bytes);
+    } else {
+      buffer_.append(bytes);
+    }
+  }
+  void flush() {
+    write_all(buffer_);
+    buffer_.clear();
+  }
+  std::uint32_t checksum() const { return crc_.checksum(); }
+  const std::optional<std::string>& error() const { return error_; }
+  std::uint64_t written() const { return written_; }
+
+ private:
+  static constexpr std::size_t kBuffer = std::size_t{1} << 20;
+  void write_all(std::string_view bytes) {
+    while (!error_ && !bytes.empty()) {
+      const ssize_t n = ::write(fd_, bytes.data(), bytes.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        error_ = "write " + path_ + ": " + errno_text(errno);
+        return;
+      }
+      bytes.remove_prefix(static_cast<std::size_t>(n));
+      written_ += static_cast<std::uint64_t>(n);
+    }
+  }
+  int fd_;
+  std::string path_;
+  std::string buffer_;
+  Crc32c crc_;
+  std::optional<std::string> error_;
+  std::uint64_t written_ = 0;
+};
+
+}  // namespace
+
+DirResult<std::uint64_t> write_snapshot(const fs::path& dir, const StateImage& image,
+                                        const std::vector<TaggedPayload>& dedup, const std::string& next_journal) {
+  const fs::path final_path = dir / snapshot_name(image.seq);
+  const fs::path tmp = fs::path(final_path).concat(".tmp");
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return tmp.string() + ": " + errno_text(errno);
+  FileWriter out(fd, tmp.string());
+  out.add(file_header(kSnapshotMagic), false);
+  std::string small;
+  auto emit_small = [&] {
+    out.add(small);
+    small.clear();
+  };
+  put_u64(small, image.seq);
+  put_u32(small, static_cast<std::uint32_t>(image.ranks.size()));
+  emit_small();
+  for (const RankImage& r : image.ranks) {
+    put_u64(small, static_cast<std::uint64_t>(r.rank));
+    put_u32(small, static_cast<std::uint32_t>(r.owner.size()));
+    put_u64(small, r.kept_on_release);
+    put_u32(small, static_cast<std::uint32_t>(r.free_pool.size()));
+    emit_small();
+    out.add({reinterpret_cast<const char*>(r.free_pool.data()), r.free_pool.size() * 4});
+    out.add({reinterpret_cast<const char*>(r.owner.data()), r.owner.size() * 4});
+    put_u32(small, static_cast<std::uint32_t>(r.allocated_for.size()));
+    emit_small();
+    out.add({reinterpret_cast<const char*>(r.allocated_for.data()), r.allocated_for.size() * 4});
+  }
+  put_u64(small, image.keys.size());
+  for (const KeyImage& k : image.keys) {
+    put_u32(small, k.tp_world_size);
+    put_bytes(small, k.name);
+    if (small.size() > 65536) emit_small();
+  }
+  put_u32(small, static_cast<std::uint32_t>(image.free_ids.size()));
+  emit_small();
+  out.add({reinterpret_cast<const char*>(image.free_ids.data()), image.free_ids.size() * 4});
+  put_u32(small, static_cast<std::uint32_t>(dedup.size()));
+  for (const TaggedPayload& t : dedup) {
+    put_u64(small, t.seq);
+    put_bytes(small, t.payload);
+    if (small.size() > 65536) emit_small();
+  }
+  put_bytes(small, next_journal);
+  emit_small();
+  std::string trailer;
+  put_u32(trailer, out.checksum());
+  out.add(trailer, false);
+  out.flush();
+  std::optional<std::string> error = out.error();
+  if (!error && ::fsync(fd) != 0) error = "fsync " + tmp.string() + ": " + errno_text(errno);
+  ::close(fd);
+  if (!error && ::rename(tmp.c_str(), final_path.c_str()) != 0) {
+    error = "rename " + tmp.string() + ": " + errno_text(errno);
+  }
+  if (!error) error = sync_dir(dir);
+  if (error) {
+    ::unlink(tmp.c_str());
+    return DirError(std::move(*error));
+  }
+  return out.written();
+}
+
+void remove_before(const fs::path& dir, std::uint64_t seq) {
+  auto listing = list(dir);
+  if (!listing) return;
+  for (const auto& [n, path] : listing.value().snapshots) {
+    if (n < seq) ::unlink(path.c_str());
+  }
+  for (const auto& [first, path] : listing.value().journals) {
+    if (first <= seq) ::unlink(path.c_str());
+  }
+}
+
+DirResult<DirLock> DirLock::acquire(const fs::path& dir) {
+  const fs::path path = dir / "LOCK";
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return path.string() + ": " + errno_text(errno);
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char pid[32] = {};
+    const ssize_t n = ::pread(fd, pid, sizeof pid - 1, 0);
+    ::close(fd);
+    if (err == EWOULDBLOCK) {
+      std::string holder = n > 0 ? std::string(pid, static_cast<std::size_t>(n)) : "unknown";
+      while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
+      return "data dir " + dir.string() + " is in use by process " + holder + " (lock " + path.string() + ")";
+    }
+    return "flock " + path.string() + ": " + errno_text(err);
+  }
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
+    const int err = errno;
+    ::close(fd);
+    return "write " + path.string() + ": " + errno_text(err);
+  }
+  return DirLock(fd);
+}
+
+DirLock::~DirLock() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+}  // namespace hf3fs_meta::durable

@@ -1,0 +1,90 @@
+// The data directory of a durable server: the lock, snapshots, and recovery (DESIGN.md, Durability).
+//
+// DIR/LOCK                       flock()ed by the server using DIR; holds its PID
+// DIR/snapshot-<seq>.snap        a full image at change <seq>, and the live dedup entries
+// DIR/journal-<first seq>.log    the records from <first seq> on (record.hpp)
+//
+// snapshot file: file header "HF3FSSNP", then u64 seq, u32 ranks, per rank: u64 rank, u32 num_pages,
+// u64 kept_on_release, u32 free_count, the pool (u32 each, front first), the page table (u32 each),
+// u32 allocated pages, the hash of each one's key (u32 each, in page order);
+// u64 keys, per key id: u32 tp_world_size, u32 length, name (0 and empty for a free id); u32 free ids,
+// the ids (u32 each, the last reused first); u32 dedup records, per record: u64 seq,
+// u32 length, a journal payload carrying its DedupTag; the file name of the journal that follows
+// (u32 length, name); then u32 crc32c of everything after the file header.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/outcome/result.hpp>
+
+#include "durable/record.hpp"
+#include "hf3fs_meta/state.hpp"
+
+namespace hf3fs_meta::durable {
+
+// What went wrong, naming the file (and the offset, where there is one).
+struct DirError {
+  DirError(std::string text) : message(std::move(text)) {}  // NOLINT: implicit, so `return "..." + path;` reads well
+  std::string message;
+};
+template <class T>
+using DirResult = boost::outcome_v2::result<T, DirError, boost::outcome_v2::policy::terminate>;
+
+std::string journal_name(std::uint64_t first_seq);
+std::string snapshot_name(std::uint64_t seq);
+
+// A tagged record kept for the snapshot, so that dedup entries outlive the journal they came from.
+struct TaggedPayload {
+  std::uint64_t seq = 0;
+  std::string payload;
+};
+
+// What recovery found.
+struct Recovered {
+  std::uint64_t seq = 0;            // the last change recovered
+  std::uint64_t snapshot_seq = 0;   // 0: no snapshot
+  std::size_t records = 0;          // journal records replayed
+  std::vector<Record> dedup;        // tagged records in seq order, from the snapshot and the journal
+  std::filesystem::path journal;    // the last journal file (empty: none)
+  std::uint64_t journal_first_seq = 0;
+  std::uint64_t journal_valid_bytes = 0;  // where the next record goes
+  std::optional<std::string> cut;   // a torn last record: what was cut, where
+  std::uint64_t journal_bytes = 0;  // journal bytes replayed (all files)
+};
+
+// Loads the newest snapshot and replays the journal after it into `state` (which must be empty).
+// A torn record at the very end of the last journal is left out (and reported in `cut`); anything
+// else wrong is an error naming the file and offset, with `state` unusable.
+DirResult<Recovered> recover(const std::filesystem::path& dir, MetadataState& state);
+
+// Writes snapshot-<image.seq>.snap durably (temporary file, fsync, rename, directory fsync), naming
+// the journal file that holds the records after it.
+DirResult<std::uint64_t> write_snapshot(const std::filesystem::path& dir, const StateImage& image,
+                                        const std::vector<TaggedPayload>& dedup,
+                                        const std::string& next_journal);  // returns the bytes written
+
+// Removes the snapshots older than `seq` and the journal files whose records all come before it.
+void remove_before(const std::filesystem::path& dir, std::uint64_t seq);
+
+// fsync of a directory (after creating, renaming or removing a file in it).
+std::optional<std::string> sync_dir(const std::filesystem::path& dir);
+
+// flock() on DIR/LOCK, which then holds our PID. Held until destroyed.
+class DirLock {
+ public:
+  static DirResult<DirLock> acquire(const std::filesystem::path& dir);
+  DirLock(DirLock&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  DirLock& operator=(DirLock&&) = delete;
+  ~DirLock();
+
+ private:
+  explicit DirLock(int fd) : fd_(fd) {}
+  int fd_ = -1;
+};
+
+}  // namespace hf3fs_meta::durable

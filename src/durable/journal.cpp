@@ -1,0 +1,383 @@
+#include "durable/journal.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <system_error>
+
+namespace hf3fs_meta::durable {
+namespace {
+
+thread_local const DedupTag* t_tag = nullptr;
+thread_local std::uint64_t t_seq = 0;
+
+std::string errno_text(int err) { return std::generic_category().message(err); }
+
+// Writes all of `bytes`; on failure returns errno.
+int write_all(int fd, std::string_view bytes) {
+  while (!bytes.empty()) {
+    const ssize_t n = ::write(fd, bytes.data(), bytes.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno;
+    if (n == 0) return EIO;
+    bytes.remove_prefix(static_cast<std::size_t>(n));
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::optional<FsyncMode> parse_fsync_mode(std::string_view text) {
+  if (text == "always") return FsyncMode::always;
+  if (text == "everysec") return FsyncMode::everysec;
+  if (text == "no") return FsyncMode::no;
+  return std::nullopt;
+}
+
+std::string_view to_string(FsyncMode mode) noexcept {
+  switch (mode) {
+    case FsyncMode::always: return "always";
+    case FsyncMode::everysec: return "everysec";
+    case FsyncMode::no: return "no";
+  }
+  return "?";
+}
+
+TagScope::TagScope(const DedupTag* tag) noexcept : previous_(t_tag) { t_tag = tag; }
+TagScope::~TagScope() { t_tag = previous_; }
+
+std::uint64_t Journal::thread_seq() noexcept { return t_seq; }
+void Journal::reset_thread_seq() noexcept { t_seq = 0; }
+
+Journal::Journal(Options options) : options_(std::move(options)) {}
+
+DirResult<std::unique_ptr<Journal>> Journal::open(Options options, const Recovered& recovered) {
+  std::unique_ptr<Journal> j(new Journal(std::move(options)));
+  j->appended_ = j->written_ = j->durable_ = recovered.seq;
+  if (!recovered.journal.empty() && recovered.journal_valid_bytes >= kFileHeaderSize) {
+    const int fd = ::open(recovered.journal.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return recovered.journal.string() + ": " + errno_text(errno);
+    // A torn record at the end (recovery left it out) goes, so that the next record follows the last whole one.
+    if (::ftruncate(fd, static_cast<off_t>(recovered.journal_valid_bytes)) != 0 ||
+        ::lseek(fd, 0, SEEK_END) < 0) {
+      const int err = errno;
+      ::close(fd);
+      return "truncate " + recovered.journal.string() + ": " + errno_text(err);
+    }
+    j->fd_ = fd;
+    j->file_first_seq_ = recovered.journal_first_seq;
+    j->file_bytes_ = recovered.journal_valid_bytes;
+  } else {
+    const std::uint64_t first = recovered.journal.empty() ? recovered.seq + 1 : recovered.journal_first_seq;
+    if (auto error = j->open_file(first, true)) return std::move(*error);
+    if (::fsync(j->fd_) != 0) return "fsync " + (j->options_.dir / journal_name(first)).string() + ": " + errno_text(errno);
+    if (auto error = sync_dir(j->options_.dir)) return std::move(*error);
+  }
+  for (const Record& r : recovered.dedup) {
+    j->retain_tagged(TaggedPayload{r.seq(), std::string(r.payload())});
+  }
+  j->syncer_ = std::thread([p = j.get()] { p->sync_loop(); });
+  return j;
+}
+
+// Opens journal-<first_seq>.log, new, with its header; becomes the current file (write mutex held
+// or no other thread yet).
+std::optional<std::string> Journal::open_file(std::uint64_t first_seq, bool create) {
+  const auto path = options_.dir / journal_name(first_seq);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return path.string() + ": " + errno_text(errno);
+  if (const int err = write_all(fd, file_header(kJournalMagic))) {
+    ::close(fd);
+    ::unlink(path.c_str());
+    return "write " + path.string() + ": " + errno_text(err);
+  }
+  std::lock_guard lock(mutex_);
+  if (!create) retired_fds_.push_back(fd_);
+  fd_ = fd;
+  file_first_seq_ = first_seq;
+  file_bytes_ = kFileHeaderSize;
+  return std::nullopt;
+}
+
+Journal::~Journal() {
+  write_through(~std::uint64_t{0} >> 1);
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  wake_syncer_.notify_all();
+  if (syncer_.joinable()) syncer_.join();
+  for (const int fd : retired_fds_) {
+    if (!failure_) ::fdatasync(fd);
+    ::close(fd);
+  }
+  if (fd_ >= 0) {
+    if (!failure_) ::fdatasync(fd_);
+    ::close(fd_);
+  }
+}
+
+void Journal::append(const Change& change) {
+  std::lock_guard lock(mutex_);
+  std::string& out = rotation_ ? next_buffer_ : buffer_;
+  const std::size_t at = out.size();
+  encode_record(change, t_tag, out);
+  const std::size_t size = out.size() - at;
+  appended_ = change.seq;
+  t_seq = change.seq;
+  ++stats_.records;
+  bytes_since_rotation_ += size;
+  if (change.kind == ChangeKind::cleared) {
+    tagged_.clear();
+    tagged_bytes_ = 0;
+  }
+  if (t_tag) {
+    retain_tagged(TaggedPayload{change.seq,
+                                out.substr(at + kRecordHeaderSize, size - kRecordHeaderSize - kRecordTrailerSize)});
+  }
+}
+
+void Journal::retain_tagged(TaggedPayload tagged) {
+  tagged_bytes_ += tagged.payload.size();
+  tagged_.push_back(std::move(tagged));
+  while (tagged_bytes_ > options_.dedup_retained_bytes) {
+    tagged_bytes_ -= tagged_.front().payload.size();
+    tagged_.pop_front();
+  }
+}
+
+void Journal::fail_locked(std::string error) {
+  ++stats_.disk_errors;
+  if (!failure_) failure_ = std::move(error);
+}
+
+void Journal::fail(std::string error) {
+  std::multimap<std::uint64_t, Done> waiters;
+  std::optional<std::string> failure;
+  {
+    std::lock_guard lock(mutex_);
+    fail_locked(std::move(error));
+    waiters.swap(waiters_);
+    failure = failure_;
+  }
+  for (auto& [seq, done] : waiters) done(failure);
+}
+
+std::optional<std::string> Journal::write_through(std::uint64_t seq) {
+  std::lock_guard writer(write_mutex_);
+  for (;;) {
+    std::string out;
+    std::uint64_t upto = 0;
+    bool switch_after = false;
+    int fd = -1;
+    std::uint64_t offset = 0;
+    {
+      std::lock_guard lock(mutex_);
+      if (failure_) return failure_;
+      if (written_ >= seq || written_ >= appended_) return std::nullopt;
+      out.swap(buffer_);
+      upto = rotation_ ? *rotation_ - 1 : appended_;
+      switch_after = rotation_.has_value() && *rotation_ <= seq;
+      fd = fd_;
+      offset = file_bytes_;
+    }
+    if (const int err = write_all(fd, out)) {
+      // Cut what part of the batch got out, so that the file ends with a whole record.
+      [[maybe_unused]] const int ignored = ::ftruncate(fd, static_cast<off_t>(offset));
+      fail("journal write failed: " + errno_text(err));
+      return failure();
+    }
+    {
+      std::lock_guard lock(mutex_);
+      file_bytes_ += out.size();
+      stats_.bytes += out.size();
+      written_ = std::max(written_, upto);
+    }
+    if (switch_after) {
+      if (auto error = switch_file()) return error;
+    }
+  }
+}
+
+// Write mutex held, rotation pending, the records before it written: the records after it go to a
+// new file, opened here; finish_rotation makes it durable (no fsync on an I/O thread).
+std::optional<std::string> Journal::switch_file() {
+  std::uint64_t first = 0;
+  {
+    std::lock_guard lock(mutex_);
+    first = *rotation_;
+  }
+  if (auto error = open_file(first, false)) {
+    fail("journal file could not be created: " + *error);
+    return failure();
+  }
+  std::lock_guard lock(mutex_);
+  buffer_ = std::move(next_buffer_);
+  next_buffer_.clear();
+  rotation_.reset();
+  wake_syncer_.notify_all();
+  return std::nullopt;
+}
+
+void Journal::when_durable(std::uint64_t seq, Done done) {
+  std::optional<std::string> failure;
+  {
+    std::lock_guard lock(mutex_);
+    if (!failure_ && durable_ < seq) {
+      waiters_.emplace(seq, std::move(done));
+      wake_syncer_.notify_all();
+      return;
+    }
+    failure = failure_;
+  }
+  done(failure);
+}
+
+std::vector<TaggedPayload> Journal::rotate_at(std::uint64_t seq) {
+  std::lock_guard lock(mutex_);
+  if (rotation_) {
+    // A second instant before the first rotation finished (export_image started over): the old
+    // file takes the records up to the new point.
+    buffer_ += next_buffer_;
+    next_buffer_.clear();
+  }
+  rotation_ = seq + 1;
+  bytes_since_rotation_ = 0;
+  return {tagged_.begin(), tagged_.end()};
+}
+
+DirResult<Journal::FileName> Journal::finish_rotation() {
+  std::unique_lock writer(write_mutex_);
+  std::string out;
+  int fd = -1;
+  std::uint64_t offset = 0;
+  std::uint64_t upto = 0;
+  bool failed = false;
+  {
+    std::lock_guard lock(mutex_);
+    if (!rotation_) return FileName{journal_name(file_first_seq_)};
+    out.swap(buffer_);
+    fd = fd_;
+    offset = file_bytes_;
+    upto = *rotation_ - 1;
+    failed = failure_.has_value();
+  }
+  // The records up to the rotation point go to the old file; if the journal failed, the snapshot
+  // being written holds them instead.
+  if (!failed) {
+    if (const int err = write_all(fd, out)) {
+      [[maybe_unused]] const int ignored = ::ftruncate(fd, static_cast<off_t>(offset));
+      fail("journal write failed: " + errno_text(err));
+    } else {
+      std::lock_guard lock(mutex_);
+      file_bytes_ += out.size();
+      stats_.bytes += out.size();
+      written_ = std::max(written_, upto);
+    }
+  }
+  if (auto error = switch_file()) return DirError(std::move(*error));
+  std::string name;
+  {
+    std::lock_guard lock(mutex_);
+    fd = fd_;
+    name = journal_name(file_first_seq_);
+  }
+  writer.unlock();
+  // Only this thread retires the current file (at the next rotation), so fd stays open meanwhile.
+  if (::fsync(fd) != 0) return DirError("fsync " + (options_.dir / name).string() + ": " + errno_text(errno));
+  if (auto error = sync_dir(options_.dir)) return DirError(std::move(*error));
+  return FileName{name};
+}
+
+void Journal::abandon_rotation() {
+  std::lock_guard writer(write_mutex_);
+  std::lock_guard lock(mutex_);
+  // A failed journal writes nothing, so the file the rotation opened is empty: gone, it cannot
+  // stand between the last records on disk and the recovery that reads them.
+  if (failure_ && file_bytes_ == kFileHeaderSize) ::unlink((options_.dir / journal_name(file_first_seq_)).c_str());
+}
+
+void Journal::clear_failure() {
+  std::lock_guard lock(mutex_);
+  if (!failure_) return;
+  failure_.reset();
+  // The snapshot holds every change before the current file.
+  written_ = std::max(written_, file_first_seq_ - 1);
+  durable_ = std::max(durable_, file_first_seq_ - 1);
+}
+
+void Journal::sync_loop() {
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    const auto due = [&] {
+      if (!retired_fds_.empty()) return true;
+      if (options_.mode == FsyncMode::always) return !waiters_.empty() && written_ > durable_;
+      return false;
+    };
+    if (options_.mode == FsyncMode::everysec) {
+      wake_syncer_.wait_for(lock, std::chrono::seconds(1), [&] { return stopping_ || due(); });
+    } else {
+      wake_syncer_.wait(lock, [&] { return stopping_ || due(); });
+    }
+    if (stopping_) return;
+    const std::uint64_t target = written_;
+    const bool sync_current = !failure_ && target > durable_ && options_.mode != FsyncMode::no;
+    std::vector<int> fds;
+    fds.swap(retired_fds_);
+    const int current = fd_;
+    lock.unlock();
+    std::optional<std::string> error;
+    std::uint64_t syncs = 0;
+    std::uint64_t ns_total = 0;
+    std::uint64_t ns_max = 0;
+    auto sync = [&](int fd) {
+      const auto start = std::chrono::steady_clock::now();
+      if (::fdatasync(fd) != 0 && !error) error = "journal fdatasync failed: " + errno_text(errno);
+      const auto ns = static_cast<std::uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
+      ++syncs;
+      ns_total += ns;
+      ns_max = std::max(ns_max, ns);
+    };
+    for (const int fd : fds) sync(fd);
+    if (sync_current) sync(current);
+    for (const int fd : fds) ::close(fd);
+    std::multimap<std::uint64_t, Done> woken;
+    lock.lock();
+    stats_.fsyncs += syncs;
+    stats_.fsync_ns_total += ns_total;
+    stats_.fsync_ns_max = std::max(stats_.fsync_ns_max, ns_max);
+    if (error) {
+      fail_locked(std::move(*error));
+      woken.swap(waiters_);
+    } else if (sync_current || options_.mode == FsyncMode::no) {
+      durable_ = std::max(durable_, target);
+      woken.insert(waiters_.begin(), waiters_.upper_bound(durable_));
+      waiters_.erase(waiters_.begin(), waiters_.upper_bound(durable_));
+    }
+    if (!woken.empty()) {
+      const auto failure = failure_;
+      lock.unlock();
+      for (auto& [seq, done] : woken) done(error ? failure : std::nullopt);
+      lock.lock();
+    }
+  }
+}
+
+std::uint64_t Journal::bytes_since_rotation() const {
+  std::lock_guard lock(mutex_);
+  return bytes_since_rotation_;
+}
+
+std::optional<std::string> Journal::failure() const {
+  std::lock_guard lock(mutex_);
+  return failure_;
+}
+
+JournalStats Journal::stats() const {
+  std::lock_guard lock(mutex_);
+  return stats_;
+}
+
+}  // namespace hf3fs_meta::durable

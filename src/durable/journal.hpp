@@ -1,0 +1,140 @@
+// The journal writer: the change sink of a durable MetadataState (DESIGN.md, Durability).
+//
+// append() runs under the state's lock and only serializes the record into memory, so records are
+// in apply order. write_through() does the write(2), outside the lock, for every record appended so
+// far (one writer at a time: a caller that finds its record already written returns at once). A
+// syncer thread does every fdatasync: `always` waiters are woken when one covers their record (group
+// commit: one fdatasync for all the records written meanwhile; nobody waits on a timer), `everysec`
+// syncs at most a second after a write, `no` leaves it to the OS. A failed write or sync sticks:
+// the journal refuses further writes until a snapshot has put memory and disk in agreement again.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "durable/data_dir.hpp"
+#include "durable/record.hpp"
+
+namespace hf3fs_meta::durable {
+
+enum class FsyncMode { always, everysec, no };
+std::optional<FsyncMode> parse_fsync_mode(std::string_view text);
+std::string_view to_string(FsyncMode mode) noexcept;
+
+struct JournalStats {
+  std::uint64_t records = 0;
+  std::uint64_t bytes = 0;  // written, all files
+  std::uint64_t fsyncs = 0;
+  std::uint64_t fsync_ns_total = 0;
+  std::uint64_t fsync_ns_max = 0;
+  std::uint64_t disk_errors = 0;
+};
+
+// While alive, records appended by this thread carry `tag` (the request being handled).
+class TagScope {
+ public:
+  explicit TagScope(const DedupTag* tag) noexcept;
+  ~TagScope();
+  TagScope(const TagScope&) = delete;
+  TagScope& operator=(const TagScope&) = delete;
+
+ private:
+  const DedupTag* previous_;
+};
+
+class Journal {
+ public:
+  struct Options {
+    std::filesystem::path dir;
+    FsyncMode mode = FsyncMode::everysec;
+    // The last tagged records are kept for the next snapshot, up to this many payload bytes (the
+    // server's --dedup-max-bytes: the cache cannot hold more).
+    std::size_t dedup_retained_bytes = std::size_t{256} << 20;
+  };
+  using Done = std::function<void(const std::optional<std::string>& error)>;
+
+  // Continues the journal recovery ended in (its torn tail cut off), or starts journal-<seq+1>.
+  static DirResult<std::unique_ptr<Journal>> open(Options options, const Recovered& recovered);
+  ~Journal();  // writes and syncs what is left (a clean shutdown loses nothing)
+  Journal(const Journal&) = delete;
+  Journal& operator=(const Journal&) = delete;
+
+  // The change sink. Under the state's lock.
+  void append(const Change& change);
+  // The last record this thread appended since reset_thread_seq() (0: none): the caller's record.
+  static std::uint64_t thread_seq() noexcept;
+  static void reset_thread_seq() noexcept;
+
+  // write(2) of every record appended so far, if `seq` is not written yet. An error: not on disk.
+  std::optional<std::string> write_through(std::uint64_t seq);
+  // Calls `done` once `seq` is synced (or a sync failed): at once on this thread if it already is,
+  // otherwise on the syncer thread.
+  void when_durable(std::uint64_t seq, Done done);
+
+  // Snapshots. At the instant the image is taken (under the state's lock): records after `seq` go to
+  // a new file; returns the tagged records up to `seq` for the snapshot.
+  std::vector<TaggedPayload> rotate_at(std::uint64_t seq);
+  // Off the I/O threads, after rotate_at: the new file exists durably, the old one is synced.
+  // Returns the new file's name.
+  struct FileName {
+    std::string name;
+  };
+  DirResult<FileName> finish_rotation();
+  // The snapshot covering everything up to the rotation failed: forget an unused new file.
+  void abandon_rotation();
+  // The snapshot is durable: a failed journal may write again.
+  void clear_failure();
+
+  std::uint64_t bytes_since_rotation() const;
+  std::optional<std::string> failure() const;
+  JournalStats stats() const;
+  FsyncMode mode() const noexcept { return options_.mode; }
+
+ private:
+  explicit Journal(Options options);
+  void sync_loop();
+  void fail_locked(std::string error);
+  void fail(std::string error);  // and tells every waiter
+  std::optional<std::string> switch_file();
+  std::optional<std::string> open_file(std::uint64_t first_seq, bool create);
+
+  Options options_;
+  mutable std::mutex mutex_;  // everything below, except where noted
+  std::string buffer_;        // appended, not yet written, for the current file
+  std::string next_buffer_;   // appended after a rotation point, for the next file
+  std::optional<std::uint64_t> rotation_;  // the first seq of the next file
+  std::uint64_t appended_ = 0;
+  std::uint64_t written_ = 0;
+  std::uint64_t durable_ = 0;
+  std::uint64_t bytes_since_rotation_ = 0;
+  std::optional<std::string> failure_;
+  JournalStats stats_;
+  int fd_ = -1;
+  std::uint64_t file_first_seq_ = 0;
+  std::uint64_t file_bytes_ = 0;       // the current file's length as written
+  std::vector<int> retired_fds_;       // earlier files not yet synced and closed (by the syncer)
+  int new_fd_ = -1;                    // the file a rotation opened, until the writer switches to it
+  std::string new_file_;
+  std::deque<TaggedPayload> tagged_;   // the last tagged records, for snapshots
+  std::size_t tagged_bytes_ = 0;       // their payloads' bytes
+  void retain_tagged(TaggedPayload tagged);  // mutex_ held (or no other thread yet)
+  std::multimap<std::uint64_t, Done> waiters_;
+  bool stopping_ = false;
+  std::condition_variable wake_syncer_;
+  std::mutex write_mutex_;  // one write(2) sequence at a time
+  std::thread syncer_;
+};
+
+}  // namespace hf3fs_meta::durable

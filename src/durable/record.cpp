@@ -1,0 +1,228 @@
+#include "durable/record.hpp"
+
+#include <bit>
+#include <cstring>
+
+namespace hf3fs_meta::durable {
+namespace {
+
+static_assert(std::endian::native == std::endian::little, "the data directory format is little-endian");
+
+
+template <class T>
+void put(std::string& out, T v) {
+  char bytes[sizeof v];
+  std::memcpy(bytes, &v, sizeof v);
+  out.append(bytes, sizeof v);
+}
+
+constexpr std::uint8_t kHasTag = 1;
+
+}  // namespace
+
+std::uint32_t crc32c(std::string_view bytes) {
+  Crc32c c;
+  c.process_bytes(bytes.data(), bytes.size());
+  return c.checksum();
+}
+
+
+
+void put_u8(std::string& out, std::uint8_t v) { out.push_back(static_cast<char>(v)); }
+void put_u32(std::string& out, std::uint32_t v) { put(out, v); }
+void put_u64(std::string& out, std::uint64_t v) { put(out, v); }
+void put_bytes(std::string& out, std::string_view bytes) {
+  put_u32(out, static_cast<std::uint32_t>(bytes.size()));
+  out.append(bytes);
+}
+
+bool Reader::raw(std::size_t n, std::string_view& v) {
+  if (left() < n) return false;
+  v = bytes_.substr(at_, n);
+  at_ += n;
+  return true;
+}
+bool Reader::u8(std::uint8_t& v) {
+  std::string_view b;
+  if (!raw(1, b)) return false;
+  v = static_cast<std::uint8_t>(b[0]);
+  return true;
+}
+bool Reader::u32(std::uint32_t& v) {
+  std::string_view b;
+  if (!raw(sizeof v, b)) return false;
+  std::memcpy(&v, b.data(), sizeof v);
+  return true;
+}
+bool Reader::u64(std::uint64_t& v) {
+  std::string_view b;
+  if (!raw(sizeof v, b)) return false;
+  std::memcpy(&v, b.data(), sizeof v);
+  return true;
+}
+bool Reader::bytes(std::string_view& v) {
+  std::uint32_t n = 0;
+  return u32(n) && raw(n, v);
+}
+
+void encode_payload(const Change& change, const DedupTag* tag, std::string& out) {
+  put_u8(out, static_cast<std::uint8_t>(change.kind));
+  put_u8(out, tag ? kHasTag : 0);
+  if (tag) {
+    put_u8(out, tag->route);
+    put_bytes(out, tag->id);
+    put_u64(out, tag->body_hash);
+    put_u64(out, tag->body_size);
+  }
+  switch (change.kind) {
+    case ChangeKind::rank_created:
+      put_u64(out, static_cast<std::uint64_t>(change.rank));
+      put_u32(out, change.num_pages);
+      break;
+    case ChangeKind::allocated:
+      put_u64(out, static_cast<std::uint64_t>(change.rank));
+      put_u32(out, static_cast<std::uint32_t>(change.allocated.size()));
+      for (const AllocatedItem& item : change.allocated) {
+        put_bytes(out, item.key);
+        put_u32(out, item.taken);
+        put_u32(out, item.page);
+      }
+      break;
+    case ChangeKind::confirmed:
+      put_u64(out, static_cast<std::uint64_t>(change.rank));
+      put_u32(out, static_cast<std::uint32_t>(change.confirmed.size()));
+      for (const ConfirmedItem& item : change.confirmed) {
+        put_bytes(out, item.key);
+        put_u32(out, item.page);
+        put_u32(out, item.new_key_tp_world_size);
+      }
+      put_u32(out, static_cast<std::uint32_t>(change.released.size()));
+      for (const std::uint32_t page : change.released) put_u32(out, page);
+      put_u32(out, change.kept_mapped);
+      break;
+    case ChangeKind::cleared:
+      break;
+    case ChangeKind::rank_dropped:
+      put_u64(out, static_cast<std::uint64_t>(change.rank));
+      break;
+  }
+}
+
+void frame_record(std::uint64_t seq, std::string_view payload, std::string& out) {
+  const std::size_t header_at = out.size();
+  put_u64(out, seq);
+  put_u32(out, static_cast<std::uint32_t>(payload.size()));
+  put_u32(out, crc32c(std::string_view(out).substr(header_at, 12)));
+  out.append(payload);
+  put_u32(out, crc32c(payload));
+}
+
+void encode_record(const Change& change, const DedupTag* tag, std::string& out) {
+  // The payload is encoded in place after a header whose length and checksums are filled in after.
+  const std::size_t header_at = out.size();
+  out.append(kRecordHeaderSize, '\0');
+  const std::size_t payload_at = out.size();
+  encode_payload(change, tag, out);
+  const auto payload_len = static_cast<std::uint32_t>(out.size() - payload_at);
+  const std::uint64_t seq = change.seq;
+  std::memcpy(out.data() + header_at, &seq, 8);
+  std::memcpy(out.data() + header_at + 8, &payload_len, 4);
+  const std::uint32_t header_crc = crc32c(std::string_view(out).substr(header_at, 12));
+  std::memcpy(out.data() + header_at + 12, &header_crc, 4);
+  put_u32(out, crc32c(std::string_view(out).substr(payload_at, payload_len)));
+}
+
+std::optional<Record> Record::decode(std::uint64_t seq, std::string_view payload, std::string& error) {
+  Record record;
+  record.payload_.assign(payload.begin(), payload.end());
+  Reader in(record.payload());
+  std::uint8_t kind = 0;
+  std::uint8_t flags = 0;
+  auto fail = [&](const std::string& why) {
+    error = "record " + std::to_string(seq) + ": " + why;
+    return std::nullopt;
+  };
+  if (!in.u8(kind) || !in.u8(flags)) return fail("payload too short");
+  if (flags & ~kHasTag) return fail("unknown flags " + std::to_string(flags));
+  if (flags & kHasTag) {
+    DedupTag tag;
+    std::string_view id;
+    if (!in.u8(tag.route) || !in.bytes(id) || !in.u64(tag.body_hash) || !in.u64(tag.body_size)) {
+      return fail("truncated request id");
+    }
+    tag.id = id;
+    record.tag_ = std::move(tag);
+  }
+  Change& c = record.change_;
+  c.seq = seq;
+  c.kind = static_cast<ChangeKind>(kind);
+  std::uint64_t rank = 0;
+  std::uint32_t n = 0;
+  switch (c.kind) {
+    case ChangeKind::rank_created:
+      if (!in.u64(rank) || !in.u32(c.num_pages)) return fail("truncated rank_created");
+      break;
+    case ChangeKind::allocated:
+      if (!in.u64(rank) || !in.u32(n)) return fail("truncated allocated");
+      if (n > in.left() / 12) return fail("allocated count " + std::to_string(n) + " past the payload");
+      record.allocated_.resize(n);
+      for (AllocatedItem& item : record.allocated_) {
+        if (!in.bytes(item.key) || !in.u32(item.taken) || !in.u32(item.page)) return fail("truncated allocated item");
+      }
+      break;
+    case ChangeKind::confirmed: {
+      if (!in.u64(rank) || !in.u32(n)) return fail("truncated confirmed");
+      if (n > in.left() / 12) return fail("confirmed count " + std::to_string(n) + " past the payload");
+      record.confirmed_.resize(n);
+      for (ConfirmedItem& item : record.confirmed_) {
+        if (!in.bytes(item.key) || !in.u32(item.page) || !in.u32(item.new_key_tp_world_size)) {
+          return fail("truncated confirmed item");
+        }
+      }
+      std::uint32_t m = 0;
+      if (!in.u32(m) || m > in.left() / 4) return fail("truncated released pages");
+      record.released_.resize(m);
+      for (std::uint32_t& page : record.released_) in.u32(page);
+      if (!in.u32(c.kept_mapped)) return fail("truncated kept count");
+      break;
+    }
+    case ChangeKind::cleared:
+      break;
+    case ChangeKind::rank_dropped:
+      if (!in.u64(rank)) return fail("truncated rank_dropped");
+      break;
+    default:
+      return fail("unknown kind " + std::to_string(kind) + " (written by a newer server?)");
+  }
+  if (in.left() != 0) return fail(std::to_string(in.left()) + " bytes after the record's fields");
+  c.rank = static_cast<Rank>(rank);
+  c.allocated = record.allocated_;
+  c.confirmed = record.confirmed_;
+  c.released = record.released_;
+  return record;
+}
+
+std::string file_header(std::string_view magic) {
+  std::string out(magic);
+  put_u32(out, kFormatVersion);
+  put_u32(out, crc32c(out));
+  return out;
+}
+
+std::optional<std::string> check_file_header(std::string_view bytes, std::string_view magic) {
+  if (bytes.size() < kFileHeaderSize) return "file header truncated";
+  if (bytes.substr(0, magic.size()) != magic) return "not a " + std::string(magic) + " file";
+  Reader in(bytes.substr(8));
+  std::uint32_t version = 0;
+  std::uint32_t crc = 0;
+  in.u32(version);
+  in.u32(crc);
+  if (crc != crc32c(bytes.substr(0, 12))) return "file header checksum mismatch";
+  if (version != kFormatVersion) {
+    return "unknown format version " + std::to_string(version) + " (this server reads " +
+           std::to_string(kFormatVersion) + ")";
+  }
+  return std::nullopt;
+}
+
+}  // namespace hf3fs_meta::durable

@@ -1,0 +1,105 @@
+// The on-disk format of the data directory (journal records and snapshots), version 1. Little-endian.
+//
+// journal-<first seq, 20 digits>.log:
+//   file header  "HF3FSJNL" u32 version u32 crc32c(the 12 bytes before)
+//   records      u64 seq u32 payload_len u32 crc32c(header's first 12 bytes)
+//                payload (payload_len bytes) u32 crc32c(payload)
+// payload: u8 kind (ChangeKind; new kinds get new numbers, a reader refuses a kind it does not know)
+//          u8 flags (bit 0: a DedupTag follows) [tag] then the kind's fields (record.cpp).
+// snapshot-<seq, 20 digits>.snap: see snapshot.hpp.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <boost/crc.hpp>
+
+#include "hf3fs_meta/state.hpp"
+
+namespace hf3fs_meta::durable {
+
+inline constexpr std::uint32_t kFormatVersion = 1;
+inline constexpr std::size_t kFileHeaderSize = 16;
+inline constexpr std::size_t kRecordHeaderSize = 16;
+inline constexpr std::size_t kRecordTrailerSize = 4;
+
+std::uint32_t crc32c(std::string_view bytes);
+// For checksums computed piece by piece (snapshots): process_bytes(), then checksum().
+using Crc32c = boost::crc_optimal<32, 0x1EDC6F41, 0xFFFFFFFF, 0xFFFFFFFF, true, true>;
+
+// The request-id deduplication entry of a request that carried X-Request-Id: with it a restarted
+// server answers a repeat as the first attempt was answered.
+struct DedupTag {
+  std::uint8_t route = 0;  // the server's number for the route
+  std::string id;
+  std::uint64_t body_hash = 0;
+  std::uint64_t body_size = 0;
+  friend bool operator==(const DedupTag&, const DedupTag&) = default;
+};
+
+// A decoded record. Owns the bytes that change()'s views point into (moving keeps them in place).
+class Record {
+ public:
+  Record(Record&&) = default;
+  Record& operator=(Record&&) = default;
+  Record(const Record&) = delete;
+  Record& operator=(const Record&) = delete;
+
+  std::uint64_t seq() const noexcept { return change_.seq; }
+  const Change& change() const noexcept { return change_; }
+  const std::optional<DedupTag>& tag() const noexcept { return tag_; }
+  std::string_view payload() const noexcept { return {payload_.data(), payload_.size()}; }
+
+  // Decodes a payload; an error names what is wrong (the caller adds file and offset).
+  static std::optional<Record> decode(std::uint64_t seq, std::string_view payload, std::string& error);
+
+ private:
+  Record() = default;
+  std::vector<char> payload_;
+  Change change_;
+  std::optional<DedupTag> tag_;
+  std::vector<AllocatedItem> allocated_;
+  std::vector<ConfirmedItem> confirmed_;
+  std::vector<std::uint32_t> released_;
+};
+
+// Appends a change's payload (no header) to `out`.
+void encode_payload(const Change& change, const DedupTag* tag, std::string& out);
+// Appends a whole record (header, payload, trailer) to `out`.
+void encode_record(const Change& change, const DedupTag* tag, std::string& out);
+// Appends a record around an already encoded payload.
+void frame_record(std::uint64_t seq, std::string_view payload, std::string& out);
+
+std::string file_header(std::string_view magic);  // kFileHeaderSize bytes
+inline constexpr std::string_view kJournalMagic = "HF3FSJNL";
+inline constexpr std::string_view kSnapshotMagic = "HF3FSSNP";
+// Checks a file header; an error says what is wrong.
+std::optional<std::string> check_file_header(std::string_view bytes, std::string_view magic);
+
+// Little-endian readers and writers, shared with the snapshot code.
+void put_u8(std::string& out, std::uint8_t v);
+void put_u32(std::string& out, std::uint32_t v);
+void put_u64(std::string& out, std::uint64_t v);
+void put_bytes(std::string& out, std::string_view bytes);  // u32 length, then the bytes
+
+class Reader {
+ public:
+  explicit Reader(std::string_view bytes) : bytes_(bytes) {}
+  bool u8(std::uint8_t& v);
+  bool u32(std::uint32_t& v);
+  bool u64(std::uint64_t& v);
+  bool bytes(std::string_view& v);  // u32 length, then the bytes
+  bool raw(std::size_t n, std::string_view& v);
+  std::size_t offset() const noexcept { return at_; }
+  std::size_t left() const noexcept { return bytes_.size() - at_; }
+
+ private:
+  std::string_view bytes_;
+  std::size_t at_ = 0;
+};
+
+}  // namespace hf3fs_meta::durable

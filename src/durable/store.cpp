@@ -1,0 +1,99 @@
+#include "durable/store.hpp"
+
+#include <system_error>
+
+namespace hf3fs_meta::durable {
+
+Store::Store(Options options, MetadataState& state, DirLock lock)
+    : options_(std::move(options)), state_(state), lock_(std::move(lock)) {}
+
+DirResult<std::unique_ptr<Store>> Store::open(Options options, MetadataState& state) {
+  std::error_code ec;
+  std::filesystem::create_directories(options.dir, ec);
+  if (ec) return options.dir.string() + ": " + ec.message();
+  auto lock = DirLock::acquire(options.dir);
+  if (!lock) return std::move(lock).error();
+  std::unique_ptr<Store> store(new Store(options, state, std::move(lock).value()));
+  const auto start = std::chrono::steady_clock::now();
+  auto recovered = recover(options.dir, state);
+  if (!recovered) return std::move(recovered).error();
+  store->recovered_ = std::move(recovered).value();
+  auto journal = Journal::open(Journal::Options{options.dir, options.mode, options.dedup_retained_bytes}, store->recovered_);
+  if (!journal) return std::move(journal).error();
+  store->journal_ = std::move(journal).value();
+  store->stats_.recovery_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  state.set_change_sink([j = store->journal_.get()](const Change& change) { j->append(change); });
+  store->thread_ = std::thread([s = store.get()] { s->background(); });
+  return store;
+}
+
+Store::~Store() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  state_.set_change_sink({});
+}
+
+DirResult<std::uint64_t> Store::snapshot() {
+  std::lock_guard one(snapshot_mutex_);
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<TaggedPayload> dedup;
+  const StateImage image = state_.export_image([&](std::uint64_t seq) { dedup = journal_->rotate_at(seq); });
+  auto next = journal_->finish_rotation();
+  DirResult<std::uint64_t> written = next ? write_snapshot(options_.dir, image, dedup, next.value().name)
+                                          : DirResult<std::uint64_t>(std::move(next).error());
+  std::lock_guard lock(mutex_);
+  if (!written) {
+    journal_->abandon_rotation();
+    ++stats_.snapshot_failures;
+    return written;
+  }
+  remove_before(options_.dir, image.seq);
+  journal_->clear_failure();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ++stats_.snapshots;
+  stats_.last_snapshot_bytes = written.value();
+  stats_.last_snapshot_seconds = seconds;
+  stats_.snapshot_seconds_total += seconds;
+  return written;
+}
+
+DirResult<std::uint64_t> Store::shutdown() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  return snapshot();
+}
+
+void Store::background() {
+  // Polled: the journal's size and failure change under the state's lock, where waking a thread
+  // would cost every request; a tenth of a second is far below the time a journal takes to grow by
+  // --snapshot-after-bytes.
+  std::unique_lock lock(mutex_);
+  auto last_retry = std::chrono::steady_clock::now();
+  while (!stopping_) {
+    wake_.wait_for(lock, std::chrono::milliseconds(100), [&] { return stopping_; });
+    if (stopping_) return;
+    const bool failed = journal_->failure().has_value();
+    const bool full = options_.snapshot_after_bytes > 0 && journal_->bytes_since_rotation() >= options_.snapshot_after_bytes;
+    const auto now = std::chrono::steady_clock::now();
+    if (!full && !(failed && now - last_retry >= std::chrono::seconds(1))) continue;
+    last_retry = now;
+    lock.unlock();
+    [[maybe_unused]] auto result = snapshot();
+    lock.lock();
+  }
+}
+
+StoreStats Store::stats() const {
+  std::lock_guard lock(mutex_);
+  return stats_;
+}
+
+}  // namespace hf3fs_meta::durable

@@ -1,0 +1,267 @@
+// A durable server (--data-dir): what it keeps across SIGKILL and a clean stop, what stops it from
+// starting (exit 2, naming the file or the PID), --verify-data-dir, snapshots, and a failing disk.
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include "server/server_test_support.hpp"
+#include "support/temp_dir.hpp"
+
+namespace hf3fs_meta::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+std::vector<fs::path> files_like(const fs::path& dir, std::string_view prefix) {
+  std::vector<fs::path> out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().filename().string().starts_with(prefix)) out.push_back(e.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Constructed before ServerTestBase, which starts the server on it.
+struct DataDir {
+  TempDir dir_;
+};
+
+class DurableServerTest : protected DataDir, public ServerTestBase {
+ protected:
+  explicit DurableServerTest(const std::string& fsync = "always")
+      : ServerTestBase({"--threads", "2", "--data-dir", dir_.str() + "/data", "--fsync", fsync}) {}
+  fs::path data() const { return dir_.path() / "data"; }
+  RawResponse confirm(int rank, std::string_view key, int page) {
+    return post("/keys/confirm_write", R"({"rank":)" + std::to_string(rank) + R"(,"confirmations":[[")" +
+                                           std::string(key) + R"(",)" + std::to_string(page) + "]]}");
+  }
+  RawResponse exists(std::string_view key) {
+    return post("/keys/batch_exists", R"({"keys":[")" + std::string(key) + R"("]})");
+  }
+};
+
+TEST_F(DurableServerTest, EveryAcknowledgedChangeAndAnswerSurvivesSigkill) {
+  initialize(0, 16);
+  const Headers id{{"X-Request-Id", "alloc-1"}};
+  const auto first = allocate(0, "k1", id);
+  ASSERT_EQ(first.status, 200);
+  ASSERT_EQ(confirm(0, "k1", 0).status, 204);
+  ASSERT_EQ(allocate(0, "k2").body, allocate_answer(0, "k2", 1));
+  server_.restart();  // SIGKILL, then the same arguments
+  EXPECT_EQ(exists("k1").body, R"({"exists":[true]})");
+  // The request id's answer came back with the journal: the same pages, nothing taken again.
+  EXPECT_EQ(allocate(0, "k1", id).body, first.body);
+  EXPECT_EQ(allocate(0, "k3").body, allocate_answer(0, "k3", 2));
+  EXPECT_EQ(metric("hf3fs_meta_rank_pages{rank=\"0\",state=\"allocated\"}"), "2");
+}
+
+// Not journaled yet (the cache lifecycle's records are issue 11's): refused, so that a restart never
+// brings a deleted key back.
+TEST_F(DurableServerTest, DeleteIsRefusedAndChangesNothing) {
+  initialize(0, 4);
+  ASSERT_EQ(allocate(0, "k").status, 200);
+  ASSERT_EQ(confirm(0, "k", 0).status, 204);
+  const auto refused = post("/keys/delete", R"({"keys":["k"]})");
+  EXPECT_EQ(refused.status, 501);
+  EXPECT_THAT(refused.body, HasSubstr("not available with --data-dir"));
+  EXPECT_EQ(exists("k").body, R"({"exists":[true]})");
+}
+
+TEST_F(DurableServerTest, ACleanStopWritesASnapshotThatAloneRestoresTheState) {
+  initialize(3, 8);
+  ASSERT_EQ(allocate(3, "k").status, 200);
+  ASSERT_EQ(confirm(3, "k", 0).status, 204);
+  ASSERT_EQ(server_.terminate(), 0);
+  EXPECT_EQ(files_like(data(), "snapshot-").size(), 1u);
+  const auto verified = ServerProcess::run_to_exit({"--verify-data-dir", data().string()});
+  EXPECT_EQ(verified.exit_code, 0) << verified.output;
+  EXPECT_THAT(verified.output, HasSubstr("sound"));
+  EXPECT_THAT(verified.output, HasSubstr("0 journal records replayed"));
+  EXPECT_THAT(verified.output, HasSubstr("1 ranks, 8 pages (7 free, 0 allocated, 1 mapped, 0 orphaned), 1 keys"));
+  server_.restart();
+  EXPECT_EQ(exists("k").body, R"({"exists":[true]})");
+}
+
+TEST_F(DurableServerTest, ASecondServerOnTheSameDirExits2NamingThePid) {
+  const auto second = ServerProcess::run_to_exit({"--port", "0", "--data-dir", data().string()});
+  EXPECT_EQ(second.exit_code, 2);
+  EXPECT_THAT(second.output, HasSubstr("in use by process " + std::to_string(server_.pid())));
+}
+
+TEST_F(DurableServerTest, ACorruptJournalStopsTheServerNamingTheFileAndOffset) {
+  initialize(0, 4);
+  ASSERT_EQ(allocate(0, "a").status, 200);
+  ASSERT_EQ(allocate(0, "b").status, 200);
+  server_.kill();
+  const auto journal = files_like(data(), "journal-").back();
+  std::string bytes = read_bytes(journal);
+  bytes[16 + 3] ^= 0x01;  // the first record's header
+  write_bytes(journal, bytes);
+  const auto started = ServerProcess::run_to_exit({"--port", "0", "--data-dir", data().string()});
+  EXPECT_EQ(started.exit_code, 2);
+  EXPECT_THAT(started.output, HasSubstr(journal.string() + " at offset 16"));
+  EXPECT_THAT(started.output, Not(HasSubstr("listening on")));
+  const auto verified = ServerProcess::run_to_exit({"--verify-data-dir", data().string()});
+  EXPECT_EQ(verified.exit_code, 2);
+  EXPECT_THAT(verified.output, HasSubstr("header checksum"));
+}
+
+TEST_F(DurableServerTest, ATornLastRecordIsCutAndLogged) {
+  initialize(0, 4);
+  ASSERT_EQ(allocate(0, "a").status, 200);
+  server_.kill();
+  const auto journal = files_like(data(), "journal-").back();
+  const auto whole = fs::file_size(journal);
+  fs::resize_file(journal, whole - 3);
+  const TempDir logs;
+  const std::string log = logs.str() + "/stderr";
+  ServerProcess again({"--data-dir", data().string()}, log);
+  const std::string err = read_bytes(log);
+  EXPECT_THAT(err, HasSubstr("cut a torn record"));
+  const auto recovered_at = err.find("recovered 1 ranks, 0 keys from " + data().string() + " in ");
+  const auto listening_at = err.find("listening on");
+  ASSERT_NE(recovered_at, std::string::npos) << err;
+  EXPECT_LT(recovered_at, listening_at);
+  // The allocation whose record was torn never happened: page 0 is the pool's front again.
+  EXPECT_EQ(raw_request(again.host(), again.port(), "POST", "/keys/batch_allocate", R"({"rank":0,"keys":[["b",""]]})").body,
+            allocate_answer(0, "b", 0));
+  EXPECT_EQ(again.terminate(), 0);
+}
+
+TEST_F(DurableServerTest, AlwaysSyncsBeforeAnsweringAndCountsIt) {
+  initialize(0, 1000);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 20; ++i) {
+        EXPECT_EQ(allocate(0, std::string("t").append(std::to_string(t * 100 + i))).status, 200);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  const auto records = std::stoull(*metric("hf3fs_meta_journal_records_total"));
+  const auto fsyncs = std::stoull(*metric("hf3fs_meta_journal_fsyncs_total"));
+  EXPECT_EQ(records, 161u);
+  EXPECT_GE(fsyncs, 1u);
+  EXPECT_LE(fsyncs, records);
+}
+
+class DurableSnapshotTest : public DurableServerTest {
+ protected:
+  DurableSnapshotTest() : DurableServerTest("everysec") {}
+};
+
+TEST_F(DurableSnapshotTest, SnapshotsFollowTheJournalsGrowthAndOldFilesGo) {
+  server_.terminate();
+  ServerProcess small({"--data-dir", data().string(), "--snapshot-after-bytes", "2000"});
+  raw_request(small.host(), small.port(), "POST", "/rank/0/initialize", R"({"num_pages":1000})");
+  for (int i = 0; i < 100; ++i) {
+    raw_request(small.host(), small.port(), "POST", "/keys/batch_allocate",
+                R"({"rank":0,"keys":[["key-)" + std::to_string(i) + R"(",""]]})");
+  }
+  // The snapshot thread looks every tenth of a second: bounded wait for its work.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (files_like(data(), "snapshot-").empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_FALSE(files_like(data(), "snapshot-").empty());
+  EXPECT_EQ(small.terminate(), 0);
+  EXPECT_EQ(files_like(data(), "snapshot-").size(), 1u);
+  EXPECT_EQ(files_like(data(), "journal-").size(), 1u);
+  server_.restart();
+  EXPECT_EQ(metric("hf3fs_meta_rank_pages{rank=\"0\",state=\"allocated\"}"), "100");
+}
+
+TEST_F(DurableServerTest, AnInitializeWithAnotherNumPagesKeepsTheRankAndIsCounted) {
+  initialize(0, 10);
+  EXPECT_EQ(metric("hf3fs_meta_initialize_num_pages_mismatch_total"), "0");
+  const auto r = post("/rank/0/initialize", R"({"num_pages":20})");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, R"({"message":"Rank 0 initialized with 20 pages"})");  // vLLM's answer
+  initialize(0, 10);  // the same count: not a mismatch
+  EXPECT_EQ(metric("hf3fs_meta_initialize_num_pages_mismatch_total"), "1");
+  EXPECT_EQ(metric("hf3fs_meta_rank_pages{rank=\"0\",state=\"free\"}"), "10");
+}
+
+// A disk that fills up: 503 for state changes, reads go on, nothing acknowledged is lost, and once
+// space is back (a snapshot succeeds) changes are accepted again. Needs a tiny tmpfs: root only.
+TEST(DurableDiskTest, AFullDiskRefusesChangesAndLosesNothingAcknowledged) {
+  if (::geteuid() != 0) GTEST_SKIP() << "mounting a tiny tmpfs needs root";
+  TempDir mount_point;
+  if (::mount("tmpfs", mount_point.path().c_str(), "tmpfs", 0, "size=256k") != 0) {
+    GTEST_SKIP() << "cannot mount a tmpfs here: " << std::strerror(errno);
+  }
+  struct Unmount {
+    std::string path;
+    ~Unmount() { ::umount2(path.c_str(), MNT_DETACH); }
+  } unmount{mount_point.str()};
+  const fs::path data = mount_point.path() / "data";
+  std::vector<std::string> acknowledged;
+  {
+    ServerProcess server({"--data-dir", data.string(), "--fsync", "always"});
+    auto post = [&](std::string_view target, std::string_view body) {
+      return raw_request(server.host(), server.port(), "POST", target, body);
+    };
+    ASSERT_EQ(post("/rank/0/initialize", R"({"num_pages":1000})").status, 200);
+    // Fill the disk but for a few KiB.
+    write_bytes(mount_point.path() / "filler", std::string(200 * 1024, 'x'));
+    const std::string long_key(1000, 'k');
+    int refused = 0;
+    for (int i = 0; i < 200 && refused == 0; ++i) {
+      const std::string key = std::string(long_key).append(std::to_string(i));
+      const auto a = post("/keys/batch_allocate", R"({"rank":0,"keys":[[")" + key + R"(",""]]})");
+      if (a.status == 503) {
+        ++refused;
+        EXPECT_THAT(a.body, HasSubstr("not acknowledged"));
+        break;
+      }
+      ASSERT_EQ(a.status, 200);
+      const auto page = a.body.substr(a.body.rfind(',') + 1, a.body.find(']') - a.body.rfind(',') - 1);
+      const auto c = post("/keys/confirm_write", R"({"rank":0,"confirmations":[[")" + key + R"(",)" + page + "]]}");
+      if (c.status == 503) {
+        ++refused;
+        break;
+      }
+      ASSERT_EQ(c.status, 204);
+      acknowledged.push_back(key);
+    }
+    ASSERT_EQ(refused, 1) << "the disk never filled";
+    ASSERT_FALSE(acknowledged.empty());
+    const auto next = post("/keys/batch_allocate", R"({"rank":0,"keys":[["x",""]]})");
+    EXPECT_EQ(next.status, 503);
+    EXPECT_THAT(next.body, HasSubstr("nothing applied"));
+    EXPECT_EQ(post("/keys/batch_exists", R"({"keys":[")" + acknowledged.front() + R"("]})").body,
+              R"({"exists":[true]})");
+    const auto health = raw_request(server.host(), server.port(), "GET", "/healthz");
+    EXPECT_THAT(health.body, HasSubstr("degraded"));
+    EXPECT_THAT(raw_request(server.host(), server.port(), "GET", "/metrics").body,
+                HasSubstr("hf3fs_meta_disk_failed 1"));
+    // Space again: the next snapshot lets the journal write.
+    fs::remove(mount_point.path() / "filler");
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    int status = 0;
+    while (std::chrono::steady_clock::now() < deadline) {
+      status = post("/keys/batch_allocate", R"({"rank":0,"keys":[["after",""]]})").status;
+      if (status == 200) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    EXPECT_EQ(status, 200);
+    server.kill();
+  }
+  ServerProcess again({"--data-dir", data.string()});
+  for (const auto& key : acknowledged) {
+    EXPECT_EQ(raw_request(again.host(), again.port(), "POST", "/keys/batch_exists", R"({"keys":[")" + key + R"("]})").body,
+              R"({"exists":[true]})");
+  }
+  EXPECT_EQ(again.terminate(), 0);
+}
+
+}  // namespace
+}  // namespace hf3fs_meta::testing
