@@ -1,0 +1,2 @@
+hf3fs_meta_add_bench(bench_durable ${CMAKE_CURRENT_LIST_DIR}/bench_durable.cpp)
+target_link_libraries(bench_durable PRIVATE hf3fs_meta_durable)
