@@ -35,10 +35,11 @@ hf3fs_meta::server::KeptAnswer answer_of(const hf3fs_meta::durable::Record& reco
   return answer;
 }
 
-// --verify-data-dir: recovery without the lock and without writing anything.
-int verify(const std::string& dir) {
+// --verify-data-dir: recovery without the lock and without writing anything, under the limits the
+// server would have with the same --max-* flags.
+int verify(const std::string& dir, const hf3fs_meta::StateOptions& limits) {
   using namespace hf3fs_meta;
-  MetadataState state(StateOptions{std::int64_t{1} << 32});
+  MetadataState state(limits);
   const auto start = std::chrono::steady_clock::now();
   auto recovered = durable::recover(dir, state);
   if (!recovered) {
@@ -79,7 +80,7 @@ int main(int argc, char** argv) {
     return parsed.exit_code;
   }
   const ServerOptions options = *parsed.options;
-  if (!options.verify_data_dir.empty()) return verify(options.verify_data_dir);
+  if (!options.verify_data_dir.empty()) return verify(options.verify_data_dir, state_options(options));
   // A client that goes away must not kill the server; socket writes already avoid SIGPIPE, stdout not.
   std::signal(SIGPIPE, SIG_IGN);
 

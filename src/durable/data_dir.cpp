@@ -83,12 +83,6 @@ DirResult<DirListing> list(const fs::path& dir) {
 }
 
 // Parses a snapshot's bytes (checksum already checked) into an image and its dedup records.
-struct LoadedSnapshot {
-  StateImage image;
-  std::vector<Record> dedup;
-  std::string next_journal;
-};
-
 DirResult<LoadedSnapshot> parse_snapshot(const fs::path& path, std::string_view bytes) {
   LoadedSnapshot out;
   Reader in(bytes);
@@ -145,6 +139,7 @@ DirResult<LoadedSnapshot> parse_snapshot(const fs::path& path, std::string_view 
     std::string error;
     auto record = Record::decode(seq, payload, error);
     if (!record) return fail(error);
+    if (!record->tag()) return fail("request-id entry " + std::to_string(seq) + " without its request id");
     out.dedup.push_back(std::move(*record));
   }
   std::string_view next;
@@ -154,10 +149,9 @@ DirResult<LoadedSnapshot> parse_snapshot(const fs::path& path, std::string_view 
   return out;
 }
 
-DirResult<LoadedSnapshot> load_snapshot(const fs::path& path) {
-  auto bytes = read_file(path);
-  if (!bytes) return std::move(bytes).error();
-  const std::string_view all = bytes.value().bytes;
+}  // namespace
+
+DirResult<LoadedSnapshot> read_snapshot(const fs::path& path, std::string_view all) {
   if (auto error = check_file_header(all, kSnapshotMagic)) return "snapshot " + path.string() + ": " + *error;
   if (all.size() < kFileHeaderSize + 4) return "snapshot " + path.string() + ": truncated (" + std::to_string(all.size()) + " bytes)";
   const std::string_view body = all.substr(kFileHeaderSize, all.size() - kFileHeaderSize - 4);
@@ -170,10 +164,55 @@ DirResult<LoadedSnapshot> load_snapshot(const fs::path& path) {
   return parse_snapshot(path, all.substr(kFileHeaderSize));
 }
 
-}  // namespace
-
 std::string journal_name(std::uint64_t first_seq) { return numbered("journal-", first_seq, ".log"); }
 std::string snapshot_name(std::uint64_t seq) { return numbered("snapshot-", seq, ".snap"); }
+
+DirResult<void> replay_journal(const fs::path& path, std::string_view all, bool last, MetadataState& state,
+                               Recovered& out) {
+  auto where = [&](std::size_t offset) { return "journal " + path.string() + " at offset " + std::to_string(offset); };
+  std::size_t at = kFileHeaderSize;
+  if (all.size() < kFileHeaderSize && last) {
+    out.cut = "cut a torn file header (" + std::to_string(all.size()) + " bytes) of " + path.string();
+    at = 0;
+  } else if (auto error = check_file_header(all, kJournalMagic)) {
+    return where(0) + ": " + *error;
+  } else {
+    while (at < all.size()) {
+      const std::size_t left = all.size() - at;
+      Reader header(all.substr(at, std::min(left, kRecordHeaderSize)));
+      std::uint64_t seq = 0;
+      std::uint32_t len = 0;
+      std::uint32_t crc = 0;
+      const bool whole_header = header.u64(seq) && header.u32(len) && header.u32(crc);
+      if (whole_header && crc != crc32c(all.substr(at, 12))) return where(at) + ": record header checksum mismatch";
+      if (!whole_header || left < kRecordHeaderSize + std::size_t{len} + kRecordTrailerSize) {
+        if (!last) return where(at) + ": torn record in a journal that is not the last";
+        out.cut = "cut a torn record (" + std::to_string(left) + " bytes) at " + where(at);
+        break;
+      }
+      if (seq != out.seq + 1) {
+        return where(at) + ": record " + std::to_string(seq) + ", expected " + std::to_string(out.seq + 1);
+      }
+      const std::string_view payload = all.substr(at + kRecordHeaderSize, len);
+      std::uint32_t payload_crc = 0;
+      std::memcpy(&payload_crc, all.data() + at + kRecordHeaderSize + len, 4);
+      if (payload_crc != crc32c(payload)) return where(at) + ": record payload checksum mismatch";
+      std::string error;
+      auto record = Record::decode(seq, payload, error);
+      if (!record) return where(at) + ": " + error;
+      if (auto applied = state.apply(record->change()); !applied) return where(at) + ": " + applied.error().message;
+      if (record->change().kind == ChangeKind::cleared) out.dedup.clear();
+      if (record->tag()) out.dedup.push_back(std::move(*record));
+      out.seq = seq;
+      ++out.records;
+      at += kRecordHeaderSize + len + kRecordTrailerSize;
+    }
+  }
+  out.journal_bytes += at;
+  out.journal = path;
+  out.journal_valid_bytes = at;
+  return boost::outcome_v2::success();
+}
 
 DirResult<Recovered> recover(const fs::path& dir, MetadataState& state) {
   Recovered out;
@@ -183,7 +222,9 @@ DirResult<Recovered> recover(const fs::path& dir, MetadataState& state) {
   std::optional<std::string> named_journal;
   if (!listing.value().snapshots.empty()) {
     const auto& [seq, path] = *listing.value().snapshots.rbegin();
-    auto loaded = load_snapshot(path);
+    auto bytes = read_file(path);
+    if (!bytes) return std::move(bytes).error();
+    auto loaded = read_snapshot(path, bytes.value().bytes);
     if (!loaded) return std::move(loaded).error();
     if (loaded.value().image.seq != seq) {
       return "snapshot " + path.string() + ": holds change " + std::to_string(loaded.value().image.seq);
@@ -213,50 +254,9 @@ DirResult<Recovered> recover(const fs::path& dir, MetadataState& state) {
     }
     auto bytes = read_file(path);
     if (!bytes) return std::move(bytes).error();
-    const std::string_view all = bytes.value().bytes;
-    auto where = [&](std::size_t offset) { return "journal " + path.string() + " at offset " + std::to_string(offset); };
-    std::size_t at = kFileHeaderSize;
-    if (all.size() < kFileHeaderSize && last) {
-      out.cut = "cut a torn file header (" + std::to_string(all.size()) + " bytes) of " + path.string();
-      at = 0;
-    } else if (auto error = check_file_header(all, kJournalMagic)) {
-      return where(0) + ": " + *error;
-    } else {
-      while (at < all.size()) {
-        const std::size_t left = all.size() - at;
-        Reader header(all.substr(at, std::min(left, kRecordHeaderSize)));
-        std::uint64_t seq = 0;
-        std::uint32_t len = 0;
-        std::uint32_t crc = 0;
-        const bool whole_header = header.u64(seq) && header.u32(len) && header.u32(crc);
-        if (whole_header && crc != crc32c(all.substr(at, 12))) return where(at) + ": record header checksum mismatch";
-        if (!whole_header || left < kRecordHeaderSize + std::size_t{len} + kRecordTrailerSize) {
-          if (!last) return where(at) + ": torn record in a journal that is not the last";
-          out.cut = "cut a torn record (" + std::to_string(left) + " bytes) at " + where(at);
-          break;
-        }
-        if (seq != out.seq + 1) {
-          return where(at) + ": record " + std::to_string(seq) + ", expected " + std::to_string(out.seq + 1);
-        }
-        const std::string_view payload = all.substr(at + kRecordHeaderSize, len);
-        std::uint32_t payload_crc = 0;
-        std::memcpy(&payload_crc, all.data() + at + kRecordHeaderSize + len, 4);
-        if (payload_crc != crc32c(payload)) return where(at) + ": record payload checksum mismatch";
-        std::string error;
-        auto record = Record::decode(seq, payload, error);
-        if (!record) return where(at) + ": " + error;
-        if (auto applied = state.apply(record->change()); !applied) return where(at) + ": " + applied.error().message;
-        if (record->change().kind == ChangeKind::cleared) out.dedup.clear();
-        if (record->tag()) out.dedup.push_back(std::move(*record));
-        out.seq = seq;
-        ++out.records;
-        at += kRecordHeaderSize + len + kRecordTrailerSize;
-      }
-    }
-    out.journal_bytes += at;
-    out.journal = path;
+    auto replayed = replay_journal(path, bytes.value().bytes, last, state, out);
+    if (!replayed) return std::move(replayed).error();
     out.journal_first_seq = first;
-    out.journal_valid_bytes = at;
   }
   return out;
 }

@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <boost/outcome/result.hpp>
@@ -61,6 +62,20 @@ struct Recovered {
 // A torn record at the very end of the last journal is left out (and reported in `cut`); anything
 // else wrong is an error naming the file and offset, with `state` unusable.
 DirResult<Recovered> recover(const std::filesystem::path& dir, MetadataState& state);
+
+// The two readers recover() uses, on the bytes of one file (the fuzz targets call them directly).
+// Replays one journal file into `state`, its first record following out.seq, and advances `out`. In
+// the `last` file a torn record at the end is left out (reported in out.cut); anything else wrong
+// is an error naming the file and the offset.
+DirResult<void> replay_journal(const std::filesystem::path& path, std::string_view bytes, bool last,
+                               MetadataState& state, Recovered& out);
+struct LoadedSnapshot {
+  StateImage image;
+  std::vector<Record> dedup;  // each with its DedupTag
+  std::string next_journal;
+};
+// Checks a snapshot's file header and checksum, then parses it; an error names the file.
+DirResult<LoadedSnapshot> read_snapshot(const std::filesystem::path& path, std::string_view bytes);
 
 // Writes snapshot-<image.seq>.snap durably (temporary file, fsync, rename, directory fsync), naming
 // the journal file that holds the records after it.

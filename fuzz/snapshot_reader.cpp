@@ -1,0 +1,56 @@
+// The snapshot reader recovery uses (durable::read_snapshot) on a file's bytes, then the import of
+// its image into an empty state. The first byte says how the rest is read:
+//  even: as the file itself (file header and checksum as the fuzzer wrote them);
+//  odd:  as the body between the file header and the checksum, which are added right, so that the
+//        parser and the image's consistency checks are reached.
+// What must hold: a failure is an error naming the file; a snapshot that loads and imports gives
+// exactly its image back (never a part of it), and every request-id entry it holds carries its tag
+// and encodes back to the same bytes.
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "durable/data_dir.hpp"
+#include "durable/record.hpp"
+#include "fuzz_support.hpp"
+#include "hf3fs_meta/state.hpp"
+
+namespace {
+
+using namespace hf3fs_meta;
+
+const std::filesystem::path kPath = "fuzzdir/snapshot-00000000000000000001.snap";
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  if (size == 0) return 0;
+  const std::string_view rest = fuzz::as_text(data + 1, size - 1);
+  std::string file;
+  if (data[0] & 1) {
+    file = durable::file_header(durable::kSnapshotMagic);
+    file.append(rest);
+    durable::put_u32(file, durable::crc32c(rest));
+  } else {
+    file = rest;
+  }
+
+  auto loaded = durable::read_snapshot(kPath, file);
+  if (!loaded) {
+    HF3FS_FUZZ_CHECK(loaded.error().message.find(kPath.string()) != std::string::npos);
+    return 0;
+  }
+  for (const durable::Record& record : loaded.value().dedup) {
+    HF3FS_FUZZ_CHECK(record.tag().has_value());
+    std::string again;
+    durable::encode_payload(record.change(), &*record.tag(), again);
+    HF3FS_FUZZ_CHECK(again == record.payload());
+  }
+  const StateImage image = loaded.value().image;
+  // Small limits, as a server with small --max-* flags would have.
+  MetadataState state(StateOptions{4096, 8, 16384});
+  if (!state.import_image(std::move(loaded.value().image))) return 0;
+  HF3FS_FUZZ_CHECK(state.seq() == image.seq);
+  HF3FS_FUZZ_CHECK(state.export_image() == image);
+  return 0;
+}
