@@ -14,13 +14,32 @@
 
 namespace hf3fs_meta {
 
-// How many attempts a call may make, and how long the whole call may take.
+// How the retry loop treats a failed attempt.
+enum class RetryClass {
+  stop,       // returned as it is
+  unapplied,  // the server certainly did not apply it: repeated after backoff
+  ambiguous,  // it may have been applied: repeated after backoff only if the call is safe to repeat
+              // (IdempotencyPolicy)
+  rank_lost,  // the server forgot the call's rank: a registered rank is initialized again (once per
+              // call), then the call is repeated at once, without backoff or budget token
+};
+
+// DESIGN.md's table: 503, or a transport failure before the request left -> unapplied (and one
+// that nothing accepted, the server restarting, is repeated until the deadline whatever the attempt
+// count, without spending the budget); 502, 504, server_error, or a transport failure after
+// sending -> ambiguous; rank_not_initialized -> rank_lost; anything else (a protocol_error among
+// them) -> stop.
+RetryClass default_retry_class(const Error& error) noexcept;
+
+// Which failures repeat, how many attempts a call may make, and how long the whole call may take.
 class RetryPolicy {
  public:
   virtual ~RetryPolicy() = default;
   virtual std::unique_ptr<RetryPolicy> clone() const = 0;
   virtual int max_attempts() const = 0;
   virtual std::chrono::milliseconds deadline() const = 0;
+  // The error is classified (code, status, sent) but not yet counted. Default: default_retry_class.
+  virtual RetryClass classify(const Error& error) const { return default_retry_class(error); }
 };
 
 // Default: 4 attempts within 10 s.

@@ -7,6 +7,17 @@
 
 namespace hf3fs_meta {
 
+RetryClass default_retry_class(const Error& e) noexcept {
+  if (e.code == errc::rank_not_initialized) return RetryClass::rank_lost;
+  if (e.code == errc::protocol_error) return RetryClass::stop;  // an answer too large to read, too
+  const bool transport_failure = !e.status.has_value();
+  if ((transport_failure && !e.sent) || e.status == 503) return RetryClass::unapplied;
+  if (transport_failure || e.status == 502 || e.status == 504 || e.code == errc::server_error) {
+    return RetryClass::ambiguous;
+  }
+  return RetryClass::stop;
+}
+
 LimitedAttemptsRetryPolicy::LimitedAttemptsRetryPolicy(int max_attempts, std::chrono::milliseconds deadline)
     : max_attempts_(std::max(1, max_attempts)), deadline_(std::max(deadline, std::chrono::milliseconds(0))) {}
 

@@ -1,0 +1,331 @@
+// The retry loop on its own (src/client/retry_loop.hpp): a scripted attempt functor instead of a
+// transport, a fake clock and sleeper, a real rank registry. What the client does over HTTP is in
+// client_retry_test.cpp; here, what the loop decides from the policies and the outcomes alone.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "client/retry_loop.hpp"
+#include "support/fakes.hpp"
+
+namespace hf3fs_meta::internal {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::nanoseconds;
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+using namespace hf3fs_meta::testing;
+
+Error failure(errc code, std::optional<int> status, bool sent = true) {
+  Error e;
+  e.code = code;
+  e.status = status;
+  e.sent = sent;
+  e.detail = "scripted";
+  return e;
+}
+Error http(int status, errc code) { return failure(code, status); }
+Error refused() { return failure(errc::connection_failed, std::nullopt, false); }
+Error lost_rank(Rank rank) {
+  Error e = http(500, errc::rank_not_initialized);
+  e.rank = rank;
+  return e;
+}
+
+double three_quarters() { return 0.75; }
+
+class RetryLoopTest : public ::testing::Test {
+ protected:
+  RetryLoopPolicies policies() {
+    return RetryLoopPolicies{*retry,  backoff, idempotency,     budget,
+                             *clock,  sleeper, &observer,       AttemptTimeouts{milliseconds(1000), milliseconds(5000)},
+                             &three_quarters};
+  }
+
+  CallSpec call(Operation op, std::optional<Rank> rank = std::nullopt, milliseconds deadline = milliseconds(10000)) {
+    const auto now = clock->now();
+    return CallSpec{op, rank, false, now, now + deadline, deadline, "rid-1"};
+  }
+
+  // Runs the loop over `script` (one outcome per attempt; running out is a failure).
+  Result<int> run(const CallSpec& s, std::deque<AttemptOutcome<int>> script, std::int64_t dedup_window_ms = 0) {
+    return retry_loop<int>(
+        policies(), ranks, s, dedup_window_ms,
+        [&](const AttemptTimeouts& t) {
+          timeouts.push_back(t);
+          if (script.empty()) {
+            ADD_FAILURE() << "more attempts than scripted";
+            return AttemptOutcome<int>{failure(errc::invalid_request, 400)};
+          }
+          auto next = std::move(script.front());
+          script.pop_front();
+          return next;
+        },
+        [&](Rank rank, std::int64_t num_pages, Role role, const CallSpec& caller) -> Result<std::string> {
+          initializes.push_back({rank, num_pages, role, caller.request_id});
+          if (restore_error) return *restore_error;
+          return std::string("ok");
+        });
+  }
+
+  static AttemptOutcome<int> fails(Error e) { return AttemptOutcome<int>{std::move(e)}; }
+  static AttemptOutcome<int> succeeds(int v) { return AttemptOutcome<int>{v, true}; }
+
+  struct Initialize {
+    Rank rank;
+    std::int64_t num_pages;
+    Role role;
+    std::string caller;
+  };
+
+  std::shared_ptr<FakeClock> clock = std::make_shared<FakeClock>();
+  FakeSleeper sleeper{clock};
+  std::unique_ptr<RetryPolicy> retry = std::make_unique<LimitedAttemptsRetryPolicy>();
+  ExponentialBackoffPolicy backoff;
+  DefaultIdempotencyPolicy idempotency;
+  RetryBudget budget{RetryBudgetOptions{}};
+  RecordingObserver observer;
+  RankRegistry ranks;
+  std::vector<AttemptTimeouts> timeouts;
+  std::vector<Initialize> initializes;
+  std::optional<Error> restore_error;
+};
+
+TEST(DefaultRetryClassTest, IsDesignsTable) {
+  EXPECT_EQ(default_retry_class(http(503, errc::unavailable)), RetryClass::unapplied);
+  EXPECT_EQ(default_retry_class(failure(errc::connection_failed, std::nullopt, false)), RetryClass::unapplied);
+  EXPECT_EQ(default_retry_class(failure(errc::timeout, std::nullopt, false)), RetryClass::unapplied);
+  EXPECT_EQ(default_retry_class(http(502, errc::unavailable)), RetryClass::ambiguous);
+  EXPECT_EQ(default_retry_class(http(504, errc::unavailable)), RetryClass::ambiguous);
+  EXPECT_EQ(default_retry_class(failure(errc::timeout, std::nullopt, true)), RetryClass::ambiguous);
+  EXPECT_EQ(default_retry_class(failure(errc::connection_failed, std::nullopt, true)), RetryClass::ambiguous);
+  EXPECT_EQ(default_retry_class(http(500, errc::server_error)), RetryClass::ambiguous);
+  EXPECT_EQ(default_retry_class(lost_rank(3)), RetryClass::rank_lost);
+  for (auto [status, code] : {std::pair{500, errc::allocation_failed}, {400, errc::invalid_request},
+                              {409, errc::stale_allocation}, {422, errc::validation_error},
+                              {404, errc::unexpected_status}, {200, errc::protocol_error}}) {
+    EXPECT_EQ(default_retry_class(http(status, code)), RetryClass::stop) << status << ' ' << to_string(code);
+  }
+  // The policies' default is that table.
+  EXPECT_EQ(LimitedAttemptsRetryPolicy().classify(http(503, errc::unavailable)), RetryClass::unapplied);
+}
+
+TEST_F(RetryLoopTest, FirstSuccessIsReturnedWithoutWaiting) {
+  auto r = run(call(Operation::allocate), {succeeds(7)});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r.value(), 7);
+  EXPECT_THAT(sleeper.sleeps(), IsEmpty());
+  EXPECT_THAT(observer.trace(), ElementsAre("attempt 1", "success 1"));
+}
+
+TEST_F(RetryLoopTest, UnappliedFailuresRepeatAfterTheBackoffsDelayEvenForAnUnsafeCall) {
+  auto r = run(call(Operation::allocate), {fails(http(503, errc::unavailable)), fails(refused()), succeeds(1)});
+  ASSERT_TRUE(r) << r.error().message();
+  // 0.75 of 50 ms, then of 100 ms: the backoff's draws, handed to the sleeper.
+  EXPECT_THAT(sleeper.sleeps(), ElementsAre(milliseconds(37) + std::chrono::microseconds(500), milliseconds(75)));
+  EXPECT_THAT(observer.trace(), ElementsAre("attempt 1", "retry 1", "attempt 2", "retry 2", "attempt 3", "success 3"));
+}
+
+TEST_F(RetryLoopTest, AnAmbiguousFailureRepeatsOnlyWhatIsSafe) {
+  auto safe = run(call(Operation::batch_exists), {fails(http(502, errc::unavailable)), succeeds(1)});
+  EXPECT_TRUE(safe);
+
+  auto unsafe = run(call(Operation::allocate), {fails(http(504, errc::unavailable))});
+  ASSERT_FALSE(unsafe);
+  EXPECT_EQ(unsafe.error().stop_reason, "not safe to repeat allocate after unavailable (504)");
+  auto sent = run(call(Operation::clear), {fails(failure(errc::timeout, std::nullopt, true))});
+  ASSERT_FALSE(sent);
+  EXPECT_EQ(sent.error().stop_reason, "not safe to repeat clear after timeout (request sent)");
+}
+
+TEST_F(RetryLoopTest, AnAmbiguousAllocateRepeatsOnlyInsideTheServersDedupWindow) {
+  // Declared by an answer of this call.
+  AttemptOutcome<int> declared{http(503, errc::unavailable)};
+  declared.dedup_window_ms = 60000;
+  auto r = run(call(Operation::allocate), {std::move(declared), fails(http(502, errc::unavailable)), succeeds(2)});
+  ASSERT_TRUE(r) << r.error().message();
+  // Known before the call.
+  EXPECT_TRUE(run(call(Operation::allocate), {fails(http(502, errc::unavailable)), succeeds(2)}, 60000));
+
+  // A window the repeat could miss (it may wait up to 50 ms first): not repeated.
+  auto late = run(call(Operation::allocate), {fails(http(502, errc::unavailable))}, 40);
+  ASSERT_FALSE(late);
+  EXPECT_EQ(late.error().stop_reason, "not safe to repeat allocate after unavailable (502)");
+  // An answer declaring no window (0, or a value that is not one) withdraws it.
+  AttemptOutcome<int> withdrawn{http(502, errc::unavailable)};
+  withdrawn.dedup_window_ms = 0;
+  EXPECT_FALSE(run(call(Operation::allocate), {std::move(withdrawn)}, 60000));
+}
+
+TEST_F(RetryLoopTest, OtherFailuresStopAtOnceWithoutAReasonOrAToken) {
+  auto r = run(call(Operation::allocate), {fails(http(400, errc::invalid_request))});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, errc::invalid_request);
+  EXPECT_EQ(r.error().attempts, 1);
+  EXPECT_EQ(r.error().operation, Operation::allocate);
+  EXPECT_EQ(r.error().request_id, "rid-1");
+  EXPECT_EQ(r.error().stop_reason, "");
+  EXPECT_THAT(observer.trace(), ElementsAre("attempt 1", "give_up 1"));
+  // Ten such failures cost no budget: a retryable failure still repeats.
+  for (int i = 0; i < 10; ++i) (void)run(call(Operation::allocate), {fails(http(400, errc::invalid_request))});
+  EXPECT_TRUE(run(call(Operation::allocate), {fails(http(503, errc::unavailable)), succeeds(1)}));
+}
+
+TEST_F(RetryLoopTest, ThePolicysAttemptCountStopsTheLoopAndSaysSo) {
+  retry = std::make_unique<LimitedAttemptsRetryPolicy>(3);
+  auto r = run(call(Operation::batch_exists),
+               {fails(http(503, errc::unavailable)), fails(http(503, errc::unavailable)), fails(http(503, errc::unavailable))});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, errc::unavailable);
+  EXPECT_EQ(r.error().attempts, 3);
+  // 37.5 ms + 75 ms of backoff on the fake clock.
+  EXPECT_EQ(r.error().stop_reason, "retry policy exhausted after 3 attempts in 0.113 s");
+  EXPECT_THAT(r.error().message(), ::testing::HasSubstr("retry policy exhausted after 3 attempts"));
+}
+
+TEST_F(RetryLoopTest, TheLoopDoesNotSleepPastTheDeadline) {
+  auto r = run(call(Operation::batch_exists, std::nullopt, milliseconds(100)),
+               {fails(http(503, errc::unavailable)), fails(http(503, errc::unavailable))});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().attempts, 2);
+  EXPECT_EQ(r.error().stop_reason, "deadline of 0.1 s reached after 2 attempts in 0.0375 s");
+  EXPECT_THAT(sleeper.sleeps(), ElementsAre(milliseconds(37) + std::chrono::microseconds(500)));
+}
+
+TEST_F(RetryLoopTest, ADeadlineAlreadyPassedIsATimeoutWithoutAnAttempt) {
+  auto r = run(call(Operation::get_locations, 3, milliseconds(0)), {});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, errc::timeout);
+  EXPECT_EQ(r.error().attempts, 0);
+  EXPECT_EQ(r.error().request_id, "rid-1");
+  EXPECT_EQ(r.error().stop_reason, "deadline of 0 s reached after 0 attempts in 0 s");
+}
+
+TEST_F(RetryLoopTest, AConnectionNothingAcceptedIsRepeatedPastTheAttemptCountUntilTheDeadline) {
+  retry = std::make_unique<LimitedAttemptsRetryPolicy>(2);
+  AttemptOutcome<int> unreachable{refused()};
+  unreachable.unreachable = true;
+  std::deque<AttemptOutcome<int>> script(6, unreachable);
+  script.push_back(succeeds(1));
+  auto r = run(call(Operation::allocate), script);
+  ASSERT_TRUE(r) << r.error().message();
+  EXPECT_EQ(timeouts.size(), 7u);
+  // It spent no budget (six tokens would have left four, and no retry): a 503 is still retried.
+  EXPECT_TRUE(run(call(Operation::batch_exists), {fails(http(503, errc::unavailable)), succeeds(1)}));
+
+  // The deadline still stops it.
+  auto r2 = run(call(Operation::allocate, std::nullopt, milliseconds(100)), {unreachable, unreachable});
+  ASSERT_FALSE(r2);
+  EXPECT_EQ(r2.error().code, errc::connection_failed);
+  EXPECT_EQ(r2.error().stop_reason, "deadline of 0.1 s reached after 2 attempts in 0.0375 s");
+}
+
+TEST_F(RetryLoopTest, EachAttemptsTimeoutsAreCutToWhatIsLeftOfTheDeadline) {
+  auto r = run(call(Operation::batch_exists, std::nullopt, milliseconds(2000)),
+               {fails(http(503, errc::unavailable)), succeeds(1)});
+  ASSERT_TRUE(r);
+  ASSERT_EQ(timeouts.size(), 2u);
+  EXPECT_EQ(timeouts[0].connect, milliseconds(1000));
+  EXPECT_EQ(timeouts[0].total, milliseconds(2000));
+  EXPECT_EQ(timeouts[1].total, milliseconds(1963));  // 2000 - 37.5, rounded up
+}
+
+TEST_F(RetryLoopTest, TheBudgetStopsRetriesWhenHalfIsSpent) {
+  // 10 tokens, a failure takes 1: the fifth failure leaves 5, and retries stop at 5 or fewer.
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(run(call(Operation::batch_exists), {fails(http(503, errc::unavailable)), succeeds(1)}));
+  }
+  // 4 spent, 0.4 refunded: 6.4 left; this failure leaves 5.4, the next 4.4.
+  auto r = run(call(Operation::batch_exists),
+               {fails(http(503, errc::unavailable)), fails(http(503, errc::unavailable))});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().attempts, 2);
+  EXPECT_EQ(r.error().stop_reason, "retry budget exhausted");
+}
+
+// The retry policy decides which outcomes repeat: one that treats a 409 as unapplied and a 503 as
+// final changes the loop accordingly.
+class ConflictsRepeatPolicy final : public RetryPolicy {
+ public:
+  std::unique_ptr<RetryPolicy> clone() const override { return std::make_unique<ConflictsRepeatPolicy>(*this); }
+  int max_attempts() const override { return 4; }
+  milliseconds deadline() const override { return milliseconds(10000); }
+  RetryClass classify(const Error& e) const override {
+    if (e.status == 409) return RetryClass::unapplied;
+    if (e.status == 503) return RetryClass::stop;
+    return default_retry_class(e);
+  }
+};
+
+TEST_F(RetryLoopTest, TheRetryPolicyDecidesWhichOutcomesRepeat) {
+  retry = std::make_unique<ConflictsRepeatPolicy>();
+  EXPECT_TRUE(run(call(Operation::confirm_write, 3), {fails(http(409, errc::stale_allocation)), succeeds(1)}));
+  auto r = run(call(Operation::batch_exists), {fails(http(503, errc::unavailable))});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().attempts, 1);
+}
+
+TEST_F(RetryLoopTest, ALostRegisteredRankIsRestoredOnceThenTheCallRepeatsAtOnce) {
+  ranks.add(3, 64, Role::worker);
+  auto r = run(call(Operation::allocate, 3), {fails(lost_rank(3)), succeeds(5)});
+  ASSERT_TRUE(r) << r.error().message();
+  ASSERT_EQ(initializes.size(), 1u);
+  EXPECT_EQ(initializes[0].rank, 3);
+  EXPECT_EQ(initializes[0].num_pages, 64);
+  EXPECT_EQ(initializes[0].caller, "rid-1");
+  EXPECT_THAT(sleeper.sleeps(), IsEmpty());
+  EXPECT_THAT(observer.trace(), ElementsAre("attempt 1", "reinitialize 3", "attempt 2", "success 2"));
+}
+
+TEST_F(RetryLoopTest, ARestoreIsAllowedPastTheAttemptCountButOnlyOncePerCall) {
+  retry = std::make_unique<LimitedAttemptsRetryPolicy>(1);
+  ranks.add(3, 64, Role::worker);
+  EXPECT_TRUE(run(call(Operation::get_locations, 3), {fails(lost_rank(3)), succeeds(5)}));
+
+  auto twice = run(call(Operation::get_locations, 3), {fails(lost_rank(3)), fails(lost_rank(3))});
+  ASSERT_FALSE(twice);
+  EXPECT_TRUE(twice.error().reinitialized);
+  EXPECT_EQ(twice.error().stop_reason, "rank 3 was not initialized again after the client restored it");
+}
+
+TEST_F(RetryLoopTest, ARestoredConfirmWriteIsNotRepeated) {
+  ranks.add(3, 64, Role::worker);
+  auto r = run(call(Operation::confirm_write, 3), {fails(lost_rank(3))});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, errc::rank_not_initialized);
+  EXPECT_TRUE(r.error().reinitialized);
+  EXPECT_THAT(r.error().stop_reason, ::testing::StartsWith("rank 3 was re-initialized: the pages this confirm_write"));
+  EXPECT_EQ(initializes.size(), 1u);
+}
+
+TEST_F(RetryLoopTest, ALostRankThatCannotBeRestoredSaysWhy) {
+  auto unregistered = run(call(Operation::allocate, 3), {fails(lost_rank(3))});
+  ASSERT_FALSE(unregistered);
+  EXPECT_EQ(unregistered.error().stop_reason,
+            "rank 3 is not registered with this client: call ensure_initialized(3, num_pages) or register_rank "
+            "first, so that it restores the rank");
+
+  ranks.add(3, 64, Role::worker);
+  restore_error = http(400, errc::invalid_initialization);
+  auto failed = run(call(Operation::allocate, 3), {fails(lost_rank(3))});
+  ASSERT_FALSE(failed);
+  EXPECT_THAT(failed.error().stop_reason, ::testing::StartsWith("re-initializing rank 3 failed: "));
+  EXPECT_FALSE(failed.error().reinitialized);
+
+  // Another rank's, or a call with no rank: returned as it is.
+  auto other = run(call(Operation::allocate, 4), {fails(lost_rank(3))});
+  ASSERT_FALSE(other);
+  EXPECT_EQ(other.error().stop_reason, "");
+  EXPECT_FALSE(run(call(Operation::batch_exists), {fails(lost_rank(3))}));
+  EXPECT_EQ(initializes.size(), 1u);
+}
+
+}  // namespace
+}  // namespace hf3fs_meta::internal
