@@ -165,17 +165,10 @@ void Router::serve_faults(const Request& request, Exchange& exchange) {
 void Router::serve_protocol(const Request& request, Exchange& exchange) {
   auto& reply = exchange.reply;
   const Route route = exchange.target.route;
-  const bool changes_state = route == Route::initialize || route == Route::batch_allocate ||
-                             route == Route::confirm_write || route == Route::clear || route == Route::drop_rank;
+  const bool changes_state = route_info(route).changes_state;
   ServiceAnswer answer;
   std::uint64_t seq = 0;
-  if (store_ && route == Route::delete_keys) {
-    // Not journaled yet: a deletion a restart would undo is worse than none.
-    answer.status = 501;
-    answer.content_type = kJson;
-    answer.body = protocol::encode_detail("POST /keys/delete is not available with --data-dir yet (the journal "
-                                          "does not record deletions): nothing applied");
-  } else if (store_ && changes_state) {
+  if (store_ && changes_state) {
     if (auto failure = store_->journal().failure()) {
       answer.status = 503;
       answer.content_type = kJson;

@@ -70,6 +70,7 @@ struct RouteInfo {
   MissingRank missing_rank = MissingRank::plain;
   Dedup dedup = Dedup::none;  // the reference server applies it once per X-Request-Id, keeping this
   Repeat repeat = Repeat::never;
+  bool changes_state = false;  // with --data-dir, journaled before it is answered
 
   constexpr bool is_endpoint() const noexcept { return name.starts_with('/'); }
 };
@@ -79,7 +80,8 @@ inline constexpr RouteInfo kRoutes[] = {
      .name = "/rank/{rank}/initialize",
      .method = "POST",
      .operation = Operation::initialize,
-     .repeat = Repeat::always},
+     .repeat = Repeat::always,
+     .changes_state = true},
     {.route = Route::batch_allocate,
      .name = "/keys/batch_allocate",
      .method = "POST",
@@ -88,7 +90,8 @@ inline constexpr RouteInfo kRoutes[] = {
      .failure_code = errc::allocation_failed,
      .missing_rank = MissingRank::prefixed,
      .dedup = Dedup::pages,
-     .repeat = Repeat::if_deduplicated},
+     .repeat = Repeat::if_deduplicated,
+     .changes_state = true},
     {.route = Route::confirm_write,
      .name = "/keys/confirm_write",
      .method = "POST",
@@ -97,7 +100,8 @@ inline constexpr RouteInfo kRoutes[] = {
      .failure_code = errc::confirmation_failed,
      .missing_rank = MissingRank::key_error,
      .dedup = Dedup::status,
-     .repeat = Repeat::without_releases},
+     .repeat = Repeat::without_releases,
+     .changes_state = true},
     {.route = Route::batch_exists,
      .name = "/keys/batch_exists",
      .method = "POST",
@@ -114,21 +118,28 @@ inline constexpr RouteInfo kRoutes[] = {
      .failure_code = errc::location_lookup_failed,
      .missing_rank = MissingRank::prefixed,
      .repeat = Repeat::always},
-    {.route = Route::clear, .name = "/clear", .method = "POST", .operation = Operation::clear, .repeat = Repeat::never},
+    {.route = Route::clear,
+     .name = "/clear",
+     .method = "POST",
+     .operation = Operation::clear,
+     .repeat = Repeat::never,
+     .changes_state = true},
     // Extensions of the reference server (PROTOCOL.md, "Opt-in extensions"); no 500s of their own.
     // A repeated delete could delete the key saved again since the first attempt.
     {.route = Route::delete_keys,
      .name = "/keys/delete",
      .method = "POST",
      .operation = Operation::delete_keys,
-     .repeat = Repeat::never},
+     .repeat = Repeat::never,
+     .changes_state = true},
     {.route = Route::stats, .name = "/stats", .method = "GET", .operation = Operation::stats, .repeat = Repeat::always},
     // Never repeated: it could drop a rank initialized again since the first attempt.
     {.route = Route::drop_rank,
      .name = "/rank/{rank}/drop",
      .method = "POST",
      .operation = Operation::drop_rank,
-     .repeat = Repeat::never},
+     .repeat = Repeat::never,
+     .changes_state = true},
     {.route = Route::redirect, .name = "redirect"},
     {.route = Route::method_not_allowed, .name = "method_not_allowed"},
     {.route = Route::not_found, .name = "not_found"},

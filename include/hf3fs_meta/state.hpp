@@ -128,6 +128,7 @@ enum class ChangeKind : std::uint8_t {
   confirmed = 3,     // rank, confirmed (in order), then released (in order), then kept_mapped
   cleared = 4,       // every rank and key forgotten
   rank_dropped = 5,  // rank: the rank, its pages and its keys' mappings on it gone; keys left unmapped gone
+  keys_deleted = 6,  // deleted, in order: each key gone, its pages to the ends of their pools (POST /keys/delete)
 };
 inline constexpr std::uint32_t kNoPage32 = 0xFFFFFFFFu;
 struct AllocatedItem {
@@ -150,6 +151,7 @@ struct Change {
   std::span<const ConfirmedItem> confirmed;
   std::span<const std::uint32_t> released;  // pages actually returned to the pool
   std::uint32_t kept_mapped = 0;
+  std::span<const std::string_view> deleted;  // keys_deleted
 };
 // Called under the state's exclusive lock: must be quick and must not call back into the state.
 using ChangeSink = std::function<void(const Change&)>;

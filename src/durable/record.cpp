@@ -105,6 +105,10 @@ void encode_payload(const Change& change, const DedupTag* tag, std::string& out)
     case ChangeKind::rank_dropped:
       put_u64(out, static_cast<std::uint64_t>(change.rank));
       break;
+    case ChangeKind::keys_deleted:
+      put_u32(out, static_cast<std::uint32_t>(change.deleted.size()));
+      for (const std::string_view key : change.deleted) put_bytes(out, key);
+      break;
   }
 }
 
@@ -191,6 +195,14 @@ std::optional<Record> Record::decode(std::uint64_t seq, std::string_view payload
     case ChangeKind::rank_dropped:
       if (!in.u64(rank)) return fail("truncated rank_dropped");
       break;
+    case ChangeKind::keys_deleted:
+      if (!in.u32(n)) return fail("truncated keys_deleted");
+      if (n > in.left() / 4) return fail("deleted count " + std::to_string(n) + " past the payload");
+      record.deleted_.resize(n);
+      for (std::string_view& key : record.deleted_) {
+        if (!in.bytes(key)) return fail("truncated deleted key");
+      }
+      break;
     default:
       return fail("unknown kind " + std::to_string(kind) + " (written by a newer server?)");
   }
@@ -199,6 +211,7 @@ std::optional<Record> Record::decode(std::uint64_t seq, std::string_view payload
   c.allocated = record.allocated_;
   c.confirmed = record.confirmed_;
   c.released = record.released_;
+  c.deleted = record.deleted_;
   return record;
 }
 

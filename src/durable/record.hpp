@@ -65,6 +65,7 @@ class Record {
   std::vector<AllocatedItem> allocated_;
   std::vector<ConfirmedItem> confirmed_;
   std::vector<std::uint32_t> released_;
+  std::vector<std::string_view> deleted_;
 };
 
 // Appends a change's payload (no header) to `out`.

@@ -237,6 +237,7 @@ struct Scratch {
   std::vector<AllocatedItem> allocated;
   std::vector<ConfirmedItem> confirmed;
   std::vector<std::uint32_t> released;
+  std::vector<std::string_view> deleted;
 
   void reset() {
     // A huge batch must not leave a huge table behind for every later call to clear.
@@ -250,9 +251,11 @@ struct Scratch {
     if (allocated.capacity() > kKeep) std::vector<AllocatedItem>{}.swap(allocated);
     if (confirmed.capacity() > kKeep) std::vector<ConfirmedItem>{}.swap(confirmed);
     if (released.capacity() > kKeep) std::vector<std::uint32_t>{}.swap(released);
+    if (deleted.capacity() > kKeep) std::vector<std::string_view>{}.swap(deleted);
     allocated.clear();
     confirmed.clear();
     released.clear();
+    deleted.clear();
     seen.clear();
     page_overlay.clear();
     hashed.clear();
@@ -756,18 +759,29 @@ struct MetadataState::Impl {
 
   template <class Keys>
   std::vector<bool> delete_keys(const Keys& keys_to_delete) {
-    const auto& hashed = hash_all(scratch(), keys_to_delete, [](std::string_view k) { return k; });
+    Scratch& s = scratch();
+    const auto& hashed = hash_all(s, keys_to_delete, [](std::string_view k) { return k; });
     std::vector<bool> result(hashed.size(), false);
     std::unique_lock lock(mutex);
     advance();
     for (std::size_t i = 0; i < hashed.size(); ++i) {
       const std::uint32_t id = id_of(hashed[i]);
       if (id == kNone) continue;
-      ++counters.deleted;
-      remove_key(id);
+      delete_key(id);
       result[i] = true;
+      s.deleted.push_back(hashed[i].name);  // the caller's bytes (the record's are gone with it)
+    }
+    if (!s.deleted.empty()) {
+      Change change;
+      change.kind = ChangeKind::keys_deleted;
+      change.deleted = s.deleted;
+      emit(change);
     }
     return result;
+  }
+  void delete_key(std::uint32_t id) {
+    ++counters.deleted;
+    remove_key(id);
   }
 };
 
@@ -1133,6 +1147,22 @@ StateResult<void> MetadataState::apply(const Change& change) {
     s.rank_slots.emplace(change.rank, static_cast<std::uint32_t>(s.ranks.size()));
     s.ranks.push_back(std::make_unique<RankData>(change.rank, change.num_pages, s.lru, s.ttl_ms > 0));
     s.total_pages += change.num_pages;
+    s.seq = change.seq;
+    return boost::outcome_v2::success();
+  }
+  if (change.kind == ChangeKind::keys_deleted) {
+    // With no read lease (the server runs none with a data dir), a deleted key's pages go straight
+    // back to their pools, as they went when the record was made.
+    if (s.lease_ms > 0) return unfit(change, "deletions are replayed only without read leases");
+    std::vector<std::uint32_t> ids;
+    for (const std::string_view key : change.deleted) {
+      const std::uint32_t id = s.id_of(HashedKey{key});
+      if (id == kNone || std::find(ids.begin(), ids.end(), id) != ids.end()) {
+        return unfit(change, "key " + std::string(key) + " does not exist");
+      }
+      ids.push_back(id);
+    }
+    for (const std::uint32_t id : ids) s.delete_key(id);
     s.seq = change.seq;
     return boost::outcome_v2::success();
   }

@@ -52,11 +52,35 @@ void copy_cut(const fs::path& from, const fs::path& to, std::size_t size) {
   fs::resize_file(journals.back(), size);
 }
 
+TEST(DurableRecord, ADeletionOfAKeyThatIsNotThereDoesNotFit) {
+  MetadataState state;
+  const std::vector<BlockKey> a{{"a", ""}};
+  const std::vector<Confirmation> a0{{"a", 0}};
+  ASSERT_TRUE(state.initialize(0, 4).has_value());
+  ASSERT_TRUE(state.allocate(0, a).has_value());
+  ASSERT_TRUE(state.confirm_write(0, a0, {}).has_value());
+  const StateImage before = state.export_image();
+  const std::string_view keys[] = {"a", "nobody"};
+  Change change;
+  change.kind = ChangeKind::keys_deleted;
+  change.seq = state.seq() + 1;
+  change.deleted = keys;
+  auto applied = state.apply(change);
+  ASSERT_FALSE(applied.has_value());
+  EXPECT_THAT(applied.error().message, HasSubstr("key nobody does not exist"));
+  EXPECT_EQ(state.export_image(), before);  // "a" is still there: a record that does not fit changes nothing
+  const std::string_view twice[] = {"a", "a"};
+  change.deleted = twice;
+  EXPECT_FALSE(state.apply(change).has_value());
+  EXPECT_EQ(state.export_image(), before);
+}
+
 TEST(DurableRecord, EveryKindRoundTrips) {
   const AllocatedItem allocated[] = {{"a", 3, 3}, {"b", 4, 1}};
   const ConfirmedItem confirmed[] = {{"a", 3, 2}, {"", 7, 0}};
   const std::uint32_t released[] = {9, 1};
-  std::vector<Change> changes(4);
+  const std::string_view deleted[] = {"gone", "", "also gone"};
+  std::vector<Change> changes(5);
   changes[0].kind = ChangeKind::rank_created;
   changes[0].rank = -5;
   changes[0].num_pages = 77;
@@ -69,6 +93,8 @@ TEST(DurableRecord, EveryKindRoundTrips) {
   changes[2].released = released;
   changes[2].kept_mapped = 4;
   changes[3].kind = ChangeKind::cleared;
+  changes[4].kind = ChangeKind::keys_deleted;
+  changes[4].deleted = deleted;
   const DedupTag tag{1, "req-1", 0x1234567890ull, 42};
   for (std::size_t i = 0; i < changes.size(); ++i) {
     changes[i].seq = 10 + i;
@@ -97,6 +123,7 @@ TEST(DurableRecord, EveryKindRoundTrips) {
         EXPECT_EQ(c.confirmed[j].new_key_tp_world_size, changes[i].confirmed[j].new_key_tp_world_size);
       }
       EXPECT_TRUE(std::equal(c.released.begin(), c.released.end(), changes[i].released.begin(), changes[i].released.end()));
+      EXPECT_TRUE(std::equal(c.deleted.begin(), c.deleted.end(), changes[i].deleted.begin(), changes[i].deleted.end()));
       EXPECT_EQ(record->tag().has_value(), t != nullptr);
       if (t) {
         EXPECT_EQ(*record->tag(), tag);

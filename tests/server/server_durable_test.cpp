@@ -62,16 +62,20 @@ TEST_F(DurableServerTest, EveryAcknowledgedChangeAndAnswerSurvivesSigkill) {
   EXPECT_EQ(metric("hf3fs_meta_rank_pages{rank=\"0\",state=\"allocated\"}"), "2");
 }
 
-// Not journaled yet (the cache lifecycle's records are issue 11's): refused, so that a restart never
-// brings a deleted key back.
-TEST_F(DurableServerTest, DeleteIsRefusedAndChangesNothing) {
-  initialize(0, 4);
+// A deletion is journaled like any change: a restart never brings a deleted key back, and its page
+// is back at the end of its pool as it was before the crash.
+TEST_F(DurableServerTest, ADeletionSurvivesSigkill) {
+  initialize(0, 2);
   ASSERT_EQ(allocate(0, "k").status, 200);
   ASSERT_EQ(confirm(0, "k", 0).status, 204);
-  const auto refused = post("/keys/delete", R"({"keys":["k"]})");
-  EXPECT_EQ(refused.status, 501);
-  EXPECT_THAT(refused.body, HasSubstr("not available with --data-dir"));
-  EXPECT_EQ(exists("k").body, R"({"exists":[true]})");
+  const auto deleted = post("/keys/delete", R"({"keys":["k","never"]})");
+  ASSERT_EQ(deleted.status, 200);
+  EXPECT_EQ(deleted.body, R"({"deleted":[true,false]})");
+  server_.restart();  // SIGKILL, then the same arguments
+  EXPECT_EQ(exists("k").body, R"({"exists":[false]})");
+  // Page 1 was never used, page 0 went to the back of the pool when "k" was deleted.
+  EXPECT_EQ(allocate(0, "a").body, allocate_answer(0, "a", 1));
+  EXPECT_EQ(allocate(0, "b").body, allocate_answer(0, "b", 0));
 }
 
 TEST_F(DurableServerTest, ACleanStopWritesASnapshotThatAloneRestoresTheState) {

@@ -463,7 +463,9 @@ TEST_F(ServerMetricsTest, EveryBadOptionExitsTwoWithoutListening) {
                            "--dedup-ttl-ms=0", "--log-requests=maybe", "stray", "--eviction=mru",
                            "--eviction", "--read-lease-ms=-1", "--allocation-ttl-ms=soon", "--data-dir=",
                            "--fsync=sometimes", "--fsync", "--snapshot-after-bytes=-1", "--verify-data-dir=",
-                           "--data-dir=/tmp/x --eviction=lru"}) {
+                           // not journaled: refused together, naming the flags
+                           "--data-dir=/nonexistent/i11 --eviction=lru", "--data-dir=/nonexistent/i11 --read-lease-ms=5",
+                           "--data-dir=/nonexistent/i11 --allocation-ttl-ms=5"}) {
     const Ran ran = run_server_binary(args);
     EXPECT_EQ(ran.status, 2) << args << ": " << ran.out;
     EXPECT_THAT(ran.out, HasSubstr("hf3fs-meta-server: ")) << args;

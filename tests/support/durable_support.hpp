@@ -36,12 +36,17 @@ class Workload {
         batch.push_back(BlockKey{k, ""});
       }
       (void)state.allocate(r, batch);
-    } else if (op < 97) {
+    } else if (op < 93) {
       std::vector<Confirmation> cs;
       for (int i = pick(0, 3); i > 0; --i) cs.push_back(Confirmation{key(), page(state, r)});
       std::vector<Page> released;
       for (int i = pick(0, 2); i > 0; --i) released.push_back(page(state, r));
       (void)state.confirm_write(r, cs, released);
+    } else if (op < 97) {
+      // POST /keys/delete: keys that exist, keys that do not, the same key twice.
+      std::vector<std::string> gone;
+      for (int i = pick(0, 3); i > 0; --i) gone.push_back(key());
+      (void)state.delete_keys(gone);
     } else if (op == 97) {
       state.drop_rank(r);
     } else if (pick(0, 1) == 0) {
