@@ -27,7 +27,7 @@ struct CliRun {
   std::string err;
   rapidjson::Document json() const {
     rapidjson::Document doc;
-    doc.Parse(out.c_str());
+    doc.Parse(out.data(), out.size());  // sized: RapidJSON's SSE2 scanner would read past c_str()'s end
     EXPECT_FALSE(doc.HasParseError()) << out;
     return doc;
   }
