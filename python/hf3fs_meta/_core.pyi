@@ -1,7 +1,7 @@
 """Types of the binding. Every method raises MetadataError when the call fails, TypeError or
 InvalidArgumentError (a ValueError) for arguments refused before anything is sent."""
 
-from typing import List, Literal, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Literal, Optional, Sequence, Tuple, Union
 
 Role = Literal["worker", "scheduler"]
 # A block key: (key, prefix_key) as vLLM passes them, or a str (an empty prefix key).
@@ -44,6 +44,16 @@ class Client:
         """Whether each key is complete (confirmed on every rank)."""
     def get_locations(self, rank: int, keys: Sequence[str]) -> List[Optional[int]]:
         """The rank's page of each complete key, else None."""
+    def delete_keys(self, keys: Sequence[str]) -> List[bool]:
+        """Remove each key from every lookup at once (an extension of the reference server, POST
+        /keys/delete): whether each key existed. A page under a read lease drains back to its pool
+        when the lease ends."""
+    def stats(self) -> Dict[str, Any]:
+        """GET /stats (an extension of the reference server), under its names: "ranks" maps each
+        rank to its pages by state ("num_pages", "free", "allocated", "mapped", "orphaned",
+        "draining", which add up to num_pages) and "kept_on_release"; beside it "keys_complete",
+        "keys_incomplete", "keys_leased", "key_records", and the counters "evicted_keys",
+        "deleted_keys", "reclaimed_keys", "reclaimed_allocated_pages", "reclaimed_orphaned_pages"."""
     def clear(self) -> None:
         """Make the server forget every rank and key (never repeated after an ambiguous failure)."""
 

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "hf3fs_meta/client.hpp"
+#include "hf3fs_meta/protocol.hpp"
 #include "hf3fs_meta/state.hpp"
 
 #include "internal/field_text.hpp"
@@ -207,6 +208,21 @@ py::list locations(const std::vector<std::optional<Page>>& v) {
   return out;
 }
 
+// GET /stats' figures under its names (protocol.hpp's tables), with the ranks keyed by rank.
+py::dict stats_dict(const StateStats& stats) {
+  py::dict ranks;
+  for (const auto& [rank, r] : stats.ranks) {
+    py::dict figures;
+    for (const auto& [name, member] : protocol::kRankStatsFields) figures[py::str(name.data(), name.size())] = py::int_(r.*member);
+    figures["kept_on_release"] = py::int_(r.kept_on_release);
+    ranks[py::int_(rank)] = std::move(figures);
+  }
+  py::dict out;
+  out["ranks"] = std::move(ranks);
+  for (const auto& [name, member, counter] : protocol::kStateStatsFields) out[py::str(name.data(), name.size())] = py::int_(stats.*member);
+  return out;
+}
+
 // ---- the clients ---------------------------------------------------------------------------------
 
 // The value given, else the environment variable (as the CLI reads it), else empty: the bearer token
@@ -277,6 +293,11 @@ struct PyClient {
     const auto k = strings(keys, "keys");
     return locations(value_or_raise(released([&] { return client.get_locations(r, k); })));
   }
+  py::list delete_keys(py::handle keys) {
+    const auto k = strings(keys, "keys");
+    return bools(value_or_raise(released([&] { return client.delete_keys(k); })));
+  }
+  py::dict stats() { return stats_dict(value_or_raise(released([&] { return client.stats(); }))); }
   void clear() {
     value_or_raise(released([&] { return client.clear(); }));
   }
@@ -369,6 +390,10 @@ PYBIND11_MODULE(_core, m) {
            "Record (key, page) writes, then release pages.")
       .def("batch_exists", &PyClient::batch_exists, keys, "Whether each key is complete.")
       .def("get_locations", &PyClient::get_locations, rank, keys, "The rank's page of each complete key, else None.")
+      .def("delete_keys", &PyClient::delete_keys, keys,
+           "Remove keys from every lookup (a reference-server extension); whether each existed.")
+      .def("stats", &PyClient::stats,
+           "Pages by state per rank, keys, evictions, deletions, reclaims (a reference-server extension).")
       .def("clear", &PyClient::clear, "Make the server forget every rank and key.");
 
   py::class_<PyLocalClient, PyClient>(m, "LocalClient",

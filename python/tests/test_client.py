@@ -1,8 +1,11 @@
 """The Pythonic Client against a real server, and LocalClient in process: the same calls."""
 
+import json
+
 import pytest
 
-from hf3fs_meta import Client, LocalClient, MetadataError
+from conftest import Server
+from hf3fs_meta import Client, InvalidArgumentError, LocalClient, MetadataError
 
 
 def exercise(client: Client) -> None:
@@ -45,3 +48,79 @@ def test_register_rank_sends_nothing_until_the_server_says_not_initialized(serve
     assert server.requests_answered("/rank/{rank}/initialize", 200) == 0
     assert client.allocate(2, ["k"]) == [0]
     assert server.requests_answered("/rank/{rank}/initialize", 200) == 1
+
+
+STATE_FIGURES = ("keys_complete", "keys_incomplete", "keys_leased", "key_records", "evicted_keys", "deleted_keys",
+                 "reclaimed_keys", "reclaimed_allocated_pages", "reclaimed_orphaned_pages")
+
+
+def save(client: Client, rank: int, key: str) -> int:
+    [page] = client.allocate(rank, [key])
+    client.confirm_write(rank, [(key, page)])
+    return page
+
+
+def test_delete_keys_and_stats_in_process():
+    client = LocalClient()
+    client.ensure_initialized(0, 3)
+    save(client, 0, "a")
+    save(client, 0, "b")
+    assert client.allocate(0, ["c"]) == [2]
+    assert client.delete_keys(["a", "x", "a"]) == [True, False, False]  # the repeat finds nothing left
+    assert client.batch_exists(["a", "b"]) == [False, True]
+    stats = client.stats()
+    assert set(stats) == {"ranks", *STATE_FIGURES}
+    assert stats["ranks"] == {0: dict(num_pages=3, free=1, allocated=1, mapped=1, orphaned=0, draining=0,
+                                      kept_on_release=0)}
+    assert (stats["keys_complete"], stats["keys_incomplete"], stats["deleted_keys"], stats["evicted_keys"]) == \
+        (1, 0, 1, 0)
+    assert client.delete_keys(()) == []
+
+
+@pytest.fixture
+def evicting(server_binary):
+    s = Server(server_binary, "--eviction", "lru", "--read-lease-ms", "60000")
+    yield s
+    s.stop()
+
+
+def test_stats_count_evictions_and_a_deleted_key_draining_under_its_lease(evicting):
+    client = Client(evicting.url)
+    client.ensure_initialized(1, 2)
+    save(client, 1, "old")
+    save(client, 1, "read")
+    assert client.batch_exists(["read"]) == [True]  # leased for a minute
+    assert client.allocate(1, ["new"]) == [0]  # the pool is full: "old" is evicted, "read" is leased
+    assert client.batch_exists(["old"]) == [False]
+    assert client.delete_keys(["read"]) == [True]  # gone from lookups, its page drains under the lease
+    assert client.get_locations(1, ["read"]) == [None]
+    stats = client.stats()
+    assert stats["ranks"] == {1: dict(num_pages=2, free=0, allocated=1, mapped=0, orphaned=0, draining=1,
+                                      kept_on_release=0)}
+    assert {name: stats[name] for name in STATE_FIGURES} == dict(
+        keys_complete=0, keys_incomplete=0, keys_leased=1, key_records=2, evicted_keys=1, deleted_keys=1,
+        reclaimed_keys=0, reclaimed_allocated_pages=0, reclaimed_orphaned_pages=0)
+    # The same figures as the server's own GET /stats.
+    status, _, body = evicting.request("GET", "/stats")
+    assert status == 200
+    wire = json.loads(body)
+    assert {r.pop("rank"): r for r in wire.pop("ranks")} == stats.pop("ranks")
+    assert wire == stats
+
+
+def test_delete_keys_refuses_bad_keys_before_sending(closed_port_url):
+    client = Client(closed_port_url)
+    with pytest.raises(InvalidArgumentError) as caught:
+        client.delete_keys(["k", ""])
+    assert (caught.value.code, caught.value.operation, caught.value.sent) == ("invalid_argument", "delete_keys", False)
+    assert caught.value.detail == "keys[1]: empty key"
+    with pytest.raises(TypeError, match="keys: expected a list or tuple of str, got str"):
+        client.delete_keys("abc")
+    with pytest.raises(TypeError, match=r"keys\[0\]: expected a str, got int"):
+        client.delete_keys([7])
+
+
+def test_stats_failure_is_a_metadata_error(closed_port_url):
+    with pytest.raises(MetadataError) as caught:
+        Client(closed_port_url, attempts=1, deadline=0.5).stats()
+    assert (caught.value.code, caught.value.operation, caught.value.sent) == ("connection_failed", "stats", False)
