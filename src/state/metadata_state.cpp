@@ -1362,7 +1362,9 @@ StateResult<void> MetadataState::import_image(StateImage image) {
     }
     if (k.pages.empty()) return bad("key " + k.name + " has no page");
     if (k.tp_world_size == 0) return bad("key " + k.name + " has tp_world_size 0");
-    if (!next.key_ids.emplace(HashedKey{k.name}, id).second) return bad("key " + k.name + " twice");
+    const HashedKey key{k.name};
+    k.hash = key.hash;  // removing the key erases it by this hash
+    if (!next.key_ids.emplace(HashedKey{k.name, key.hash}, id).second) return bad("key " + k.name + " twice");
     k.live = true;
     if (k.complete()) {
       ++next.life.complete;

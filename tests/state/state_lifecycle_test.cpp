@@ -366,6 +366,27 @@ TEST_F(Lifecycle, DeleteWithoutALeaseFreesAtOnce) {
   EXPECT_EQ(s->stats().evicted_keys, 1u);
 }
 
+// Keys restored from an image (a snapshot) leave every lookup when deleted or evicted, as any other,
+// and their ids are reused without a trace of them.
+TEST_F(Lifecycle, KeysRestoredFromAnImageAreDeletedAndEvicted) {
+  auto original = make({.lru = true});
+  ASSERT_TRUE(original->initialize(0, 3).has_value());
+  save(*original, {0}, {"a", "b", "c"});
+  auto s = make({.lru = true});
+  ASSERT_TRUE(s->import_image(original->export_image()).has_value());
+  EXPECT_THAT(s->delete_keys(std::vector<std::string>{"b"}), ElementsAre(true));
+  EXPECT_THAT(exists(*s, {"a", "b", "c"}), ElementsAre(true, false, true));
+  // The pool lacks a page for "e": "a", the least recently used (restored in id order), is evicted.
+  EXPECT_THAT(allocate(*s, 0, {"d", "e"}), ElementsAre(1, 0));
+  confirm(*s, 0, {{"d", 1}, {"e", 0}});  // the ids of "b" and "a" are reused
+  EXPECT_THAT(exists(*s, {"a", "b", "c", "d", "e"}), ElementsAre(false, false, true, true, true));
+  EXPECT_EQ(s->key_info("a"), std::nullopt);
+  EXPECT_EQ(s->key_info("b"), std::nullopt);
+  EXPECT_EQ(s->key_count(), 3u);
+  EXPECT_EQ(s->stats().evicted_keys, 1u);
+  expect_counts_add_up(*s);
+}
+
 TEST_F(Lifecycle, DeleteUnderALeaseDrainsWhenTheLeaseEnds) {
   auto s = make({.lease_ms = 1000});
   ASSERT_TRUE(s->initialize(0, 2).has_value());
