@@ -82,52 +82,58 @@ void BM_Init1M(benchmark::State& bench) {
 }
 BENCHMARK(BM_Init1M)->UseManualTime()->Unit(benchmark::kMillisecond);
 
-// 128 fresh keys on a 1M-page rank, with 100k keys already known (so lookups probe a real table).
-void BM_Allocate128(benchmark::State& bench) {
-  MetadataState state;
-  (void)state.initialize(0, 1'000'000);
-  (void)state.initialize(1, 200'000);
-  fill(state, 1, 0, 100'000);
-  const auto keys = block_keys(10'000'000, 128);
-  std::vector<Page> taken;
+// Times allocate(rank, next_keys()) in each iteration; then, not timed, confirms the pages (`confirm`:
+// the rank stays full of complete keys) or releases them (fresh keys never confirmed).
+template <class NextKeys>
+void time_allocates(benchmark::State& bench, MetadataState& state, Rank rank, NextKeys next_keys, bool confirm) {
   for (auto _ : bench) {
+    const auto& keys = next_keys();
     const auto start = Clock::now();
-    auto pages = state.allocate(0, keys);
+    auto pages = state.allocate(rank, keys);
     bench.SetIterationTime(seconds_since(start));
     if (!pages || pages.value().back() == kNoPage) {
       bench.SkipWithError("allocate failed");
       break;
     }
-    // Fresh keys are never confirmed, so the pages go straight back (not timed).
-    (void)state.confirm_write(0, {}, pages.value()).value();
+    std::vector<Confirmation> confirmations;
+    if (confirm) {
+      for (std::size_t i = 0; i < keys.size(); ++i) confirmations.push_back({keys[i].key, pages.value()[i]});
+    }
+    (void)state.confirm_write(rank, confirmations, confirm ? std::vector<Page>{} : pages.value()).value();
   }
   bench.SetItemsProcessed(bench.iterations() * 128);
 }
-BENCHMARK(BM_Allocate128)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
-// BM_Allocate128 with 128 keys never seen before in each iteration (then released, not timed): the
-// same lookups as BM_AllocateEvict128 makes for its own keys, without eviction. Fresh keys miss the
-// caches that BM_Allocate128's repeated keys hit; the difference between this and
-// BM_AllocateEvict128 is what evicting 128 keys costs.
-void BM_Allocate128FreshKeys(benchmark::State& bench) {
+// Each call: the next 128 keys never seen before.
+auto fresh_keys() {
+  return [next = std::uint64_t{10'000'000}]() mutable {
+    next += 128;
+    return block_keys(next - 128, 128);
+  };
+}
+
+// 128 keys at a time on a 1M-page rank, with 100k keys already known on another rank (so lookups
+// probe a real table).
+template <class NextKeys>
+void allocate_beside_100k_keys(benchmark::State& bench, NextKeys next_keys) {
   MetadataState state;
   (void)state.initialize(0, 1'000'000);
   (void)state.initialize(1, 200'000);
   fill(state, 1, 0, 100'000);
-  std::uint64_t next = 10'000'000;
-  for (auto _ : bench) {
-    const auto keys = block_keys(next, 128);
-    next += 128;
-    const auto start = Clock::now();
-    auto pages = state.allocate(0, keys);
-    bench.SetIterationTime(seconds_since(start));
-    if (!pages || pages.value().back() == kNoPage) {
-      bench.SkipWithError("allocate failed");
-      break;
-    }
-    (void)state.confirm_write(0, {}, pages.value()).value();
-  }
-  bench.SetItemsProcessed(bench.iterations() * 128);
+  time_allocates(bench, state, 0, next_keys, false);
+}
+
+// 128 fresh keys, the same ones in every iteration (their pages released, not timed).
+void BM_Allocate128(benchmark::State& bench) {
+  allocate_beside_100k_keys(bench, [keys = block_keys(10'000'000, 128)]() -> const auto& { return keys; });
+}
+BENCHMARK(BM_Allocate128)->UseManualTime()->Unit(benchmark::kMicrosecond);
+
+// 128 keys never seen before in each iteration: the same lookups as BM_AllocateEvict128 makes for its
+// own keys, without eviction. Fresh keys miss the caches that BM_Allocate128's repeated keys hit; the
+// difference between this and BM_AllocateEvict128 is what evicting 128 keys costs.
+void BM_Allocate128FreshKeys(benchmark::State& bench) {
+  allocate_beside_100k_keys(bench, fresh_keys());
 }
 BENCHMARK(BM_Allocate128FreshKeys)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
@@ -141,22 +147,7 @@ void BM_AllocateEvict128(benchmark::State& bench) {
   MetadataState state(options);
   (void)state.initialize(0, 100'000);
   fill(state, 0, 0, 100'000);
-  std::uint64_t next = 10'000'000;
-  for (auto _ : bench) {
-    const auto keys = block_keys(next, 128);
-    next += 128;
-    const auto start = Clock::now();
-    auto pages = state.allocate(0, keys);
-    bench.SetIterationTime(seconds_since(start));
-    if (!pages || pages.value().back() == kNoPage) {
-      bench.SkipWithError("allocate failed");
-      break;
-    }
-    std::vector<Confirmation> confirmations;
-    for (std::size_t i = 0; i < keys.size(); ++i) confirmations.push_back({keys[i].key, pages.value()[i]});
-    (void)state.confirm_write(0, confirmations, {}).value();
-  }
-  bench.SetItemsProcessed(bench.iterations() * 128);
+  time_allocates(bench, state, 0, fresh_keys(), true);
 }
 BENCHMARK(BM_AllocateEvict128)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
