@@ -8,10 +8,11 @@
 //   costs nothing to fill). "Is this page free?"
 //   is one load from the page table, which is what lets a release skip a page already in the pool
 //   without searching it (vLLM's O(n) membership test).
-// - keys: a flat hash map from the key (bytes and hash) to a dense key id, and a record per id holding
-//   the key's bytes (the map's string_views point there; records never move), tp_world_size and the
-//   key's (rank slot, page) list. The page table stores ids, not pointers, so a conflict can name the
-//   other key and a page costs 4 bytes. Ids of removed keys are reused, their memory freed.
+// - keys: a table from the key's hash to a dense key id (state/key_index.hpp: 8-byte slots, whose
+//   cache misses a call can start all at once), and a record per id holding the key's bytes, its
+//   hash, tp_world_size and the key's (rank slot, page) list. The page table stores ids, not
+//   pointers, so a conflict can name the other key and a page costs 4 bytes. Ids of removed keys
+//   are reused, their memory freed.
 // - the cache lifecycle (issue 11; all of it off by default): see "Lifecycle" below.
 // - one shared_mutex: writers (initialize, allocate, confirm_write, clear) exclusive, readers
 //   (batch_exists, get_locations, introspection) shared. Every call holds it once, so each call is
@@ -22,6 +23,7 @@
 #include "hf3fs_meta/state.hpp"
 
 #include "internal/field_text.hpp"
+#include "state/key_index.hpp"
 
 #include <algorithm>
 #include <cassert>
@@ -61,7 +63,9 @@ struct HashedKey {
 
   // What an allocated page remembers of its key: a collision (one in 2^32 for a wrong key) lets a
   // wrong confirm through, as before this check existed; it never refuses a right one.
-  std::uint32_t short_hash() const noexcept { return static_cast<std::uint32_t>(hash ^ (hash >> 32)); }
+  // It is also the key's tag in the key table.
+  static std::uint32_t short_hash_of(std::size_t h) noexcept { return static_cast<std::uint32_t>(h ^ (h >> 32)); }
+  std::uint32_t short_hash() const noexcept { return short_hash_of(hash); }
 
   explicit HashedKey(std::string_view s) : name(s), hash(std::hash<std::string_view>{}(s)) {}
   HashedKey(std::string_view s, std::size_t h) : name(s), hash(h) {}
@@ -73,9 +77,7 @@ struct HashedKeyHash {
 
 struct HashedKeyEqual {
   bool operator()(const HashedKey& a, const HashedKey& b) const noexcept {
-    // The same bytes need not be read: erasing a key by its record's own view, as removing a key
-    // does, then touches only the table (the name is a cache miss away).
-    return a.hash == b.hash && ((a.name.data() == b.name.data() && a.name.size() == b.name.size()) || a.name == b.name);
+    return a.hash == b.hash && a.name == b.name;
   }
 };
 
@@ -92,9 +94,9 @@ struct RankPage {
 enum class Where : std::uint8_t { none, lru, leased };
 
 struct KeyRecord {
-  std::string name;  // key_ids views these bytes: not changed while the key is in the map
+  std::string name;
   std::vector<RankPage> pages;  // one entry per rank the key is mapped on; short (one per TP rank)
-  std::size_t hash = 0;         // of name, as key_ids holds it: removing the key needs no rehash
+  std::size_t hash = 0;         // of name: removing the key from key_ids needs no rehash
   // Lifecycle: clock times in milliseconds.
   std::int64_t lease_end = 0;
   // With a TTL: the event (TimedKey::stamp) of its creation, or of its ceasing to be complete.
@@ -342,11 +344,12 @@ struct MetadataState::Impl {
 
   boost::unordered_flat_map<Rank, std::uint32_t> rank_slots;
   std::vector<std::unique_ptr<RankData>> ranks;  // by slot; null once dropped (slots are never reused)
-  KeyMap<std::uint32_t> key_ids;
+  internal::KeyIndex key_ids;  // tag: HashedKey::short_hash()
   KeyRecords keys;
   std::int64_t total_pages = 0;  // of all ranks
   Lifecycle life;
   Counters counters;
+  std::vector<std::uint32_t> victims;  // before_allocate's, under the exclusive lock
   // Durability: the change records' sink and number, and the export's check that no key id was
   // freed (and so maybe reused) while it copied names outside the lock.
   ChangeSink sink;
@@ -391,7 +394,7 @@ struct MetadataState::Impl {
         ++outcome.keys_removed;
         if (was_complete) --life.complete;
         if (k.where == Where::leased) lease_unlink(id);
-        key_ids.erase(HashedKey{k.name});
+        key_ids.erase(HashedKey::short_hash_of(k.hash), id);
         k.live = false;
         free_id(id);
         continue;
@@ -411,8 +414,15 @@ struct MetadataState::Impl {
     return it == rank_slots.end() ? kNone : it->second;
   }
   std::uint32_t id_of(const HashedKey& key) const {
-    const auto it = key_ids.find(key);
-    return it == key_ids.end() ? kNone : it->second;
+    static_assert(internal::KeyIndex::kNone == kNone);
+    return key_ids.find(key.short_hash(), [&](std::uint32_t id) {
+      const KeyRecord& k = keys[id];
+      return k.hash == key.hash && k.name == key.name;
+    });
+  }
+  // Starts the cache misses of the keys' lookups together, before the lookups wait for each in turn.
+  void prefetch(const std::vector<HashedKey>& hashed) const noexcept {
+    for (const HashedKey& key : hashed) key_ids.prefetch(key.short_hash());
   }
   // The page a complete key has on this rank: what allocate and get_locations answer.
   std::uint32_t complete_page(const HashedKey& key, std::uint32_t slot) const {
@@ -455,6 +465,7 @@ struct MetadataState::Impl {
   std::vector<bool> batch_exists(const std::vector<HashedKey>& hashed) {
     std::vector<bool> result(hashed.size(), false);
     ReadAccess access(*this);
+    prefetch(hashed);
     for (std::size_t i = 0; i < hashed.size(); ++i) {
       const std::uint32_t id = id_of(hashed[i]);
       result[i] = id != kNone && keys[id].complete();
@@ -467,6 +478,7 @@ struct MetadataState::Impl {
     ReadAccess access(*this);
     const std::uint32_t slot = slot_of(rank);
     if (slot == kNone) return not_initialized(rank);
+    prefetch(hashed);
     for (std::size_t i = 0; i < hashed.size(); ++i) {
       if (!lifecycle) {
         const std::uint32_t page = complete_page(hashed[i], slot);
@@ -498,7 +510,7 @@ struct MetadataState::Impl {
     k.hash = key.hash;
     k.tp_world_size = tp_world_size;
     k.live = true;
-    key_ids.emplace(HashedKey{k.name, key.hash}, id);
+    key_ids.insert(key.short_hash(), id);
     if (ttl_ms > 0) {
       k.incomplete_stamp = ++stamps;
       life.timed_keys.push_back(TimedKey{now, stamps, id});
@@ -679,7 +691,7 @@ struct MetadataState::Impl {
   // their pools now, or, under a read lease, drain back when the lease ends.
   void remove_key(std::uint32_t id) {
     KeyRecord& k = keys[id];
-    key_ids.erase(HashedKey{k.name, k.hash});
+    key_ids.erase(HashedKey::short_hash_of(k.hash), id);
     k.live = false;
     if (k.complete()) --life.complete;
     if (k.where == Where::leased) {
@@ -741,10 +753,26 @@ struct MetadataState::Impl {
       use(id, true);
       if (keys[id].where == Where::lru) ++reused_in_list;
     }
-    if (!lru) return;
-    while (r.free_count < hashed.size() && r.lru_size > reused_in_list) {
+    if (!lru || r.free_count >= hashed.size()) return;
+    // Each eviction frees one page of r (a key has one page per rank), so the victims are the first
+    // entries of r's list. Nobody touched them lately: what removing them reads and writes (their
+    // records, key-table slots, page lists and names) are cache misses, started here all together
+    // rather than met one after another.
+    const std::size_t n = std::min<std::size_t>(hashed.size() - r.free_count, r.lru_size - reused_in_list);
+    victims.clear();
+    for (std::uint32_t page = r.lru_head; victims.size() < n; page = r.lru_next[page]) {
+      victims.push_back(r.owner[page]);
+      internal::touch(&keys[victims.back()]);
+    }
+    for (const std::uint32_t id : victims) {
+      const KeyRecord& k = keys[id];
+      key_ids.prefetch(HashedKey::short_hash_of(k.hash));
+      internal::touch(k.pages.data());
+      internal::touch(k.name.data());
+    }
+    for (const std::uint32_t id : victims) {
       ++counters.evicted;
-      remove_key(r.owner[r.lru_head]);
+      remove_key(id);
     }
   }
 
@@ -876,6 +904,7 @@ StateResult<std::vector<Page>> MetadataState::allocate(Rank rank, std::span<cons
   if (duplicate) return std::move(*duplicate);
   RankData& r = *impl_->ranks[slot];
   const bool looked_up = impl_->lifecycle;
+  impl_->prefetch(hashed);
   if (looked_up) impl_->before_allocate(r, slot, hashed, s.pages);
   // The page a complete key has on this rank, else kNone.
   const auto existing_page = [&](std::size_t i) {
@@ -1363,8 +1392,9 @@ StateResult<void> MetadataState::import_image(StateImage image) {
     if (k.pages.empty()) return bad("key " + k.name + " has no page");
     if (k.tp_world_size == 0) return bad("key " + k.name + " has tp_world_size 0");
     const HashedKey key{k.name};
+    if (next.id_of(key) != kNone) return bad("key " + k.name + " twice");
     k.hash = key.hash;  // removing the key erases it by this hash
-    if (!next.key_ids.emplace(HashedKey{k.name, key.hash}, id).second) return bad("key " + k.name + " twice");
+    next.key_ids.insert(key.short_hash(), id);
     k.live = true;
     if (k.complete()) {
       ++next.life.complete;
