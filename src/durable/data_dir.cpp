@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <cstring>
 #include <map>
 #include <system_error>
+#include <utility>
 
 namespace hf3fs_meta::durable {
 namespace fs = std::filesystem;
@@ -37,32 +39,53 @@ std::optional<std::uint64_t> number_of(const std::string& name, std::string_view
   return n;
 }
 
-struct FileBytes {
-  std::string bytes;
+// A file's bytes, mapped read-only: recovery reads hundreds of megabytes, which a read() would copy
+// into freshly zeroed memory first. Only the server holding the data dir's LOCK changes its files
+// (a --verify-data-dir beside a running server may see a journal the server is appending to).
+class FileBytes {
+ public:
+  FileBytes(void* data, std::size_t size) : data_(data), size_(size) {}
+  FileBytes(FileBytes&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+  FileBytes& operator=(FileBytes&&) = delete;
+  ~FileBytes() {
+    if (data_ != nullptr) ::munmap(data_, size_);
+  }
+  std::string_view bytes() const noexcept { return {static_cast<const char*>(data_), size_}; }
+
+ private:
+  void* data_ = nullptr;
+  std::size_t size_ = 0;
 };
 
 DirResult<FileBytes> read_file(const fs::path& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return DirError(path.string() + ": " + errno_text(errno));
-  std::string bytes;
   struct stat st {};
-  if (::fstat(fd, &st) == 0) bytes.resize(static_cast<std::size_t>(st.st_size));
-  std::size_t got = 0;
-  for (;;) {
-    if (got == bytes.size()) bytes.resize(std::max<std::size_t>(4096, bytes.size() * 2));
-    const ssize_t n = ::read(fd, bytes.data() + got, bytes.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      return DirError(path.string() + ": " + errno_text(err));
-    }
-    if (n == 0) break;
-    got += static_cast<std::size_t>(n);
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return DirError(path.string() + ": " + errno_text(err));
   }
+  const auto size = static_cast<std::size_t>(st.st_size);
+  void* data = size == 0 ? nullptr : ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+  const int err = errno;
   ::close(fd);
-  bytes.resize(got);
-  return FileBytes{std::move(bytes)};
+  if (data == MAP_FAILED) return DirError(path.string() + ": " + errno_text(err));
+  return FileBytes(data, size);
+}
+
+// The u32 array a snapshot holds at `raw`, copied without first zeroing the vector when it is aligned
+// (it is: the mapping is page-aligned and every field before it a multiple of 4 bytes).
+void assign_u32s(std::string_view raw, std::vector<std::uint32_t>& out) {
+  const std::size_t n = raw.size() / 4;
+  if (reinterpret_cast<std::uintptr_t>(raw.data()) % alignof(std::uint32_t) == 0) {
+    const auto* words = reinterpret_cast<const std::uint32_t*>(raw.data());
+    out.assign(words, words + n);
+  } else {
+    out.resize(n);
+    if (n != 0) std::memcpy(out.data(), raw.data(), n * 4);
+  }
 }
 
 struct DirListing {
@@ -105,17 +128,14 @@ DirResult<LoadedSnapshot> parse_snapshot(const fs::path& path, std::string_view 
     if (!in.raw(std::size_t{free_count} * 4, pool) || !in.raw(std::size_t{num_pages} * 4, owner)) {
       return fail("truncated pages of rank " + std::to_string(r.rank));
     }
-    r.free_pool.resize(free_count);
-    if (!pool.empty()) std::memcpy(r.free_pool.data(), pool.data(), pool.size());
-    r.owner.resize(num_pages);
-    if (!owner.empty()) std::memcpy(r.owner.data(), owner.data(), owner.size());
+    assign_u32s(pool, r.free_pool);
+    assign_u32s(owner, r.owner);
     std::uint32_t allocated = 0;
     std::string_view hashes;
     if (!in.u32(allocated) || !in.raw(std::size_t{allocated} * 4, hashes)) {
       return fail("truncated allocated pages of rank " + std::to_string(r.rank));
     }
-    r.allocated_for.resize(allocated);
-    if (!hashes.empty()) std::memcpy(r.allocated_for.data(), hashes.data(), hashes.size());
+    assign_u32s(hashes, r.allocated_for);
   }
   std::uint64_t key_count = 0;
   if (!in.u64(key_count) || key_count > in.left() / 8) return fail("truncated key count");
@@ -128,8 +148,7 @@ DirResult<LoadedSnapshot> parse_snapshot(const fs::path& path, std::string_view 
   std::uint32_t free_ids = 0;
   std::string_view ids;
   if (!in.u32(free_ids) || !in.raw(std::size_t{free_ids} * 4, ids)) return fail("truncated free key ids");
-  out.image.free_ids.resize(free_ids);
-  if (!ids.empty()) std::memcpy(out.image.free_ids.data(), ids.data(), ids.size());
+  assign_u32s(ids, out.image.free_ids);
   std::uint32_t dedup_count = 0;
   if (!in.u32(dedup_count)) return fail("truncated dedup count");
   for (std::uint32_t i = 0; i < dedup_count; ++i) {
@@ -171,6 +190,7 @@ DirResult<void> replay_journal(const fs::path& path, std::string_view all, bool 
                                Recovered& out) {
   auto where = [&](std::size_t offset) { return "journal " + path.string() + " at offset " + std::to_string(offset); };
   std::size_t at = kFileHeaderSize;
+  Record record;  // decoded in place, one record after another
   if (all.size() < kFileHeaderSize && last) {
     out.cut = "cut a torn file header (" + std::to_string(all.size()) + " bytes) of " + path.string();
     at = 0;
@@ -198,11 +218,11 @@ DirResult<void> replay_journal(const fs::path& path, std::string_view all, bool 
       std::memcpy(&payload_crc, all.data() + at + kRecordHeaderSize + len, 4);
       if (payload_crc != crc32c(payload)) return where(at) + ": record payload checksum mismatch";
       std::string error;
-      auto record = Record::decode(seq, payload, error);
-      if (!record) return where(at) + ": " + error;
-      if (auto applied = state.apply(record->change()); !applied) return where(at) + ": " + applied.error().message;
-      if (record->change().kind == ChangeKind::cleared) out.dedup.clear();
-      if (record->tag()) out.dedup.push_back(std::move(*record));
+      if (!record.decode_view(seq, payload, error)) return where(at) + ": " + error;
+      if (auto applied = state.apply(record.change()); !applied) return where(at) + ": " + applied.error().message;
+      if (record.change().kind == ChangeKind::cleared) out.dedup.clear();
+      // Only a tagged record is kept, so only it is copied out of the file's bytes.
+      if (record.tag()) out.dedup.push_back(std::move(*Record::decode(seq, payload, error)));
       out.seq = seq;
       ++out.records;
       at += kRecordHeaderSize + len + kRecordTrailerSize;
@@ -224,7 +244,7 @@ DirResult<Recovered> recover(const fs::path& dir, MetadataState& state) {
     const auto& [seq, path] = *listing.value().snapshots.rbegin();
     auto bytes = read_file(path);
     if (!bytes) return std::move(bytes).error();
-    auto loaded = read_snapshot(path, bytes.value().bytes);
+    auto loaded = read_snapshot(path, bytes.value().bytes());
     if (!loaded) return std::move(loaded).error();
     if (loaded.value().image.seq != seq) {
       return "snapshot " + path.string() + ": holds change " + std::to_string(loaded.value().image.seq);
@@ -254,7 +274,7 @@ DirResult<Recovered> recover(const fs::path& dir, MetadataState& state) {
     }
     auto bytes = read_file(path);
     if (!bytes) return std::move(bytes).error();
-    auto replayed = replay_journal(path, bytes.value().bytes, last, state, out);
+    auto replayed = replay_journal(path, bytes.value().bytes(), last, state, out);
     if (!replayed) return std::move(replayed).error();
     out.journal_first_seq = first;
   }

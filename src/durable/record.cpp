@@ -20,14 +20,6 @@ constexpr std::uint8_t kHasTag = 1;
 
 }  // namespace
 
-std::uint32_t crc32c(std::string_view bytes) {
-  Crc32c c;
-  c.process_bytes(bytes.data(), bytes.size());
-  return c.checksum();
-}
-
-
-
 void put_u8(std::string& out, std::uint8_t v) { out.push_back(static_cast<char>(v)); }
 void put_u32(std::string& out, std::uint32_t v) { put(out, v); }
 void put_u64(std::string& out, std::uint64_t v) { put(out, v); }
@@ -139,12 +131,24 @@ void encode_record(const Change& change, const DedupTag* tag, std::string& out) 
 std::optional<Record> Record::decode(std::uint64_t seq, std::string_view payload, std::string& error) {
   Record record;
   record.payload_.assign(payload.begin(), payload.end());
-  Reader in(record.payload());
+  if (!decode_into(record, seq, {record.payload_.data(), record.payload_.size()}, error)) return std::nullopt;
+  return record;
+}
+
+bool Record::decode_view(std::uint64_t seq, std::string_view payload, std::string& error) {
+  return decode_into(*this, seq, payload, error);
+}
+
+bool Record::decode_into(Record& record, std::uint64_t seq, std::string_view payload, std::string& error) {
+  record.payload_view_ = payload;
+  record.tag_.reset();
+  record.change_ = Change{};
+  Reader in(payload);
   std::uint8_t kind = 0;
   std::uint8_t flags = 0;
   auto fail = [&](const std::string& why) {
     error = "record " + std::to_string(seq) + ": " + why;
-    return std::nullopt;
+    return false;
   };
   if (!in.u8(kind) || !in.u8(flags)) return fail("payload too short");
   if (flags & ~kHasTag) return fail("unknown flags " + std::to_string(flags));
@@ -212,7 +216,7 @@ std::optional<Record> Record::decode(std::uint64_t seq, std::string_view payload
   c.confirmed = record.confirmed_;
   c.released = record.released_;
   c.deleted = record.deleted_;
-  return record;
+  return true;
 }
 
 std::string file_header(std::string_view magic) {

@@ -16,8 +16,7 @@
 #include <string_view>
 #include <vector>
 
-#include <boost/crc.hpp>
-
+#include "durable/crc32c.hpp"
 #include "hf3fs_meta/state.hpp"
 
 namespace hf3fs_meta::durable {
@@ -26,10 +25,6 @@ inline constexpr std::uint32_t kFormatVersion = 1;
 inline constexpr std::size_t kFileHeaderSize = 16;
 inline constexpr std::size_t kRecordHeaderSize = 16;
 inline constexpr std::size_t kRecordTrailerSize = 4;
-
-std::uint32_t crc32c(std::string_view bytes);
-// For checksums computed piece by piece (snapshots): process_bytes(), then checksum().
-using Crc32c = boost::crc_optimal<32, 0x1EDC6F41, 0xFFFFFFFF, 0xFFFFFFFF, true, true>;
 
 // The request-id deduplication entry of a request that carried X-Request-Id: with it a restarted
 // server answers a repeat as the first attempt was answered.
@@ -41,9 +36,11 @@ struct DedupTag {
   friend bool operator==(const DedupTag&, const DedupTag&) = default;
 };
 
-// A decoded record. Owns the bytes that change()'s views point into (moving keeps them in place).
+// A decoded record. Owns the bytes that change()'s views point into (moving keeps them in place),
+// unless decoded in place (decode_view).
 class Record {
  public:
+  Record() = default;  // empty: for decode_view
   Record(Record&&) = default;
   Record& operator=(Record&&) = default;
   Record(const Record&) = delete;
@@ -52,14 +49,20 @@ class Record {
   std::uint64_t seq() const noexcept { return change_.seq; }
   const Change& change() const noexcept { return change_; }
   const std::optional<DedupTag>& tag() const noexcept { return tag_; }
-  std::string_view payload() const noexcept { return {payload_.data(), payload_.size()}; }
+  std::string_view payload() const noexcept { return payload_view_; }
 
-  // Decodes a payload; an error names what is wrong (the caller adds file and offset).
+  // Decodes a payload into a record that owns a copy of it; an error names what is wrong (the caller
+  // adds file and offset).
   static std::optional<Record> decode(std::uint64_t seq, std::string_view payload, std::string& error);
+  // Decodes a payload into this record, reusing its storage; its views then point into `payload`
+  // (not copied: replay decodes each record once and keeps only the tagged ones, with decode()).
+  // false: an error, in `error`.
+  bool decode_view(std::uint64_t seq, std::string_view payload, std::string& error);
 
  private:
-  Record() = default;
+  static bool decode_into(Record& record, std::uint64_t seq, std::string_view payload, std::string& error);
   std::vector<char> payload_;
+  std::string_view payload_view_;  // payload_'s bytes, or the bytes decode_view was given
   Change change_;
   std::optional<DedupTag> tag_;
   std::vector<AllocatedItem> allocated_;

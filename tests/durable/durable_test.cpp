@@ -52,6 +52,28 @@ void copy_cut(const fs::path& from, const fs::path& to, std::size_t size) {
   fs::resize_file(journals.back(), size);
 }
 
+TEST(DurableCrc32c, EqualsBoostCrcForEveryLengthAlignmentAndSplit) {
+  EXPECT_EQ(crc32c("123456789"), 0xE3069283u);  // the check value of CRC-32C
+  EXPECT_EQ(crc32c(""), 0u);
+  std::mt19937 rng(7);
+  std::string bytes(300, '\0');
+  for (char& c : bytes) c = static_cast<char>(rng());
+  for (std::size_t begin = 0; begin < 9; ++begin) {
+    for (std::size_t size = 0; begin + size <= bytes.size(); size += 1 + size / 8) {
+      const std::string_view piece = std::string_view(bytes).substr(begin, size);
+      Crc32c::Software reference;
+      reference.process_bytes(piece.data(), piece.size());
+      ASSERT_EQ(crc32c(piece), reference.checksum()) << "begin " << begin << " size " << size;
+      // The same bytes given in two pieces, as a snapshot's checksum is computed.
+      const std::size_t split = size / 3;
+      Crc32c pieces;
+      pieces.process_bytes(piece.data(), split);
+      pieces.process_bytes(piece.data() + split, size - split);
+      ASSERT_EQ(pieces.checksum(), reference.checksum()) << "begin " << begin << " size " << size;
+    }
+  }
+}
+
 TEST(DurableRecord, ADeletionOfAKeyThatIsNotThereDoesNotFit) {
   MetadataState state;
   const std::vector<BlockKey> a{{"a", ""}};
