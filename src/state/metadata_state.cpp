@@ -27,6 +27,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <limits>
@@ -1268,14 +1269,43 @@ StateResult<void> MetadataState::apply(const Change& change) {
 
 StateImage MetadataState::export_image(const std::function<void(std::uint64_t seq)>& at_instant) const {
   constexpr std::uint32_t kKeysPerChunk = 16384;
-  // Names are copied after the instant, a chunk at a time, unless a key id was freed meanwhile (its
-  // name may be another key's by then): then the export starts over; the third attempt copies the
-  // names under the lock too, so that a state freeing ids all the time cannot starve it.
+  // Writers wait only while the page tables are copied, into memory sized and touched before the
+  // instant (a fresh page's first touch is a fault, costly in a VM); the pages' key hashes are picked
+  // out of their copy afterwards. The names are copied after the instant, a chunk at a time, unless a
+  // key id was freed meanwhile (its name may be another key's by then): then the export starts over;
+  // the third attempt copies the names under the lock too, so that a state freeing ids all the time
+  // cannot starve it.
+  struct Prepared {
+    std::uint32_t num_pages = 0;
+    std::vector<std::uint32_t> hashes;  // every page's allocated_for entry, if the rank has allocated pages
+  };
   for (int attempt = 1;; ++attempt) {
     const bool names_under_lock = attempt >= 3;
     StateImage image;
+    std::vector<Prepared> prepared;  // by slot
     std::uint64_t epoch = 0;
     std::uint32_t key_count = 0;
+    {
+      std::shared_lock lock(impl_->mutex);
+      prepared.resize(impl_->ranks.size());
+      for (std::size_t slot = 0; slot < impl_->ranks.size(); ++slot) {
+        if (!impl_->ranks[slot]) continue;
+        prepared[slot].num_pages = impl_->ranks[slot]->num_pages;
+        if (impl_->ranks[slot]->allocated != 0) prepared[slot].hashes.resize(prepared[slot].num_pages);
+      }
+      image.ranks.reserve(impl_->rank_slots.size());
+      key_count = static_cast<std::uint32_t>(impl_->keys.size());
+    }
+    image.keys.reserve(key_count + key_count / 8 + 1024);  // room for the keys created until the instant
+    image.keys.resize(key_count);
+    for (const Prepared& p : prepared) {
+      if (p.num_pages == 0) continue;
+      RankImage& ri = image.ranks.emplace_back();
+      ri.owner.resize(p.num_pages);
+      ri.free_pool.resize(p.num_pages);  // shrunk to the pool's size at the instant (no reallocation)
+    }
+    std::vector<std::uint32_t> slot_of_image;  // the slot each image rank was copied from
+    slot_of_image.reserve(prepared.size());
     const auto copy_names = [&](std::uint32_t begin, std::uint32_t end) {
       for (std::uint32_t id = begin; id < end; ++id) {
         const KeyRecord& k = impl_->keys[id];
@@ -1285,28 +1315,45 @@ StateImage MetadataState::export_image(const std::function<void(std::uint64_t se
     {
       std::unique_lock lock(impl_->mutex);
       image.seq = impl_->seq;
-      image.ranks.reserve(impl_->rank_slots.size());
-      for (const auto& r : impl_->ranks) {
+      std::size_t next = 0;  // the image rank to fill
+      for (std::size_t slot = 0; slot < impl_->ranks.size(); ++slot) {
+        const RankData* r = impl_->ranks[slot].get();
         if (!r) continue;
-        RankImage& ri = image.ranks.emplace_back();
+        // A rank created or dropped since the sizing (rare) is sized here, under the lock.
+        if (slot >= prepared.size()) prepared.resize(slot + 1);
+        Prepared& p = prepared[slot];
+        p.num_pages = r->num_pages;
+        if (r->allocated != 0) p.hashes.resize(r->num_pages);
+        if (next == image.ranks.size()) image.ranks.emplace_back();
+        slot_of_image.push_back(static_cast<std::uint32_t>(slot));
+        RankImage& ri = image.ranks[next++];
         ri.rank = r->rank;
         ri.kept_on_release = r->kept_on_release;
-        ri.owner.assign(r->owner.get(), r->owner.get() + r->num_pages);
-        ri.allocated_for.reserve(r->allocated);
-        for (std::uint32_t page = 0; page < r->num_pages; ++page) {
-          if (r->owner[page] == kAllocated) ri.allocated_for.push_back(r->allocated_for[page]);
-        }
+        ri.owner.resize(r->num_pages);
+        std::copy_n(r->owner.get(), r->num_pages, ri.owner.begin());
+        if (r->allocated != 0) std::memcpy(p.hashes.data(), r->allocated_for.get(), std::size_t{r->num_pages} * 4);
+        ri.allocated_for.resize(r->allocated);  // filled from p.hashes after the instant
         ri.free_pool.resize(r->free_count);
         const std::uint32_t first = std::min(r->free_count, r->num_pages - r->head);
         std::copy_n(r->ring.get() + r->head, first, ri.free_pool.begin());
         std::copy_n(r->ring.get(), r->free_count - first, ri.free_pool.begin() + first);
       }
+      image.ranks.resize(next);
       key_count = static_cast<std::uint32_t>(impl_->keys.size());
       image.free_ids = impl_->life.free_ids;
       epoch = impl_->epoch;
       image.keys.resize(key_count);
       if (names_under_lock) copy_names(0, key_count);
       if (at_instant) at_instant(image.seq);
+    }
+    // The allocated pages' key hashes, in page order, out of the copies.
+    for (std::size_t i = 0; i < image.ranks.size(); ++i) {
+      RankImage& ri = image.ranks[i];
+      const std::vector<std::uint32_t>& hashes = prepared[slot_of_image[i]].hashes;
+      std::size_t filled = 0;
+      for (std::uint32_t page = 0; page < ri.owner.size() && filled < ri.allocated_for.size(); ++page) {
+        if (ri.owner[page] == kAllocated) ri.allocated_for[filled++] = hashes[page];
+      }
     }
     if (names_under_lock) return image;
     bool freed = false;

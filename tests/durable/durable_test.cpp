@@ -319,6 +319,29 @@ TEST(DurableRecovery, DedupTagsSurviveInTheJournalAndInSnapshots) {
   EXPECT_EQ(dedup[1].change().kind, ChangeKind::confirmed);
 }
 
+TEST(DurableImage, EachAllocatedPageKeepsItsKeyAcrossExportAndImport) {
+  MetadataState source;
+  ASSERT_TRUE(source.initialize(3, 6).has_value());
+  ASSERT_TRUE(source.initialize(5, 2).has_value());  // a rank with no allocated page beside it
+  const std::vector<BlockKey> keys{{"a", ""}, {"b", ""}, {"c", ""}, {"d", ""}};
+  ASSERT_EQ(source.allocate(3, keys).value(), (std::vector<Page>{0, 1, 2, 3}));
+  const std::vector<Confirmation> b{{"b", 1}};
+  ASSERT_TRUE(source.confirm_write(3, b, {}).has_value());  // allocated pages 0, 2, 3 are left: a, c, d
+  const StateImage image = source.export_image();
+  ASSERT_EQ(image.ranks.size(), 2u);
+  EXPECT_EQ(image.ranks[0].allocated_for.size(), 3u);
+  EXPECT_EQ(image.ranks[0].free_pool, (std::vector<std::uint32_t>{4, 5}));
+  EXPECT_TRUE(image.ranks[1].allocated_for.empty());
+  MetadataState target;
+  ASSERT_TRUE(target.import_image(image).has_value());
+  const std::vector<Confirmation> wrong{{"a", 2}};
+  const auto refused = target.confirm_write(3, wrong, {});
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_EQ(refused.error().kind, StateErrc::conflict);
+  const std::vector<Confirmation> right{{"a", 0}, {"c", 2}, {"d", 3}};
+  EXPECT_TRUE(target.confirm_write(3, right, {}).has_value());
+}
+
 TEST(DurableImage, ImportRefusesAnInconsistentImageAndChangesNothing) {
   MetadataState source;
   Workload work(9);
