@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <system_error>
 
@@ -234,7 +235,7 @@ void Journal::when_durable(std::uint64_t seq, Done done) {
   done(failure);
 }
 
-std::vector<TaggedPayload> Journal::rotate_at(std::uint64_t seq) {
+void Journal::rotate_at(std::uint64_t seq) {
   std::lock_guard lock(mutex_);
   if (rotation_) {
     // A second instant before the first rotation finished (export_image started over): the old
@@ -244,7 +245,23 @@ std::vector<TaggedPayload> Journal::rotate_at(std::uint64_t seq) {
   }
   rotation_ = seq + 1;
   bytes_since_rotation_ = 0;
-  return {tagged_.begin(), tagged_.end()};
+}
+
+std::vector<TaggedPayload> Journal::tagged_up_to(std::uint64_t seq) const {
+  constexpr std::size_t kChunk = 4096;
+  std::vector<TaggedPayload> out;
+  for (;;) {
+    std::lock_guard lock(mutex_);
+    // The kept records are in seq order; the front may have gone since the last chunk.
+    auto it = tagged_.begin();
+    if (!out.empty()) {
+      it = std::upper_bound(tagged_.begin(), tagged_.end(), out.back().seq,
+                            [](std::uint64_t s, const TaggedPayload& t) { return s < t.seq; });
+    }
+    std::size_t copied = 0;
+    for (; it != tagged_.end() && it->seq <= seq && copied < kChunk; ++it, ++copied) out.push_back(*it);
+    if (copied < kChunk) return out;
+  }
 }
 
 DirResult<Journal::FileName> Journal::finish_rotation() {

@@ -84,8 +84,13 @@ class Journal {
   void when_durable(std::uint64_t seq, Done done);
 
   // Snapshots. At the instant the image is taken (under the state's lock): records after `seq` go to
-  // a new file; returns the tagged records up to `seq` for the snapshot.
-  std::vector<TaggedPayload> rotate_at(std::uint64_t seq);
+  // a new file.
+  void rotate_at(std::uint64_t seq);
+  // Then, outside the state's lock: the tagged records up to `seq` still kept, for the snapshot.
+  // Copied a few thousand at a time: when every allocate carries a request id there are millions,
+  // and copying them at the instant kept every writer waiting. (The oldest ones, which the byte
+  // bound drops meanwhile, are not in it.)
+  std::vector<TaggedPayload> tagged_up_to(std::uint64_t seq) const;
   // Off the I/O threads, after rotate_at: the new file exists durably, the old one is synced.
   // Returns the new file's name.
   struct FileName {

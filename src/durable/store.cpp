@@ -40,8 +40,8 @@ Store::~Store() {
 DirResult<std::uint64_t> Store::snapshot() {
   std::lock_guard one(snapshot_mutex_);
   const auto start = std::chrono::steady_clock::now();
-  std::vector<TaggedPayload> dedup;
-  const StateImage image = state_.export_image([&](std::uint64_t seq) { dedup = journal_->rotate_at(seq); });
+  const StateImage image = state_.export_image([&](std::uint64_t seq) { journal_->rotate_at(seq); });
+  const std::vector<TaggedPayload> dedup = journal_->tagged_up_to(image.seq);
   auto next = journal_->finish_rotation();
   DirResult<std::uint64_t> written = next ? write_snapshot(options_.dir, image, dedup, next.value().name)
                                           : DirResult<std::uint64_t>(std::move(next).error());
