@@ -14,16 +14,19 @@
 //   pointers, so a conflict can name the other key and a page costs 4 bytes. Ids of removed keys
 //   are reused, their memory freed.
 // - the cache lifecycle (issue 11; all of it off by default): see "Lifecycle" below.
-// - one shared_mutex: writers (initialize, allocate, confirm_write, clear) exclusive, readers
-//   (batch_exists, get_locations, introspection) shared. Every call holds it once, so each call is
-//   atomic. What does not need the state is done outside it: hashing the keys, finding duplicates,
-//   building a new rank's arrays, freeing what clear() dropped. bench_state's BM_WorkerCycle with 1
-//   and 2 threads shows what the lock costs; critical sections are a few microseconds per batch, so
-//   finer locking (per rank) has not been worth its complexity so far.
+// - one reader-writer lock (a waiting writer goes first): writers (initialize, allocate,
+//   confirm_write, clear) exclusive, readers (batch_exists, get_locations, introspection) shared.
+//   Every call holds it once, so each call is atomic. What does not need the state is done outside
+//   it: hashing the keys, finding duplicates, building a new rank's arrays, freeing what clear()
+//   dropped. bench_state's BM_WorkerCycle with 1 and 2 threads shows what the lock costs; critical
+//   sections are a few microseconds per batch, so finer locking (per rank) has not been worth its
+//   complexity so far.
 #include "hf3fs_meta/state.hpp"
 
 #include "internal/field_text.hpp"
 #include "state/key_index.hpp"
+
+#include <pthread.h>
 
 #include <algorithm>
 #include <cassert>
@@ -337,11 +340,35 @@ struct Counters {
   std::uint64_t reclaimed_orphaned = 0;
 };
 
+// The state's lock. glibc's default rwlock lets a reader in whenever no writer holds it, even while
+// writers wait, so a snapshot copying key names a chunk at a time kept writers out through all the
+// chunks; here a waiting writer goes first (new readers wait for it). Not recursive for readers.
+class WriterFirstMutex {
+ public:
+  WriterFirstMutex() {
+    pthread_rwlockattr_t attr;
+    pthread_rwlockattr_init(&attr);
+    pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&lock_, &attr);
+    pthread_rwlockattr_destroy(&attr);
+  }
+  ~WriterFirstMutex() { pthread_rwlock_destroy(&lock_); }
+  WriterFirstMutex(const WriterFirstMutex&) = delete;
+  WriterFirstMutex& operator=(const WriterFirstMutex&) = delete;
+  void lock() noexcept { pthread_rwlock_wrlock(&lock_); }
+  void unlock() noexcept { pthread_rwlock_unlock(&lock_); }
+  void lock_shared() noexcept { pthread_rwlock_rdlock(&lock_); }
+  void unlock_shared() noexcept { pthread_rwlock_unlock(&lock_); }
+
+ private:
+  pthread_rwlock_t lock_;
+};
+
 }  // namespace
 
 struct MetadataState::Impl {
   StateOptions options;
-  mutable std::shared_mutex mutex;
+  mutable WriterFirstMutex mutex;
 
   boost::unordered_flat_map<Rank, std::uint32_t> rank_slots;
   std::vector<std::unique_ptr<RankData>> ranks;  // by slot; null once dropped (slots are never reused)
@@ -1268,7 +1295,7 @@ StateResult<void> MetadataState::apply(const Change& change) {
 }
 
 StateImage MetadataState::export_image(const std::function<void(std::uint64_t seq)>& at_instant) const {
-  constexpr std::uint32_t kKeysPerChunk = 16384;
+  constexpr std::uint32_t kKeysPerChunk = 4096;  // a writer waits for one chunk at most
   // Writers wait only while the page tables are copied, into memory sized and touched before the
   // instant (a fresh page's first touch is a fault, costly in a VM); the pages' key hashes are picked
   // out of their copy afterwards. The names are copied after the instant, a chunk at a time, unless a
