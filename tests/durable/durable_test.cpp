@@ -319,6 +319,37 @@ TEST(DurableRecovery, DedupTagsSurviveInTheJournalAndInSnapshots) {
   EXPECT_EQ(dedup[1].change().kind, ChangeKind::confirmed);
 }
 
+TEST(DurableRecovery, ASnapshotKeepsThousandsOfRequestIdsInOrder) {
+  // More tagged records than the snapshot copies at a time (they are copied in chunks, outside the
+  // state's lock), and some after the snapshot.
+  TempDir dir;
+  constexpr int kTagged = 10000;
+  {
+    MetadataState state;
+    auto store = Store::open(Store::Options{dir.path(), FsyncMode::no, 0, std::size_t{8} << 20}, state);
+    ASSERT_TRUE(store.has_value()) << store.error().message;
+    ASSERT_TRUE(state.initialize(0, kTagged + 10).has_value());
+    for (int i = 0; i < kTagged + 3; ++i) {
+      if (i == kTagged) {
+        ASSERT_TRUE(store.value()->snapshot().has_value());
+      }
+      const DedupTag tag{1, std::string("req-").append(std::to_string(i)), static_cast<std::uint64_t>(i), 40};
+      TagScope scope(&tag);
+      const std::vector<BlockKey> keys{{std::string("k").append(std::to_string(i)), ""}};
+      ASSERT_TRUE(state.allocate(0, keys).has_value());
+    }
+    ASSERT_FALSE(store.value()->journal().write_through(state.seq()).has_value());
+  }
+  MetadataState state;
+  auto store = open_store(dir.path(), state);
+  const auto& dedup = store->recovered().dedup;
+  ASSERT_EQ(dedup.size(), std::size_t{kTagged + 3});
+  for (int i = 0; i < kTagged + 3; ++i) {
+    ASSERT_EQ(dedup[i].tag()->id, std::string("req-").append(std::to_string(i)));
+    ASSERT_EQ(dedup[i].change().allocated[0].page, static_cast<std::uint32_t>(i));
+  }
+}
+
 TEST(DurableImage, EachAllocatedPageKeepsItsKeyAcrossExportAndImport) {
   MetadataState source;
   ASSERT_TRUE(source.initialize(3, 6).has_value());
