@@ -25,21 +25,13 @@ using ::testing::HasSubstr;
 using testing::read_bytes;
 using testing::TempDir;
 using testing::Workload;
+using testing::files_like;
 using testing::write_bytes;
 
 std::unique_ptr<Store> open_store(const fs::path& dir, MetadataState& state, FsyncMode mode = FsyncMode::no) {
   auto store = Store::open(Store::Options{dir, mode, 0, 100}, state);
   EXPECT_TRUE(store.has_value()) << (store ? "" : store.error().message);
   return store ? std::move(store).value() : nullptr;
-}
-
-std::vector<fs::path> files_like(const fs::path& dir, std::string_view prefix) {
-  std::vector<fs::path> out;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    if (e.path().filename().string().starts_with(prefix)) out.push_back(e.path());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
 }
 
 // A copy of `dir`'s snapshots and journals with the last journal cut to `size` bytes.

@@ -3,9 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
 
-#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -125,19 +123,9 @@ TEST(ServerAuthOptionsTest, AnUnusableTokenFileIsAUsageError) {
   TempFile spaced("two words\n");
   for (const std::string& path : {std::string("/nonexistent/token"), blank.path(), spaced.path()}) {
     SCOPED_TRACE(path);
-    std::string command = "'";  // built in steps: GCC 12 warns falsely (-Wrestrict) on "'" + std::string
-    command += ServerProcess::binary_path();
-    command += "' --port 0 --auth-token-file '";
-    command += path;
-    command += "' 2>&1";
-    FILE* pipe = ::popen(command.c_str(), "r");
-    ASSERT_NE(pipe, nullptr);
-    std::string out;
-    char chunk[1024];
-    while (auto n = std::fread(chunk, 1, sizeof chunk, pipe)) out.append(chunk, n);
-    const int status = ::pclose(pipe);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << out;
-    EXPECT_THAT(out, HasSubstr("--auth-token-file"));
+    const auto ran = ServerProcess::run_to_exit({"--port", "0", "--auth-token-file", path});
+    EXPECT_EQ(ran.exit_code, 2) << ran.output;
+    EXPECT_THAT(ran.output, HasSubstr("--auth-token-file"));
   }
 }
 

@@ -19,15 +19,6 @@ namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-std::vector<fs::path> files_like(const fs::path& dir, std::string_view prefix) {
-  std::vector<fs::path> out;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    if (e.path().filename().string().starts_with(prefix)) out.push_back(e.path());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
 // Constructed before ServerTestBase, which starts the server on it.
 struct DataDir {
   TempDir dir_;

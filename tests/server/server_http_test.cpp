@@ -1,6 +1,5 @@
 // hf3fs-meta-server at the HTTP level: framing, headers, server routes, timeouts and shutdown.
 #include <signal.h>
-#include <sys/wait.h>
 
 #include <chrono>
 #include <random>
@@ -423,53 +422,38 @@ TEST_F(ServerMetricsTest, MetricsCountRequestsAndDescribeTheState) {
   EXPECT_THAT(scrape, HasSubstr("hf3fs_meta_request_duration_seconds_bucket{le=\"+Inf\"} " + count + "\n"));
 }
 
-// Runs the binary directly with `args` (stderr folded into stdout): its exit status and output.
-struct Ran {
-  int status = -1;
-  std::string out;
-};
-Ran run_server_binary(const char* args) {
-  std::string command = "'";
-  command.append(ServerProcess::binary_path()).append("' ").append(args).append(" 2>&1");
-  Ran ran;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) return ran;
-  char chunk[1024];
-  while (auto n = std::fread(chunk, 1, sizeof chunk, pipe)) ran.out.append(chunk, n);
-  const int status = ::pclose(pipe);
-  if (WIFEXITED(status)) ran.status = WEXITSTATUS(status);
-  return ran;
-}
-
 TEST_F(ServerMetricsTest, HelpDescribesTheOptions) {
   // --help prints usage and exits 0 without listening.
-  const Ran ran = run_server_binary("--help");
-  EXPECT_EQ(ran.status, 0);
-  EXPECT_THAT(ran.out, HasSubstr("--threads"));
-  EXPECT_THAT(ran.out, HasSubstr("0.0.0.0"));
-  EXPECT_THAT(ran.out, HasSubstr("--idle-timeout-ms"));
-  EXPECT_THAT(ran.out, HasSubstr("--eviction"));
-  EXPECT_THAT(ran.out, HasSubstr("5000 with --eviction lru, else 0"));
-  EXPECT_THAT(ran.out, HasSubstr("--allocation-ttl-ms"));
-  EXPECT_THAT(ran.out, HasSubstr("--data-dir"));
-  EXPECT_THAT(ran.out, HasSubstr("--fsync"));
-  EXPECT_THAT(ran.out, HasSubstr("always|everysec|no"));
-  EXPECT_THAT(ran.out, HasSubstr("--snapshot-after-bytes"));
-  EXPECT_THAT(ran.out, HasSubstr("--verify-data-dir"));
+  const auto ran = ServerProcess::run_to_exit({"--help"});
+  EXPECT_EQ(ran.exit_code, 0);
+  EXPECT_THAT(ran.output, HasSubstr("--threads"));
+  EXPECT_THAT(ran.output, HasSubstr("0.0.0.0"));
+  EXPECT_THAT(ran.output, HasSubstr("--idle-timeout-ms"));
+  EXPECT_THAT(ran.output, HasSubstr("--eviction"));
+  EXPECT_THAT(ran.output, HasSubstr("5000 with --eviction lru, else 0"));
+  EXPECT_THAT(ran.output, HasSubstr("--allocation-ttl-ms"));
+  EXPECT_THAT(ran.output, HasSubstr("--data-dir"));
+  EXPECT_THAT(ran.output, HasSubstr("--fsync"));
+  EXPECT_THAT(ran.output, HasSubstr("always|everysec|no"));
+  EXPECT_THAT(ran.output, HasSubstr("--snapshot-after-bytes"));
+  EXPECT_THAT(ran.output, HasSubstr("--verify-data-dir"));
 }
 
 TEST_F(ServerMetricsTest, EveryBadOptionExitsTwoWithoutListening) {
-  for (const char* args : {"--bogus", "--port=99999", "--port 99999", "--threads=0", "--max-pages", "--host=",
-                           "--dedup-ttl-ms=0", "--log-requests=maybe", "stray", "--eviction=mru",
-                           "--eviction", "--read-lease-ms=-1", "--allocation-ttl-ms=soon", "--data-dir=",
-                           "--fsync=sometimes", "--fsync", "--snapshot-after-bytes=-1", "--verify-data-dir=",
-                           // not journaled: refused together, naming the flags
-                           "--data-dir=/nonexistent/i11 --eviction=lru", "--data-dir=/nonexistent/i11 --read-lease-ms=5",
-                           "--data-dir=/nonexistent/i11 --allocation-ttl-ms=5"}) {
-    const Ran ran = run_server_binary(args);
-    EXPECT_EQ(ran.status, 2) << args << ": " << ran.out;
-    EXPECT_THAT(ran.out, HasSubstr("hf3fs-meta-server: ")) << args;
-    EXPECT_THAT(ran.out, Not(HasSubstr("listening"))) << args;
+  const std::vector<std::vector<std::string>> bad = {
+      {"--bogus"}, {"--port=99999"}, {"--port", "99999"}, {"--threads=0"}, {"--max-pages"}, {"--host="},
+      {"--dedup-ttl-ms=0"}, {"--log-requests=maybe"}, {"stray"}, {"--eviction=mru"}, {"--eviction"},
+      {"--read-lease-ms=-1"}, {"--allocation-ttl-ms=soon"}, {"--data-dir="}, {"--fsync=sometimes"}, {"--fsync"},
+      {"--snapshot-after-bytes=-1"}, {"--verify-data-dir="},
+      // not journaled: refused together, naming the flags
+      {"--data-dir=/nonexistent/i11", "--eviction=lru"}, {"--data-dir=/nonexistent/i11", "--read-lease-ms=5"},
+      {"--data-dir=/nonexistent/i11", "--allocation-ttl-ms=5"}};
+  for (const auto& args : bad) {
+    const std::string shown = ::testing::PrintToString(args);
+    const auto ran = ServerProcess::run_to_exit(args);
+    EXPECT_EQ(ran.exit_code, 2) << shown << ": " << ran.output;
+    EXPECT_THAT(ran.output, HasSubstr("hf3fs-meta-server: ")) << shown;
+    EXPECT_THAT(ran.output, Not(HasSubstr("listening"))) << shown;
   }
 }
 

@@ -3,11 +3,14 @@
 
 #include <stdlib.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <string_view>
 #include <system_error>
+#include <vector>
 
 namespace hf3fs_meta::testing {
 
@@ -38,6 +41,17 @@ inline std::string read_bytes(const std::filesystem::path& p) {
 inline void write_bytes(const std::filesystem::path& p, const std::string& bytes) {
   std::ofstream out(p, std::ios::binary | std::ios::trunc);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// The files in `dir` whose names start with `prefix`, sorted by name (a data dir's journals and
+// snapshots sort in the order they were written).
+inline std::vector<std::filesystem::path> files_like(const std::filesystem::path& dir, std::string_view prefix) {
+  std::vector<std::filesystem::path> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().filename().string().starts_with(prefix)) out.push_back(e.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 }  // namespace hf3fs_meta::testing
