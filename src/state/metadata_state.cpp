@@ -399,6 +399,17 @@ struct MetadataState::Impl {
     lifecycle = lru || lease_ms > 0 || ttl_ms > 0;
   }
 
+  // What clear(), a replayed clear and import_image() replace (not the options, counters, sink or
+  // numbering). One list, so that a new member is swapped everywhere or nowhere.
+  void swap_contents(Impl& other) noexcept {
+    std::swap(rank_slots, other.rank_slots);
+    std::swap(ranks, other.ranks);
+    std::swap(key_ids, other.key_ids);
+    std::swap(keys, other.keys);
+    std::swap(total_pages, other.total_pages);
+    std::swap(life, other.life);
+  }
+
   // Under the exclusive lock, once a call has changed the state.
   void emit(Change& change) {
     change.seq = ++seq;
@@ -1137,12 +1148,7 @@ void MetadataState::clear() {
   {
     std::unique_lock lock(impl_->mutex);
     impl_->advance();  // what expired before the clear is counted
-    std::swap(old.rank_slots, impl_->rank_slots);
-    std::swap(old.ranks, impl_->ranks);
-    std::swap(old.key_ids, impl_->key_ids);
-    std::swap(old.keys, impl_->keys);
-    std::swap(old.total_pages, impl_->total_pages);
-    std::swap(old.life, impl_->life);
+    impl_->swap_contents(old);
     ++impl_->epoch;
     Change change;
     change.kind = ChangeKind::cleared;
@@ -1176,12 +1182,8 @@ StateResult<void> MetadataState::apply(const Change& change) {
     return unfit(change, "expected change " + std::to_string(s.seq + 1));
   }
   if (change.kind == ChangeKind::cleared) {
-    s.rank_slots.clear();
-    s.ranks.clear();
-    s.key_ids.clear();
-    s.keys = KeyRecords{};
-    s.total_pages = 0;
-    s.life = Lifecycle{};
+    Impl empty;
+    s.swap_contents(empty);
     ++s.epoch;
     s.seq = change.seq;
     return boost::outcome_v2::success();
@@ -1477,20 +1479,9 @@ StateResult<void> MetadataState::import_image(StateImage image) {
     }
   }
   next.life.free_ids = std::move(image.free_ids);
-  Impl old;
   {
     std::unique_lock lock(impl_->mutex);
-    std::swap(old.rank_slots, impl_->rank_slots);
-    std::swap(old.ranks, impl_->ranks);
-    std::swap(old.key_ids, impl_->key_ids);
-    std::swap(old.keys, impl_->keys);
-    std::swap(old.life, impl_->life);
-    std::swap(next.rank_slots, impl_->rank_slots);
-    std::swap(next.ranks, impl_->ranks);
-    std::swap(next.key_ids, impl_->key_ids);
-    std::swap(next.keys, impl_->keys);
-    std::swap(next.life, impl_->life);
-    std::swap(next.total_pages, impl_->total_pages);
+    impl_->swap_contents(next);  // `next` takes the old contents, freed after the lock
     ++impl_->epoch;
     impl_->seq = image.seq;
   }
