@@ -94,20 +94,23 @@ void define(CLI::App& app, ServerOptions& o) {
   app.add_option_function<std::int64_t>(
          "--read-lease-ms", [&o](const std::int64_t& ms) { o.read_lease = std::chrono::milliseconds(ms); },
          "a key that batch_exists finds, get_locations returns or allocate reuses is not evicted for this "
-         "long, and a deleted key's pages drain back to their pool only when it ends (0: no lease)")
+         "long, and a deleted key's pages drain back to their pool only when it ends (0: no lease); with "
+         "--data-dir, after a restart every key counts as leased for this long")
       ->default_str(std::to_string(kDefaultLease.count()) + " with --eviction lru, else 0")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
   app.add_option_function<std::int64_t>(
          "--allocation-ttl-ms",
          [&o](const std::int64_t& ms) { o.allocation_ttl = std::chrono::milliseconds(ms); },
          "a page allocated and not confirmed within this, a key not complete this long after its first "
-         "confirmation, and a page orphaned this long, return to their pools; a late confirm is 409 (0: never)")
+         "confirmation, and a page orphaned this long, return to their pools; a late confirm is 409 (0: never); "
+         "with --data-dir, timed in wall-clock time across restarts")
       ->default_str("0")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
   // Durability (README "Durability").
   app.add_option("--data-dir", o.data_dir,
                  "keep the state in this directory (created if missing): recover from it before listening, "
-                 "journal every change, take snapshots (default: memory only)")
+                 "journal every change (evictions, reclaims and deletions included), take snapshots (default: "
+                 "memory only)")
       ->check(CLI::Validator([](std::string& dir) { return dir.empty() ? "must not be empty" : ""; }, "DIR"));
   app.add_option_function<std::string>(
          "--fsync", [&o](const std::string& mode) { o.fsync = *durable::parse_fsync_mode(mode); },
@@ -149,14 +152,6 @@ ParsedOptions parse_options(const std::vector<std::string>& args) {
     // CLI11's own exit codes are 100 and up; every usage error exits 2.
     return ParsedOptions{std::nullopt, 2, "hf3fs-meta-server: " + std::string(e.what()) + "\n(see --help)\n"};
   }
-  // The journal records no eviction, lease or reclaim yet: a recovery would not give the state back.
-  if (!options.data_dir.empty() &&
-      (options.eviction != Eviction::none || options.read_lease.value_or(std::chrono::milliseconds(0)).count() > 0 ||
-       options.allocation_ttl.count() > 0)) {
-    return ParsedOptions{std::nullopt, 2,
-                         "hf3fs-meta-server: --data-dir does not go with --eviction, --read-lease-ms or "
-                         "--allocation-ttl-ms yet (the journal does not record the cache lifecycle)\n"};
-  }
   return ParsedOptions{options, 0, {}};
 }
 
@@ -169,6 +164,13 @@ StateOptions state_options(const ServerOptions& options) {
   state.read_lease = options.read_lease.value_or(
       options.eviction == Eviction::lru ? kDefaultLease : std::chrono::milliseconds(0));
   state.allocation_ttl = options.allocation_ttl;
+  if (!options.data_dir.empty() || !options.verify_data_dir.empty()) {
+    // Reclaim times are journaled: in wall-clock time, so that a page allocated before a restart is
+    // reclaimed --allocation-ttl-ms after its allocation, not after the restart.
+    state.clock = [] {
+      return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch());
+    };
+  }
   return state;
 }
 

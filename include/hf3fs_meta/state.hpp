@@ -83,7 +83,8 @@ struct ConfirmOutcome {
 };
 
 // draining: the page of a deleted (or reclaimed) key still under a read lease; free when the lease ends.
-enum class PageState { free, allocated, mapped, orphaned, draining };
+// The numbers are on disk (ChangeKind::page_reclaimed).
+enum class PageState { free = 0, allocated = 1, mapped = 2, orphaned = 3, draining = 4 };
 
 struct RankStats {
   std::int64_t num_pages = 0;
@@ -129,7 +130,16 @@ enum class ChangeKind : std::uint8_t {
   cleared = 4,       // every rank and key forgotten
   rank_dropped = 5,  // rank: the rank, its pages and its keys' mappings on it gone; keys left unmapped gone
   keys_deleted = 6,  // deleted, in order: each key gone, its pages to the ends of their pools (POST /keys/delete)
+  // The cache lifecycle's effects (issue 11), decided by the clock, the LRU order and the leases:
+  // recorded as what happened, so that replay decides nothing.
+  keys_removed = 7,    // removal, draining, deleted (the names, in order): each key gone; its pages to the
+                       // ends of their pools, or, draining, kept until the key's lease ends (key_drained)
+  page_reclaimed = 8,  // rank, page, was: an allocated or orphaned page back to the end of its pool
+  key_drained = 9,     // key_id: a removed key's lease ended: its pages to the ends of their pools, its id free
+  clock = 10,          // clock_ms: the clock reading of the changes that follow (with allocation_ttl only)
 };
+// Why the lifecycle removed a key (keys_removed).
+enum class Removal : std::uint8_t { evicted = 1, reclaimed = 2, deleted = 3 };
 inline constexpr std::uint32_t kNoPage32 = 0xFFFFFFFFu;
 struct AllocatedItem {
   std::string_view key;
@@ -151,7 +161,13 @@ struct Change {
   std::span<const ConfirmedItem> confirmed;
   std::span<const std::uint32_t> released;  // pages actually returned to the pool
   std::uint32_t kept_mapped = 0;
-  std::span<const std::string_view> deleted;  // keys_deleted
+  std::span<const std::string_view> deleted;  // keys_deleted, keys_removed
+  Removal removal = Removal::deleted;         // keys_removed
+  bool draining = false;                      // keys_removed
+  std::uint32_t page = 0;                     // page_reclaimed
+  PageState was = PageState::allocated;       // page_reclaimed: allocated or orphaned
+  std::uint32_t key_id = 0;                   // key_drained (a removed key has no name in any lookup)
+  std::int64_t clock_ms = 0;                  // clock
 };
 // Called under the state's exclusive lock: must be quick and must not call back into the state.
 using ChangeSink = std::function<void(const Change&)>;
@@ -174,13 +190,36 @@ struct KeyImage {
   std::uint32_t tp_world_size = 0;
   friend bool operator==(const KeyImage&, const KeyImage&) = default;
 };
-// Covers the state without the cache lifecycle (no leases, recency or TTL events in it; issue 11).
+// The cache lifecycle's reclaim times (clock readings, wall-clock on a durable server).
+struct TimedPageImage {
+  std::int64_t at = 0;  // when the page became allocated or orphaned
+  std::uint32_t rank_index = 0;  // in StateImage::ranks
+  std::uint32_t page = 0;
+  friend bool operator==(const TimedPageImage&, const TimedPageImage&) = default;
+};
+struct TimedKeyImage {
+  std::int64_t at = 0;  // when the key was created or stopped being complete
+  std::uint32_t id = 0;
+  friend bool operator==(const TimedKeyImage&, const TimedKeyImage&) = default;
+};
+// The state, exact, and of the cache lifecycle what a restart must keep: keys removed but still
+// draining, reclaim times, the clock of the last change. Recency and leases are left out: after a
+// restart every key counts as leased for one lease period (MetadataState::restarted).
 struct StateImage {
   std::uint64_t seq = 0;  // the last change included
   std::vector<RankImage> ranks;
   std::vector<KeyImage> keys;
   std::vector<std::uint32_t> free_ids;  // ids of removed keys, the last one reused first
+  // Empty without the lifecycle.
+  std::vector<std::uint32_t> draining_ids;  // removed keys whose pages wait for their lease's end, by id
+  std::vector<TimedPageImage> timed_pages;  // allocated and orphaned pages, in the order they were timed
+  std::vector<TimedKeyImage> timed_keys;    // incomplete keys, in the order they were timed
+  std::optional<std::int64_t> clock_ms;     // the clock of the last change recorded (allocation_ttl only)
   friend bool operator==(const StateImage&, const StateImage&) = default;
+
+  bool has_lifecycle() const noexcept {
+    return !draining_ids.empty() || !timed_pages.empty() || !timed_keys.empty() || clock_ms.has_value();
+  }
 };
 
 class MetadataState {
@@ -241,6 +280,11 @@ class MetadataState {
   StateImage export_image(const std::function<void(std::uint64_t seq)>& at_instant = {}) const;
   // Replaces the whole state with an image, after checking it is consistent.
   StateResult<void> import_image(StateImage image);
+  // After recovery (images and records), with the change sink set: leases and recency were not
+  // recorded, so every complete key counts as leased for one lease period from now, and draining
+  // pages drain one lease period from now (at once without leases, recorded), so that a reader the
+  // restart caught between a lookup and its read stays safe. Reclaim times were kept.
+  void restarted();
   std::uint64_t seq() const;  // the last change applied
 
   // Introspection, for tests, metrics and the server.

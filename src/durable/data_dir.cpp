@@ -106,7 +106,7 @@ DirResult<DirListing> list(const fs::path& dir) {
 }
 
 // Parses a snapshot's bytes (checksum already checked) into an image and its dedup records.
-DirResult<LoadedSnapshot> parse_snapshot(const fs::path& path, std::string_view bytes) {
+DirResult<LoadedSnapshot> parse_snapshot(const fs::path& path, std::string_view bytes, std::uint32_t version) {
   LoadedSnapshot out;
   Reader in(bytes);
   auto fail = [&](const std::string& why) -> DirResult<LoadedSnapshot> {
@@ -149,6 +149,35 @@ DirResult<LoadedSnapshot> parse_snapshot(const fs::path& path, std::string_view 
   std::string_view ids;
   if (!in.u32(free_ids) || !in.raw(std::size_t{free_ids} * 4, ids)) return fail("truncated free key ids");
   assign_u32s(ids, out.image.free_ids);
+  if (version >= kSnapshotLifecycleVersion) {
+    StateImage& image = out.image;
+    std::uint8_t has_clock = 0;
+    std::uint64_t clock = 0;
+    std::uint32_t n = 0;
+    if (!in.u8(has_clock) || !in.u64(clock)) return fail("truncated clock");
+    if (has_clock > 1) return fail("clock flag " + std::to_string(has_clock));
+    if (has_clock) image.clock_ms = static_cast<std::int64_t>(clock);
+    if (!in.u32(n) || n > in.left() / 4) return fail("truncated draining key ids");
+    image.draining_ids.resize(n);
+    for (std::uint32_t& id : image.draining_ids) in.u32(id);
+    if (!in.u32(n) || n > in.left() / 16) return fail("truncated timed pages");
+    image.timed_pages.resize(n);
+    for (TimedPageImage& t : image.timed_pages) {
+      std::uint64_t at = 0;
+      in.u64(at);
+      in.u32(t.rank_index);
+      in.u32(t.page);
+      t.at = static_cast<std::int64_t>(at);
+    }
+    if (!in.u32(n) || n > in.left() / 12) return fail("truncated timed keys");
+    image.timed_keys.resize(n);
+    for (TimedKeyImage& t : image.timed_keys) {
+      std::uint64_t at = 0;
+      in.u64(at);
+      in.u32(t.id);
+      t.at = static_cast<std::int64_t>(at);
+    }
+  }
   std::uint32_t dedup_count = 0;
   if (!in.u32(dedup_count)) return fail("truncated dedup count");
   for (std::uint32_t i = 0; i < dedup_count; ++i) {
@@ -171,7 +200,10 @@ DirResult<LoadedSnapshot> parse_snapshot(const fs::path& path, std::string_view 
 }  // namespace
 
 DirResult<LoadedSnapshot> read_snapshot(const fs::path& path, std::string_view all) {
-  if (auto error = check_file_header(all, kSnapshotMagic)) return "snapshot " + path.string() + ": " + *error;
+  std::uint32_t version = 0;
+  if (auto error = check_file_header(all, kSnapshotMagic, kSnapshotLifecycleVersion, &version)) {
+    return "snapshot " + path.string() + ": " + *error;
+  }
   if (all.size() < kFileHeaderSize + 4) return "snapshot " + path.string() + ": truncated (" + std::to_string(all.size()) + " bytes)";
   const std::string_view body = all.substr(kFileHeaderSize, all.size() - kFileHeaderSize - 4);
   std::uint32_t stored = 0;
@@ -180,7 +212,7 @@ DirResult<LoadedSnapshot> read_snapshot(const fs::path& path, std::string_view a
     return "snapshot " + path.string() + ": checksum mismatch over " + std::to_string(all.size()) +
            " bytes (truncated or corrupt)";
   }
-  return parse_snapshot(path, all.substr(kFileHeaderSize));
+  return parse_snapshot(path, all.substr(kFileHeaderSize), version);
 }
 
 std::string journal_name(std::uint64_t first_seq) { return numbered("journal-", first_seq, ".log"); }
@@ -356,7 +388,8 @@ DirResult<std::uint64_t> write_snapshot(const fs::path& dir, const StateImage& i
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return tmp.string() + ": " + errno_text(errno);
   FileWriter out(fd, tmp.string());
-  out.add(file_header(kSnapshotMagic), false);
+  const bool lifecycle = image.has_lifecycle();
+  out.add(file_header(kSnapshotMagic, lifecycle ? kSnapshotLifecycleVersion : kFormatVersion), false);
   std::string small;
   auto emit_small = [&] {
     out.add(small);
@@ -386,6 +419,25 @@ DirResult<std::uint64_t> write_snapshot(const fs::path& dir, const StateImage& i
   put_u32(small, static_cast<std::uint32_t>(image.free_ids.size()));
   emit_small();
   out.add({reinterpret_cast<const char*>(image.free_ids.data()), image.free_ids.size() * 4});
+  if (lifecycle) {
+    put_u8(small, image.clock_ms ? 1 : 0);
+    put_u64(small, static_cast<std::uint64_t>(image.clock_ms.value_or(0)));
+    put_u32(small, static_cast<std::uint32_t>(image.draining_ids.size()));
+    for (const std::uint32_t id : image.draining_ids) put_u32(small, id);
+    put_u32(small, static_cast<std::uint32_t>(image.timed_pages.size()));
+    for (const TimedPageImage& t : image.timed_pages) {
+      put_u64(small, static_cast<std::uint64_t>(t.at));
+      put_u32(small, t.rank_index);
+      put_u32(small, t.page);
+      if (small.size() > 65536) emit_small();
+    }
+    put_u32(small, static_cast<std::uint32_t>(image.timed_keys.size()));
+    for (const TimedKeyImage& t : image.timed_keys) {
+      put_u64(small, static_cast<std::uint64_t>(t.at));
+      put_u32(small, t.id);
+      if (small.size() > 65536) emit_small();
+    }
+  }
   put_u32(small, static_cast<std::uint32_t>(dedup.size()));
   for (const TaggedPayload& t : dedup) {
     put_u64(small, t.seq);

@@ -8,7 +8,12 @@
 // u64 kept_on_release, u32 free_count, the pool (u32 each, front first), the page table (u32 each),
 // u32 allocated pages, the hash of each one's key (u32 each, in page order);
 // u64 keys, per key id: u32 tp_world_size, u32 length, name (0 and empty for a free id); u32 free ids,
-// the ids (u32 each, the last reused first); u32 dedup records, per record: u64 seq,
+// the ids (u32 each, the last reused first);
+// version 2 only (written when the image has cache-lifecycle state, StateImage::has_lifecycle(); a
+// state without the lifecycle writes version 1, which a version-1 reader reads): u8 has clock, u64
+// clock (ms), u32 draining key ids, the ids (u32 each); u32 timed pages, per page: u64 at (ms),
+// u32 rank index (in the order above), u32 page; u32 timed keys, per key: u64 at (ms), u32 id;
+// then (both versions) u32 dedup records, per record: u64 seq,
 // u32 length, a journal payload carrying its DedupTag; the file name of the journal that follows
 // (u32 length, name); then u32 crc32c of everything after the file header.
 #pragma once
@@ -35,6 +40,9 @@ struct DirError {
 };
 template <class T>
 using DirResult = boost::outcome_v2::result<T, DirError, boost::outcome_v2::policy::terminate>;
+
+// Snapshots with the cache lifecycle's state (the layout above); the journal stays at kFormatVersion.
+inline constexpr std::uint32_t kSnapshotLifecycleVersion = 2;
 
 std::string journal_name(std::uint64_t first_seq);
 std::string snapshot_name(std::uint64_t seq);

@@ -101,6 +101,23 @@ void encode_payload(const Change& change, const DedupTag* tag, std::string& out)
       put_u32(out, static_cast<std::uint32_t>(change.deleted.size()));
       for (const std::string_view key : change.deleted) put_bytes(out, key);
       break;
+    case ChangeKind::keys_removed:
+      put_u8(out, static_cast<std::uint8_t>(change.removal));
+      put_u8(out, change.draining ? 1 : 0);
+      put_u32(out, static_cast<std::uint32_t>(change.deleted.size()));
+      for (const std::string_view key : change.deleted) put_bytes(out, key);
+      break;
+    case ChangeKind::page_reclaimed:
+      put_u64(out, static_cast<std::uint64_t>(change.rank));
+      put_u32(out, change.page);
+      put_u8(out, static_cast<std::uint8_t>(change.was));
+      break;
+    case ChangeKind::key_drained:
+      put_u32(out, change.key_id);
+      break;
+    case ChangeKind::clock:
+      put_u64(out, static_cast<std::uint64_t>(change.clock_ms));
+      break;
   }
 }
 
@@ -199,7 +216,16 @@ bool Record::decode_into(Record& record, std::uint64_t seq, std::string_view pay
     case ChangeKind::rank_dropped:
       if (!in.u64(rank)) return fail("truncated rank_dropped");
       break;
-    case ChangeKind::keys_deleted:
+    case ChangeKind::keys_removed:
+    case ChangeKind::keys_deleted: {
+      if (c.kind == ChangeKind::keys_removed) {
+        std::uint8_t removal = 0;
+        std::uint8_t draining = 0;
+        if (!in.u8(removal) || !in.u8(draining)) return fail("truncated keys_removed");
+        if (removal < 1 || removal > 3 || draining > 1) return fail("unknown removal " + std::to_string(removal) + "/" + std::to_string(draining));
+        c.removal = static_cast<Removal>(removal);
+        c.draining = draining == 1;
+      }
       if (!in.u32(n)) return fail("truncated keys_deleted");
       if (n > in.left() / 4) return fail("deleted count " + std::to_string(n) + " past the payload");
       record.deleted_.resize(n);
@@ -207,6 +233,23 @@ bool Record::decode_into(Record& record, std::uint64_t seq, std::string_view pay
         if (!in.bytes(key)) return fail("truncated deleted key");
       }
       break;
+    }
+    case ChangeKind::page_reclaimed: {
+      std::uint8_t was = 0;
+      if (!in.u64(rank) || !in.u32(c.page) || !in.u8(was)) return fail("truncated page_reclaimed");
+      c.was = static_cast<PageState>(was);
+      if (c.was != PageState::allocated && c.was != PageState::orphaned) return fail("reclaimed page state " + std::to_string(was));
+      break;
+    }
+    case ChangeKind::key_drained:
+      if (!in.u32(c.key_id)) return fail("truncated key_drained");
+      break;
+    case ChangeKind::clock: {
+      std::uint64_t ms = 0;
+      if (!in.u64(ms)) return fail("truncated clock");
+      c.clock_ms = static_cast<std::int64_t>(ms);
+      break;
+    }
     default:
       return fail("unknown kind " + std::to_string(kind) + " (written by a newer server?)");
   }
@@ -219,14 +262,15 @@ bool Record::decode_into(Record& record, std::uint64_t seq, std::string_view pay
   return true;
 }
 
-std::string file_header(std::string_view magic) {
+std::string file_header(std::string_view magic, std::uint32_t version) {
   std::string out(magic);
-  put_u32(out, kFormatVersion);
+  put_u32(out, version);
   put_u32(out, crc32c(out));
   return out;
 }
 
-std::optional<std::string> check_file_header(std::string_view bytes, std::string_view magic) {
+std::optional<std::string> check_file_header(std::string_view bytes, std::string_view magic, std::uint32_t newest,
+                                             std::uint32_t* version_out) {
   if (bytes.size() < kFileHeaderSize) return "file header truncated";
   if (bytes.substr(0, magic.size()) != magic) return "not a " + std::string(magic) + " file";
   Reader in(bytes.substr(8));
@@ -235,10 +279,11 @@ std::optional<std::string> check_file_header(std::string_view bytes, std::string
   in.u32(version);
   in.u32(crc);
   if (crc != crc32c(bytes.substr(0, 12))) return "file header checksum mismatch";
-  if (version != kFormatVersion) {
+  if (version < kFormatVersion || version > newest) {
     return "unknown format version " + std::to_string(version) + " (this server reads " +
-           std::to_string(kFormatVersion) + ")";
+           std::to_string(kFormatVersion) + (newest > kFormatVersion ? ".." + std::to_string(newest) : "") + ")";
   }
+  if (version_out) *version_out = version;
   return std::nullopt;
 }
 

@@ -78,11 +78,13 @@ void encode_record(const Change& change, const DedupTag* tag, std::string& out);
 // Appends a record around an already encoded payload.
 void frame_record(std::uint64_t seq, std::string_view payload, std::string& out);
 
-std::string file_header(std::string_view magic);  // kFileHeaderSize bytes
+std::string file_header(std::string_view magic, std::uint32_t version = kFormatVersion);  // kFileHeaderSize bytes
 inline constexpr std::string_view kJournalMagic = "HF3FSJNL";
 inline constexpr std::string_view kSnapshotMagic = "HF3FSSNP";
-// Checks a file header; an error says what is wrong.
-std::optional<std::string> check_file_header(std::string_view bytes, std::string_view magic);
+// Checks a file header, accepting versions kFormatVersion..newest (stored in *version); an error
+// says what is wrong.
+std::optional<std::string> check_file_header(std::string_view bytes, std::string_view magic,
+                                             std::uint32_t newest = kFormatVersion, std::uint32_t* version = nullptr);
 
 // Little-endian readers and writers, shared with the snapshot code.
 void put_u8(std::string& out, std::uint8_t v);

@@ -23,6 +23,7 @@ DirResult<std::unique_ptr<Store>> Store::open(Options options, MetadataState& st
   store->journal_ = std::move(journal).value();
   store->stats_.recovery_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   state.set_change_sink([j = store->journal_.get()](const Change& change) { j->append(change); });
+  state.restarted();  // leases and recency were not recorded: the restart rule (state.hpp)
   store->thread_ = std::thread([s = store.get()] { s->background(); });
   return store;
 }

@@ -390,6 +390,9 @@ struct MetadataState::Impl {
   std::int64_t ttl_ms = 0;
   std::int64_t now = std::numeric_limits<std::int64_t>::min() / 4;  // the latest clock reading
   std::uint64_t stamps = 0;                                         // of timed events, never reused
+  // With a TTL: the clock reading the records carry (ChangeKind::clock), so that a replay times what
+  // it replays as the original did.
+  std::optional<std::int64_t> recorded_now;
 
   explicit Impl(StateOptions o = {}) : options(std::move(o)) {
     options.max_pages = std::min(options.max_pages, kPageLimit);
@@ -412,6 +415,14 @@ struct MetadataState::Impl {
 
   // Under the exclusive lock, once a call has changed the state.
   void emit(Change& change) {
+    if (ttl_ms > 0 && recorded_now != now) {
+      recorded_now = now;
+      Change tick;
+      tick.kind = ChangeKind::clock;
+      tick.clock_ms = now;
+      tick.seq = ++seq;
+      if (sink) sink(tick);
+    }
     change.seq = ++seq;
     if (sink) sink(change);
   }
@@ -445,6 +456,85 @@ struct MetadataState::Impl {
     total_pages -= r.num_pages;
     gone = std::move(ranks[slot]);
     return outcome;
+  }
+
+  // The lifecycle's part of an image (StateImage): what is current of the timed events, in their
+  // order, and the draining keys. Under the lock.
+  void export_lifecycle(const std::vector<std::uint32_t>& index_of_slot, StateImage& image) const {
+    for (std::uint32_t id = life.lease_head; id != kNone; id = keys[id].lease_next) {
+      if (!keys[id].live) image.draining_ids.push_back(id);
+    }
+    std::sort(image.draining_ids.begin(), image.draining_ids.end());
+    for (const TimedPage& e : life.timed_pages) {
+      const RankData* r = ranks[e.slot].get();
+      if (r && r->owner[e.page] == e.marker && r->stamp[e.page] == e.stamp) {
+        image.timed_pages.push_back(TimedPageImage{e.at, index_of_slot[e.slot], e.page});
+      }
+    }
+    for (const TimedKey& e : life.timed_keys) {
+      const KeyRecord& k = keys[e.id];
+      if (k.live && !k.complete() && k.incomplete_stamp == e.stamp) image.timed_keys.push_back(TimedKeyImage{e.at, e.id});
+    }
+    if (ttl_ms > 0) image.clock_ms = recorded_now;
+  }
+
+  // Import: the image's reclaim times, checked, in the order they were timed; with a TTL, an
+  // allocated or orphaned page or an incomplete key the image has no time for is timed now.
+  std::optional<std::string> import_timed(const StateImage& image, const std::vector<bool>& draining) {
+    std::vector<TimedPage> pages;
+    std::vector<std::vector<bool>> page_timed(ranks.size());
+    std::int64_t last = std::numeric_limits<std::int64_t>::min();
+    for (const TimedPageImage& e : image.timed_pages) {
+      if (e.rank_index >= ranks.size() || e.page >= ranks[e.rank_index]->num_pages) return "timed page out of range";
+      RankData& r = *ranks[e.rank_index];
+      const std::uint32_t marker = r.owner[e.page];
+      std::vector<bool>& seen = page_timed[e.rank_index];
+      seen.resize(r.num_pages, false);
+      if ((marker != kAllocated && marker != kOrphaned) || seen[e.page] || e.at < last) {
+        return "timed page " + std::to_string(e.page) + " of rank " + std::to_string(r.rank);
+      }
+      seen[e.page] = true;
+      last = e.at;
+      pages.push_back(TimedPage{e.at, 0, e.rank_index, e.page, marker});
+    }
+    std::vector<TimedKey> timed_keys;
+    std::vector<bool> key_timed(keys.size(), false);
+    last = std::numeric_limits<std::int64_t>::min();
+    for (const TimedKeyImage& e : image.timed_keys) {
+      if (e.id >= keys.size() || draining[e.id] || !keys[e.id].live || keys[e.id].complete() || key_timed[e.id] ||
+          e.at < last) {
+        return "timed key id " + std::to_string(e.id);
+      }
+      key_timed[e.id] = true;
+      last = e.at;
+      timed_keys.push_back(TimedKey{e.at, 0, e.id});
+    }
+    if (ttl_ms == 0) return std::nullopt;
+    for (std::uint32_t slot = 0; slot < ranks.size(); ++slot) {
+      RankData& r = *ranks[slot];
+      page_timed[slot].resize(r.num_pages, false);
+      for (std::uint32_t page = 0; page < r.num_pages; ++page) {
+        if ((r.owner[page] == kAllocated || r.owner[page] == kOrphaned) && !page_timed[slot][page]) {
+          pages.push_back(TimedPage{now, 0, slot, page, r.owner[page]});
+        }
+      }
+    }
+    for (std::uint32_t id = 0; id < keys.size(); ++id) {
+      if (keys[id].live && !keys[id].complete() && !key_timed[id]) timed_keys.push_back(TimedKey{now, 0, id});
+    }
+    std::stable_sort(pages.begin(), pages.end(), [](const TimedPage& a, const TimedPage& b) { return a.at < b.at; });
+    std::stable_sort(timed_keys.begin(), timed_keys.end(), [](const TimedKey& a, const TimedKey& b) { return a.at < b.at; });
+    for (TimedPage& e : pages) {
+      e.stamp = ++stamps;
+      ranks[e.slot]->stamp[e.page] = e.stamp;
+      life.timed_pages.push_back(e);
+    }
+    for (TimedKey& e : timed_keys) {
+      e.stamp = ++stamps;
+      keys[e.id].incomplete_stamp = e.stamp;
+      life.timed_keys.push_back(e);
+    }
+    return std::nullopt;
   }
 
   // Only under the lock.
@@ -636,22 +726,31 @@ struct MetadataState::Impl {
     if (!ranks[e.slot]) return;  // dropped since
     RankData& r = *ranks[e.slot];
     if (r.owner[e.page] != e.marker || r.stamp[e.page] != e.stamp) return;  // confirmed or released since
-    if (e.marker == kAllocated) {
+    Change change;
+    change.kind = ChangeKind::page_reclaimed;
+    change.rank = r.rank;
+    change.page = e.page;
+    change.was = e.marker == kAllocated ? PageState::allocated : PageState::orphaned;
+    emit(change);
+    reclaim_page(r, e.page);
+  }
+  // An allocated or orphaned page back to its pool.
+  void reclaim_page(RankData& r, std::uint32_t page) {
+    if (r.owner[page] == kAllocated) {
       --r.allocated;
       ++counters.reclaimed_allocated;
     } else {
       --r.orphaned;
       ++counters.reclaimed_orphaned;
     }
-    r.owner[e.page] = kFree;
-    r.push_back(e.page);
+    r.owner[page] = kFree;
+    r.push_back(page);
   }
 
   void expire_key(const TimedKey& e) {
     const KeyRecord& k = keys[e.id];
     if (!k.live || k.complete() || k.incomplete_stamp != e.stamp) return;
-    ++counters.reclaimed_keys;
-    remove_key(e.id);
+    remove_key(e.id, Removal::reclaimed);
   }
 
   void completeness_changed(std::uint32_t id, bool was_complete) {
@@ -715,10 +814,17 @@ struct MetadataState::Impl {
     --life.leased;
   }
 
-  void end_lease(std::uint32_t id) {
+  // `journal`: false when replaying the record that says so.
+  void end_lease(std::uint32_t id, bool journal = true) {
     lease_unlink(id);
     KeyRecord& k = keys[id];
     if (!k.live) {
+      if (journal) {
+        Change change;
+        change.kind = ChangeKind::key_drained;
+        change.key_id = id;
+        emit(change);
+      }
       free_pages(id, true);
       free_id(id);
     } else if (lru && k.complete()) {
@@ -727,21 +833,43 @@ struct MetadataState::Impl {
   }
 
   // Removes a key from every lookup (eviction, deletion, reclaim). Its pages return to the back of
-  // their pools now, or, under a read lease, drain back when the lease ends.
-  void remove_key(std::uint32_t id) {
+  // their pools now, or, under a read lease, drain back when the lease ends. `journal`: false for a
+  // deletion journaled with its batch (keys_deleted), and when replaying.
+  void remove_key(std::uint32_t id, Removal why, bool journal = true) {
+    const KeyRecord& k = keys[id];
+    const bool drain = k.where == Where::leased;
+    if (journal) {
+      const std::string_view name = k.name;
+      Change change;
+      change.kind = ChangeKind::keys_removed;
+      change.removal = why;
+      change.draining = drain;
+      change.deleted = {&name, 1};
+      emit(change);
+    }
+    remove_key_as(id, why, drain);
+  }
+  // `drain`: the pages wait for the key's lease to end (a replay, which has no leases, makes one).
+  void remove_key_as(std::uint32_t id, Removal why, bool drain) {
+    ++(why == Removal::evicted ? counters.evicted : why == Removal::deleted ? counters.deleted : counters.reclaimed_keys);
     KeyRecord& k = keys[id];
     key_ids.erase(HashedKey::short_hash_of(k.hash), id);
     k.live = false;
     if (k.complete()) --life.complete;
-    if (k.where == Where::leased) {
+    if (k.where == Where::lru) lru_unlink(id);
+    if (drain) {
       for (const RankPage& rp : k.pages) {
         RankData& r = *ranks[rp.slot];
         --r.mapped;
         ++r.draining;
       }
+      if (k.where != Where::leased) {
+        k.lease_end = now + lease_ms;
+        lease_push_back(id);
+      }
       return;
     }
-    if (k.where == Where::lru) lru_unlink(id);
+    if (k.where == Where::leased) lease_unlink(id);
     free_pages(id, false);
     free_id(id);
   }
@@ -809,10 +937,7 @@ struct MetadataState::Impl {
       internal::touch(k.pages.data());
       internal::touch(k.name.data());
     }
-    for (const std::uint32_t id : victims) {
-      ++counters.evicted;
-      remove_key(id);
-    }
+    for (const std::uint32_t id : victims) remove_key(id, Removal::evicted);
   }
 
   PageState page_state(const RankData& r, std::uint32_t page) const {
@@ -831,12 +956,14 @@ struct MetadataState::Impl {
     std::vector<bool> result(hashed.size(), false);
     std::unique_lock lock(mutex);
     advance();
+    // Without leases nothing drains: one keys_deleted record (the format without the lifecycle).
+    const bool batched = lease_ms == 0;
     for (std::size_t i = 0; i < hashed.size(); ++i) {
       const std::uint32_t id = id_of(hashed[i]);
       if (id == kNone) continue;
-      delete_key(id);
+      remove_key(id, Removal::deleted, !batched);
       result[i] = true;
-      s.deleted.push_back(hashed[i].name);  // the caller's bytes (the record's are gone with it)
+      if (batched) s.deleted.push_back(hashed[i].name);  // the caller's bytes (the record's are gone with it)
     }
     if (!s.deleted.empty()) {
       Change change;
@@ -845,10 +972,6 @@ struct MetadataState::Impl {
       emit(change);
     }
     return result;
-  }
-  void delete_key(std::uint32_t id) {
-    ++counters.deleted;
-    remove_key(id);
   }
 };
 
@@ -1156,6 +1279,30 @@ void MetadataState::clear() {
   }
 }
 
+void MetadataState::restarted() {
+  std::unique_lock lock(impl_->mutex);
+  Impl& s = *impl_;
+  if (s.lifecycle) s.now = std::max(s.now, s.read_clock());
+  std::vector<std::uint32_t> draining;
+  for (std::uint32_t id = s.life.lease_head; id != kNone; id = s.keys[id].lease_next) {
+    if (!s.keys[id].live) draining.push_back(id);
+  }
+  if (s.lease_ms == 0) {
+    for (const std::uint32_t id : draining) s.end_lease(id);  // recorded: the sink is set
+    return;
+  }
+  const std::int64_t end = s.now + s.lease_ms;
+  for (const std::uint32_t id : draining) s.keys[id].lease_end = end;
+  for (std::uint32_t id = 0; id < s.keys.size(); ++id) {
+    KeyRecord& k = s.keys[id];
+    if (!k.live || !k.complete()) continue;
+    if (k.where == Where::lru) s.lru_unlink(id);
+    if (k.where == Where::leased) s.lease_unlink(id);
+    k.lease_end = end;
+    s.lease_push_back(id);
+  }
+}
+
 void MetadataState::set_change_sink(ChangeSink sink) {
   std::unique_lock lock(impl_->mutex);
   impl_->sink = std::move(sink);
@@ -1209,10 +1356,21 @@ StateResult<void> MetadataState::apply(const Change& change) {
     s.seq = change.seq;
     return boost::outcome_v2::success();
   }
-  if (change.kind == ChangeKind::keys_deleted) {
-    // With no read lease (the server runs none with a data dir), a deleted key's pages go straight
-    // back to their pools, as they went when the record was made.
-    if (s.lease_ms > 0) return unfit(change, "deletions are replayed only without read leases");
+  if (change.kind == ChangeKind::clock) {
+    s.now = change.clock_ms;  // a replay's clock may go back: it is the original's
+    s.recorded_now = change.clock_ms;
+    s.seq = change.seq;
+    return boost::outcome_v2::success();
+  }
+  // Records written without the clock (no TTL then) time what they create as now.
+  if (s.ttl_ms > 0 && !s.recorded_now) s.now = std::max(s.now, s.read_clock());
+  if (change.kind == ChangeKind::keys_deleted || change.kind == ChangeKind::keys_removed) {
+    // keys_deleted: as the record was made, nothing drains (no read lease then).
+    const bool deleted = change.kind == ChangeKind::keys_deleted;
+    if (!deleted && change.removal != Removal::evicted && change.removal != Removal::reclaimed &&
+        change.removal != Removal::deleted) {
+      return unfit(change, "unknown removal " + std::to_string(static_cast<int>(change.removal)));
+    }
     std::vector<std::uint32_t> ids;
     for (const std::string_view key : change.deleted) {
       const std::uint32_t id = s.id_of(HashedKey{key});
@@ -1221,7 +1379,18 @@ StateResult<void> MetadataState::apply(const Change& change) {
       }
       ids.push_back(id);
     }
-    for (const std::uint32_t id : ids) s.delete_key(id);
+    for (const std::uint32_t id : ids) {
+      s.remove_key_as(id, deleted ? Removal::deleted : change.removal, !deleted && change.draining);
+    }
+    s.seq = change.seq;
+    return boost::outcome_v2::success();
+  }
+  if (change.kind == ChangeKind::key_drained) {
+    const std::uint32_t id = change.key_id;
+    if (id >= s.keys.size() || s.keys[id].live || s.keys[id].where != Where::leased) {
+      return unfit(change, "key id " + std::to_string(id) + " is not draining");
+    }
+    s.end_lease(id, false);
     s.seq = change.seq;
     return boost::outcome_v2::success();
   }
@@ -1233,6 +1402,17 @@ StateResult<void> MetadataState::apply(const Change& change) {
     return boost::outcome_v2::success();
   }
   RankData& r = *s.ranks[slot];
+  if (change.kind == ChangeKind::page_reclaimed) {
+    const std::uint32_t marker = change.was == PageState::allocated ? kAllocated
+                                 : change.was == PageState::orphaned ? kOrphaned
+                                                                     : kFree;
+    if (change.page >= r.num_pages || marker == kFree || r.owner[change.page] != marker) {
+      return unfit(change, "page " + std::to_string(change.page) + " of " + rank_text + " cannot be reclaimed");
+    }
+    s.reclaim_page(r, change.page);
+    s.seq = change.seq;
+    return boost::outcome_v2::success();
+  }
   // Checked before anything is applied, so that a record that does not fit changes nothing.
   if (change.kind == ChangeKind::allocated) {
     if (change.allocated.size() > r.free_count) return unfit(change, "more pages taken than " + rank_text + " has free");
@@ -1345,6 +1525,7 @@ StateImage MetadataState::export_image(const std::function<void(std::uint64_t se
       std::unique_lock lock(impl_->mutex);
       image.seq = impl_->seq;
       std::size_t next = 0;  // the image rank to fill
+      std::vector<std::uint32_t> index_of_slot(impl_->ranks.size(), kNone);  // for the lifecycle's part
       for (std::size_t slot = 0; slot < impl_->ranks.size(); ++slot) {
         const RankData* r = impl_->ranks[slot].get();
         if (!r) continue;
@@ -1355,6 +1536,7 @@ StateImage MetadataState::export_image(const std::function<void(std::uint64_t se
         if (r->allocated != 0) p.hashes.resize(r->num_pages);
         if (next == image.ranks.size()) image.ranks.emplace_back();
         slot_of_image.push_back(static_cast<std::uint32_t>(slot));
+        index_of_slot[slot] = static_cast<std::uint32_t>(next);
         RankImage& ri = image.ranks[next++];
         ri.rank = r->rank;
         ri.kept_on_release = r->kept_on_release;
@@ -1370,6 +1552,7 @@ StateImage MetadataState::export_image(const std::function<void(std::uint64_t se
       image.ranks.resize(next);
       key_count = static_cast<std::uint32_t>(impl_->keys.size());
       image.free_ids = impl_->life.free_ids;
+      impl_->export_lifecycle(index_of_slot, image);
       epoch = impl_->epoch;
       image.keys.resize(key_count);
       if (names_under_lock) copy_names(0, key_count);
@@ -1407,6 +1590,11 @@ StateResult<void> MetadataState::import_image(StateImage image) {
     if (id >= key_count || free_id[id]) return bad("free key id " + std::to_string(id));
     free_id[id] = true;
   }
+  std::vector<bool> draining(key_count, false);
+  for (const std::uint32_t id : image.draining_ids) {
+    if (id >= key_count || free_id[id] || draining[id]) return bad("draining key id " + std::to_string(id));
+    draining[id] = true;
+  }
   for (auto& k : image.keys) {
     KeyRecord record;
     record.name = std::move(k.name);
@@ -1437,7 +1625,7 @@ StateResult<void> MetadataState::import_image(StateImage image) {
         KeyRecord& k = next.keys[owner];
         if (k.on(slot)) return bad("key " + k.name + " has two pages on " + rank_text);
         k.pages.push_back(RankPage{slot, page});
-        ++r->mapped;
+        ++(draining[owner] ? r->draining : r->mapped);
       } else {
         return bad(rank_text + " page " + std::to_string(page) + " names no key");
       }
@@ -1458,11 +1646,24 @@ StateResult<void> MetadataState::import_image(StateImage image) {
     next.rank_slots.emplace(r->rank, slot);
     next.ranks.push_back(std::move(r));
   }
-  // Every id is either a live key with a page (a key with none is removed at once) or a free one.
+  // The clock: the one the image's last change was recorded at, or, without one, now.
+  if (image.clock_ms) {
+    next.now = *image.clock_ms;
+    next.recorded_now = image.clock_ms;
+  } else if (next.lifecycle) {
+    next.now = next.read_clock();
+  }
+  // Every id is either a live key with a page (a key with none is removed at once), a draining one
+  // (its pages wait for its lease to end; restarted() says when) or a free one.
   for (std::uint32_t id = 0; id < key_count; ++id) {
     KeyRecord& k = next.keys[id];
     if (free_id[id]) {
       if (!k.name.empty() || k.tp_world_size != 0) return bad("free key id " + std::to_string(id) + " has a key");
+      continue;
+    }
+    if (draining[id]) {
+      k.lease_end = next.now + next.lease_ms;
+      next.lease_push_back(id);
       continue;
     }
     if (k.pages.empty()) return bad("key " + k.name + " has no page");
@@ -1479,9 +1680,13 @@ StateResult<void> MetadataState::import_image(StateImage image) {
     }
   }
   next.life.free_ids = std::move(image.free_ids);
+  if (auto refused = next.import_timed(image, draining)) return bad(*refused);
   {
     std::unique_lock lock(impl_->mutex);
     impl_->swap_contents(next);  // `next` takes the old contents, freed after the lock
+    impl_->now = next.now;
+    impl_->recorded_now = next.recorded_now;
+    impl_->stamps = std::max(impl_->stamps, next.stamps);  // stamps stay unique
     ++impl_->epoch;
     impl_->seq = image.seq;
   }

@@ -10,6 +10,8 @@
 #include <functional>
 #include <future>
 #include <random>
+#include <cstring>
+#include <map>
 
 #include "durable/data_dir.hpp"
 #include "durable/journal.hpp"
@@ -94,7 +96,8 @@ TEST(DurableRecord, EveryKindRoundTrips) {
   const ConfirmedItem confirmed[] = {{"a", 3, 2}, {"", 7, 0}};
   const std::uint32_t released[] = {9, 1};
   const std::string_view deleted[] = {"gone", "", "also gone"};
-  std::vector<Change> changes(5);
+  const std::string_view evicted[] = {"old"};
+  std::vector<Change> changes(10);
   changes[0].kind = ChangeKind::rank_created;
   changes[0].rank = -5;
   changes[0].num_pages = 77;
@@ -109,6 +112,22 @@ TEST(DurableRecord, EveryKindRoundTrips) {
   changes[3].kind = ChangeKind::cleared;
   changes[4].kind = ChangeKind::keys_deleted;
   changes[4].deleted = deleted;
+  // The lifecycle's kinds, every field away from its default.
+  changes[5].kind = ChangeKind::keys_removed;
+  changes[5].removal = Removal::reclaimed;
+  changes[5].draining = true;
+  changes[5].deleted = deleted;
+  changes[6].kind = ChangeKind::keys_removed;
+  changes[6].removal = Removal::evicted;
+  changes[6].deleted = evicted;
+  changes[7].kind = ChangeKind::page_reclaimed;
+  changes[7].rank = -3;
+  changes[7].page = 0xFFFFFFF0u;
+  changes[7].was = PageState::orphaned;
+  changes[8].kind = ChangeKind::key_drained;
+  changes[8].key_id = 123456;
+  changes[9].kind = ChangeKind::clock;
+  changes[9].clock_ms = -1764590000123;
   const DedupTag tag{1, "req-1", 0x1234567890ull, 42};
   for (std::size_t i = 0; i < changes.size(); ++i) {
     changes[i].seq = 10 + i;
@@ -138,6 +157,12 @@ TEST(DurableRecord, EveryKindRoundTrips) {
       }
       EXPECT_TRUE(std::equal(c.released.begin(), c.released.end(), changes[i].released.begin(), changes[i].released.end()));
       EXPECT_TRUE(std::equal(c.deleted.begin(), c.deleted.end(), changes[i].deleted.begin(), changes[i].deleted.end()));
+      EXPECT_EQ(c.removal, changes[i].removal);
+      EXPECT_EQ(c.draining, changes[i].draining);
+      EXPECT_EQ(c.page, changes[i].page);
+      EXPECT_EQ(c.was, changes[i].was);
+      EXPECT_EQ(c.key_id, changes[i].key_id);
+      EXPECT_EQ(c.clock_ms, changes[i].clock_ms);
       EXPECT_EQ(record->tag().has_value(), t != nullptr);
       if (t) {
         EXPECT_EQ(*record->tag(), tag);
@@ -149,8 +174,13 @@ TEST(DurableRecord, EveryKindRoundTrips) {
     }
   }
   std::string error;
-  EXPECT_FALSE(Record::decode(1, std::string("\x09\x00", 2), error));
-  EXPECT_THAT(error, HasSubstr("unknown kind 9"));
+  EXPECT_FALSE(Record::decode(1, std::string("\x0b\x00", 2), error));
+  EXPECT_THAT(error, HasSubstr("unknown kind 11"));
+  // A removal or a page state the format does not know is refused, not guessed.
+  EXPECT_FALSE(Record::decode(1, std::string("\x07\x00\x04\x00\x00\x00\x00\x00", 8), error));
+  EXPECT_THAT(error, HasSubstr("unknown removal 4"));
+  EXPECT_FALSE(Record::decode(1, std::string("\x08\x00\x00\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00\x02", 15), error));
+  EXPECT_THAT(error, HasSubstr("reclaimed page state 2"));
 }
 
 // Drives a state through a Store and keeps, for each record, the image right after it and where it
@@ -160,11 +190,13 @@ struct Driven {
   std::vector<std::size_t> ends;   // ends[k]: that file's length after k records
 };
 
-Driven drive(const fs::path& dir, unsigned seed, int steps, int snapshot_every = 0) {
+// `clock`: the fake clock of `options`, moved by the workload.
+Driven drive(const fs::path& dir, unsigned seed, int steps, int snapshot_every = 0, const StateOptions& options = {},
+             std::int64_t* clock = nullptr) {
   Driven run;
-  MetadataState state;
+  MetadataState state(options);
   auto store = open_store(dir, state);
-  Workload work(seed);
+  Workload work(seed, "k", clock);
   auto note = [&] {
     const auto journals = files_like(dir, "journal-");
     run.images.push_back(state.export_image());
@@ -187,51 +219,236 @@ Driven drive(const fs::path& dir, unsigned seed, int steps, int snapshot_every =
   return run;
 }
 
-TEST(DurableRecovery, EqualsTheStateAtEveryRecordBoundaryAndInsideTheLastRecord) {
-  for (unsigned seed : {1u, 2u, 3u}) {
-    TempDir dir;
-    const Driven run = drive(dir.path(), seed, 1000);
-    ASSERT_GT(run.images.size(), 150u) << "the workload must apply most calls";
-    std::mt19937 rng(seed);
-    for (std::size_t k = 0; k < run.images.size(); ++k) {
-      TempDir copy;
-      copy_cut(dir.path(), copy.path(), run.ends[k]);
-      MetadataState state;
-      auto recovered = recover(copy.path(), state);
-      ASSERT_TRUE(recovered.has_value()) << recovered.error().message;
-      ASSERT_EQ(state.export_image(), run.images[k]) << "seed " << seed << " record " << k;
-      EXPECT_FALSE(recovered.value().cut.has_value());
-      if (k + 1 < run.images.size()) {
-        // Cut inside the next record: its header or its payload runs past the end.
-        const std::size_t len = run.ends[k + 1] - run.ends[k];
-        for (int t = 0; t < 3; ++t) {
-          TempDir torn;
-          const std::size_t at = run.ends[k] + std::uniform_int_distribution<std::size_t>(1, len - 1)(rng);
-          copy_cut(dir.path(), torn.path(), at);
-          MetadataState s2;
-          auto r2 = recover(torn.path(), s2);
-          ASSERT_TRUE(r2.has_value()) << r2.error().message;
-          ASSERT_EQ(s2.export_image(), run.images[k]) << "seed " << seed << " cut at " << at;
-          ASSERT_TRUE(r2.value().cut.has_value());
-          EXPECT_THAT(*r2.value().cut, HasSubstr("offset " + std::to_string(run.ends[k])));
-        }
+// The length of the record at `offset` of the last journal (from its header).
+std::size_t record_length(const fs::path& journal, std::size_t offset) {
+  const std::string bytes = read_bytes(journal);
+  std::uint32_t len = 0;
+  std::memcpy(&len, bytes.data() + offset + 8, 4);
+  return kRecordHeaderSize + len + kRecordTrailerSize;
+}
+
+// How many records of each kind the journals hold.
+std::map<ChangeKind, int> kinds_in(const fs::path& dir) {
+  std::map<ChangeKind, int> kinds;
+  for (const fs::path& journal : files_like(dir, "journal-")) {
+    const std::string bytes = read_bytes(journal);
+    for (std::size_t at = kFileHeaderSize; at < bytes.size(); at += record_length(journal, at)) {
+      ++kinds[static_cast<ChangeKind>(bytes[at + kRecordHeaderSize])];
+    }
+  }
+  return kinds;
+}
+
+// Recovery from every step's end, and from cuts inside the record after it, equals the image the
+// uninterrupted state had there. (A call may make several records: an eviction and its allocate, a
+// clock reading and a change; each is cut inside its first.) With `snapshot_every`, the steps after
+// the last snapshot, which recovery reads from it and the journal after it.
+void expect_recovery_equality(unsigned seed, int steps, int snapshot_every = 0, const StateOptions& options = {},
+                              std::int64_t* clock = nullptr) {
+  TempDir dir;
+  const Driven run = drive(dir.path(), seed, steps, snapshot_every, options, clock);
+  if (snapshot_every) {
+    EXPECT_EQ(files_like(dir.path(), "snapshot-").size(), 1u);
+    EXPECT_EQ(files_like(dir.path(), "journal-").size(), 1u);
+  }
+  const int last_steps = snapshot_every ? steps % snapshot_every : steps;
+  ASSERT_GT(run.images.size(), static_cast<std::size_t>(last_steps) / 7) << "the workload must apply most calls";
+  const fs::path journal = files_like(dir.path(), "journal-").back();
+  std::mt19937 rng(seed);
+  for (std::size_t k = 0; k < run.images.size(); ++k) {
+    TempDir copy;
+    copy_cut(dir.path(), copy.path(), run.ends[k]);
+    MetadataState state(options);
+    auto recovered = recover(copy.path(), state);
+    ASSERT_TRUE(recovered.has_value()) << recovered.error().message;
+    ASSERT_EQ(state.export_image(), run.images[k]) << "seed " << seed << " record " << k;
+    EXPECT_FALSE(recovered.value().cut.has_value());
+    if (k + 1 < run.images.size()) {
+      // Cut inside the next record: its header or its payload runs past the end.
+      const std::size_t len = record_length(journal, run.ends[k]);
+      for (int t = 0; t < 3; ++t) {
+        TempDir torn;
+        const std::size_t at = run.ends[k] + std::uniform_int_distribution<std::size_t>(1, len - 1)(rng);
+        copy_cut(dir.path(), torn.path(), at);
+        MetadataState s2(options);
+        auto r2 = recover(torn.path(), s2);
+        ASSERT_TRUE(r2.has_value()) << r2.error().message;
+        ASSERT_EQ(s2.export_image(), run.images[k]) << "seed " << seed << " cut at " << at;
+        ASSERT_TRUE(r2.value().cut.has_value());
+        EXPECT_THAT(*r2.value().cut, HasSubstr("offset " + std::to_string(run.ends[k])));
       }
     }
   }
 }
 
-TEST(DurableRecovery, SnapshotThenJournalEqualsTheStateAndOldFilesGo) {
+// Eviction, read leases and reclaim, on a fake clock.
+StateOptions lifecycle_options(const std::int64_t& clock, int lease_ms = 100, int ttl_ms = 300) {
+  StateOptions options;
+  options.eviction = Eviction::lru;
+  options.read_lease = std::chrono::milliseconds(lease_ms);
+  options.allocation_ttl = std::chrono::milliseconds(ttl_ms);
+  options.clock = [&clock] { return std::chrono::milliseconds(clock); };
+  return options;
+}
+
+TEST(DurableRecovery, EqualsTheStateAtEveryRecordBoundaryAndInsideTheLastRecord) {
+  for (unsigned seed : {1u, 2u, 3u}) expect_recovery_equality(seed, 1000);
+}
+
+TEST(DurableRecovery, WithTheCacheLifecycleEqualsTheStateAtEveryRecordBoundary) {
+  for (unsigned seed : {21u, 22u}) {
+    std::int64_t clock = 1'764'590'000'000;  // wall-clock-like
+    expect_recovery_equality(seed, 1000, 0, lifecycle_options(clock), &clock);
+  }
+  // Every lifecycle record was made (and so replayed above).
+  std::int64_t clock = 1'764'590'000'000;
   TempDir dir;
-  const Driven run = drive(dir.path(), 7, 600, 150);
-  EXPECT_EQ(files_like(dir.path(), "snapshot-").size(), 1u);
-  EXPECT_EQ(files_like(dir.path(), "journal-").size(), 1u);
-  for (std::size_t k = 0; k < run.images.size(); ++k) {
-    TempDir copy;
-    copy_cut(dir.path(), copy.path(), run.ends[k]);
-    MetadataState state;
-    auto recovered = recover(copy.path(), state);
-    ASSERT_TRUE(recovered.has_value()) << recovered.error().message;
-    ASSERT_EQ(state.export_image(), run.images[k]) << "record " << k;
+  drive(dir.path(), 21, 4000, 0, lifecycle_options(clock), &clock);
+  const auto kinds = kinds_in(dir.path());
+  for (const ChangeKind kind : {ChangeKind::keys_removed, ChangeKind::page_reclaimed, ChangeKind::key_drained,
+                                ChangeKind::clock, ChangeKind::allocated, ChangeKind::confirmed}) {
+    EXPECT_GE(kinds.count(kind) ? kinds.at(kind) : 0, 3) << "kind " << static_cast<int>(kind);
+  }
+}
+
+TEST(DurableRecovery, SnapshotThenJournalEqualsTheStateAndOldFilesGo) {
+  expect_recovery_equality(7, 660, 150);
+  std::int64_t clock = 1'764'590'000'000;
+  expect_recovery_equality(8, 660, 150, lifecycle_options(clock), &clock);
+}
+
+// The restart rule (MetadataState::restarted): each case once after a crash (the journal alone) and
+// once after a clean shutdown (the snapshot alone).
+class DurableRestart : public ::testing::TestWithParam<bool> {
+ protected:
+  // The first server's life; then the second one's store, opened at `clock` = `restart_at`.
+  std::unique_ptr<Store> restart(MetadataState& first, std::unique_ptr<Store> store, MetadataState& second,
+                                 std::int64_t restart_at) {
+    if (GetParam()) {
+      EXPECT_TRUE(store->shutdown().has_value());
+    } else {
+      EXPECT_FALSE(store->journal().write_through(first.seq()).has_value());
+    }
+    store.reset();
+    clock_ = restart_at;
+    auto next = open_store(dir_.path(), second);
+    EXPECT_EQ(next->recovered().records == 0, GetParam());
+    return next;
+  }
+  TempDir dir_;
+  std::int64_t clock_ = 1'764'590'000'000;
+};
+
+TEST_P(DurableRestart, AKeyLookedUpBeforeACrashIsNotEvictedWithinALeasePeriodAfter) {
+  const StateOptions options = lifecycle_options(clock_, 100, 0);
+  const std::int64_t t0 = clock_;
+  MetadataState first(options);
+  MetadataState second(options);  // before the store, which unsubscribes from its state when it goes
+  auto store = open_store(dir_.path(), first);
+  ASSERT_TRUE(first.initialize(0, 2).has_value());
+  const std::vector<BlockKey> ab{{"a", ""}, {"b", ""}};
+  ASSERT_EQ(first.allocate(0, ab).value(), (std::vector<Page>{0, 1}));
+  const std::vector<Confirmation> cs{{"a", 0}, {"b", 1}};
+  ASSERT_TRUE(first.confirm_write(0, cs, {}).has_value());
+  clock_ = t0 + 10;
+  const std::vector<std::string> a{"a"};
+  ASSERT_EQ(first.batch_exists(a), std::vector<bool>{true});  // a reader: "a" leased until t0 + 110
+  store = restart(first, std::move(store), second, t0 + 50);
+  // Every key counts as leased until t0 + 150: a full pool evicts nothing before then ("b" was never
+  // leased, "a"'s lease from before the crash ended at t0 + 110).
+  const std::vector<BlockKey> c{{"c", ""}};
+  clock_ = t0 + 149;
+  EXPECT_EQ(second.allocate(0, c).value(), std::vector<Page>{kNoPage});
+  EXPECT_TRUE(second.key_info("a").has_value());
+  EXPECT_TRUE(second.key_info("b").has_value());
+  EXPECT_EQ(second.stats().evicted_keys, 0u);
+  clock_ = t0 + 150;
+  const auto got = second.allocate(0, c).value();
+  ASSERT_NE(got[0], kNoPage);
+  EXPECT_EQ(second.stats().evicted_keys, 1u);
+  EXPECT_EQ(second.key_info("a").has_value() + second.key_info("b").has_value(), 1);
+}
+
+TEST_P(DurableRestart, ADrainingPageIsNotReusedWithinALeasePeriodAfter) {
+  const StateOptions options = lifecycle_options(clock_, 100, 0);
+  const std::int64_t t0 = clock_;
+  MetadataState first(options);
+  MetadataState second(options);  // before the store, which unsubscribes from its state when it goes
+  MetadataState third(options);
+  auto store = open_store(dir_.path(), first);
+  ASSERT_TRUE(first.initialize(0, 1).has_value());
+  const std::vector<BlockKey> a{{"a", ""}};
+  ASSERT_EQ(first.allocate(0, a).value(), std::vector<Page>{0});
+  const std::vector<Confirmation> cs{{"a", 0}};
+  ASSERT_TRUE(first.confirm_write(0, cs, {}).has_value());
+  const std::vector<std::string> names{"a"};
+  ASSERT_EQ(first.get_locations(0, names).value()[0], Page{0});  // a reader of page 0, leased until t0 + 100
+  ASSERT_EQ(first.delete_keys(names), std::vector<bool>{true});
+  ASSERT_EQ(first.page_state(0, 0), PageState::draining);
+  store = restart(first, std::move(store), second, t0 + 50);
+  EXPECT_FALSE(second.key_info("a").has_value());
+  const std::vector<BlockKey> b{{"b", ""}};
+  clock_ = t0 + 149;
+  EXPECT_EQ(second.page_state(0, 0), PageState::draining);
+  EXPECT_EQ(second.allocate(0, b).value(), std::vector<Page>{kNoPage});
+  clock_ = t0 + 150;
+  EXPECT_EQ(second.allocate(0, b).value(), std::vector<Page>{0});
+  // The drain was recorded: a third server finds page 0 allocated for "b", not draining again.
+  store = restart(second, std::move(store), third, t0 + 160);
+  EXPECT_EQ(third.page_state(0, 0), PageState::allocated);
+}
+
+TEST_P(DurableRestart, WhatWasAllocatedBeforeIsReclaimedAtItsOwnDeadline) {
+  const StateOptions options = lifecycle_options(clock_, 0, 100);
+  const std::int64_t t0 = clock_;
+  MetadataState first(options);
+  MetadataState second(options);  // before the store, which unsubscribes from its state when it goes
+  auto store = open_store(dir_.path(), first);
+  ASSERT_TRUE(first.initialize(0, 4).has_value());
+  ASSERT_TRUE(first.initialize(1, 4).has_value());
+  const std::vector<BlockKey> x{{"x", ""}};
+  ASSERT_EQ(first.allocate(0, x).value(), std::vector<Page>{0});  // allocated at t0
+  clock_ = t0 + 20;
+  const std::vector<BlockKey> y{{"y", ""}};
+  ASSERT_EQ(first.allocate(0, y).value(), std::vector<Page>{1});
+  const std::vector<Confirmation> cy{{"y", 1}};
+  ASSERT_TRUE(first.confirm_write(0, cy, {}).has_value());  // y incomplete (2 ranks) from t0 + 20
+  store = restart(first, std::move(store), second, t0 + 50);
+  clock_ = t0 + 99;
+  EXPECT_EQ(second.page_state(0, 0), PageState::allocated);
+  clock_ = t0 + 100;  // x's deadline, not the restart's + 100
+  EXPECT_EQ(second.page_state(0, 0), PageState::free);
+  EXPECT_TRUE(second.key_info("y").has_value());
+  clock_ = t0 + 120;
+  EXPECT_FALSE(second.key_info("y").has_value());
+  EXPECT_EQ(second.page_state(0, 1), PageState::free);
+  const StateStats stats = second.stats();
+  EXPECT_EQ(stats.reclaimed_allocated_pages, 1u);
+  EXPECT_EQ(stats.reclaimed_keys, 1u);
+}
+
+INSTANTIATE_TEST_SUITE_P(CrashOrShutdown, DurableRestart, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "AfterShutdown" : "AfterCrash"; });
+
+TEST(DurableSnapshot, TheFormatChangesOnlyWithTheCacheLifecycle) {
+  for (const bool lifecycle : {false, true}) {
+    TempDir dir;
+    std::int64_t clock = 1'764'590'000'000;
+    MetadataState state(lifecycle ? lifecycle_options(clock) : StateOptions{});
+    auto store = open_store(dir.path(), state);
+    Workload work(3);
+    for (int i = 0; i < 200; ++i) work.step(state);
+    ASSERT_TRUE(store->shutdown().has_value());
+    const std::string bytes = read_bytes(files_like(dir.path(), "snapshot-").back());
+    std::uint32_t version = 0;
+    EXPECT_FALSE(check_file_header(bytes, kSnapshotMagic, kSnapshotLifecycleVersion, &version).has_value());
+    EXPECT_EQ(version, lifecycle ? kSnapshotLifecycleVersion : kFormatVersion);
+    // A reader of version 1 only says so, naming the version.
+    const auto refused = check_file_header(bytes, kSnapshotMagic);
+    EXPECT_EQ(refused.has_value(), lifecycle);
+    if (refused) {
+      EXPECT_THAT(*refused, HasSubstr("unknown format version 2"));
+    }
   }
 }
 

@@ -69,6 +69,49 @@ TEST_F(DurableServerTest, ADeletionSurvivesSigkill) {
   EXPECT_EQ(allocate(0, "b").body, allocate_answer(0, "b", 0));
 }
 
+// The cache lifecycle with a data dir: evictions and deletions (a leased key's page draining) are
+// journaled, an allocation keeps its reclaim time, and after a restart every key counts as leased for
+// one lease period. Leases and the TTL are long (600 s), so nothing here depends on timing.
+class DurableLifecycleServerTest : protected DataDir, public ServerTestBase {
+ protected:
+  DurableLifecycleServerTest()
+      : ServerTestBase({"--threads", "2", "--data-dir", dir_.str() + "/data", "--fsync", "always", "--eviction",
+                        "lru", "--read-lease-ms", "600000", "--allocation-ttl-ms", "600000"}) {}
+  fs::path data() const { return dir_.path() / "data"; }
+  std::optional<std::string> pages(std::string_view state) {
+    return metric(R"(hf3fs_meta_rank_pages{rank="0",state=")" + std::string(state) + R"("})");
+  }
+};
+
+TEST_F(DurableLifecycleServerTest, EvictionsDeletionsAndLeasesSurviveSigkillAndACleanStop) {
+  initialize(0, 2);
+  ASSERT_EQ(allocate(0, "a").body, allocate_answer(0, "a", 0));
+  ASSERT_EQ(post("/keys/confirm_write", R"({"rank":0,"confirmations":[["a",0]]})").status, 204);
+  ASSERT_EQ(allocate(0, "b").body, allocate_answer(0, "b", 1));
+  ASSERT_EQ(post("/keys/confirm_write", R"({"rank":0,"confirmations":[["b",1]]})").status, 204);
+  ASSERT_EQ(allocate(0, "c").body, allocate_answer(0, "c", 0));  // "a" (least recently used) evicted
+  ASSERT_EQ(post("/keys/batch_exists", R"({"keys":["b"]})").body, R"({"exists":[true]})");  // "b" leased
+  ASSERT_EQ(post("/keys/delete", R"({"keys":["b"]})").body, R"({"deleted":[true]})");  // its page drains
+  ASSERT_EQ(pages("draining"), "1");
+  server_.restart();  // SIGKILL, then the same arguments
+  EXPECT_EQ(post("/keys/batch_exists", R"({"keys":["a","b","c"]})").body, R"({"exists":[false,false,false]})");
+  EXPECT_EQ(pages("allocated"), "1");  // "c"'s page, not reclaimed
+  EXPECT_EQ(pages("draining"), "1");   // "b"'s, drains a lease period after the restart
+  EXPECT_EQ(metric("hf3fs_meta_evicted_keys_total"), "1");
+  ASSERT_EQ(post("/keys/confirm_write", R"({"rank":0,"confirmations":[["c",0]]})").status, 204);
+  ASSERT_EQ(server_.terminate(), 0);  // a clean stop: the snapshot alone holds the state
+  const auto verified = ServerProcess::run_to_exit({"--verify-data-dir", data().string()});
+  EXPECT_EQ(verified.exit_code, 0) << verified.output;
+  EXPECT_THAT(verified.output, HasSubstr("0 journal records replayed"));
+  server_.restart();
+  // "c" was never looked up, yet counts as leased after the restart: not evicted for "d".
+  EXPECT_EQ(allocate(0, "d").body, allocate_answer(0, "d", -1));
+  EXPECT_EQ(post("/keys/batch_exists", R"({"keys":["c","d"]})").body, R"({"exists":[true,false]})");
+  EXPECT_EQ(pages("mapped"), "1");
+  EXPECT_EQ(pages("draining"), "1");
+  EXPECT_EQ(metric("hf3fs_meta_evicted_keys_total"), "0");  // counted since this process started
+}
+
 TEST_F(DurableServerTest, ACleanStopWritesASnapshotThatAloneRestoresTheState) {
   initialize(3, 8);
   ASSERT_EQ(allocate(3, "k").status, 200);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 #include <random>
 #include <string>
 #include <vector>
@@ -12,16 +13,33 @@
 namespace hf3fs_meta::testing {
 
 // Random calls over a few ranks, pages and keys, mostly ones the state accepts; refusals included.
+// With `clock` (the fake clock of a state with the cache lifecycle on), time also passes and keys are
+// looked up (leases), so that evictions, reclaims and drains happen too.
 class Workload {
  public:
-  explicit Workload(unsigned seed, std::string prefix = "k") : rng_(seed) {
+  explicit Workload(unsigned seed, std::string prefix = "k", std::int64_t* clock = nullptr) : rng_(seed), clock_(clock) {
     // Appended rather than prefix + to_string(i), which trips a false -Wrestrict in GCC 12.
     for (int i = 0; i < 40; ++i) keys_.push_back(std::string(prefix).append(std::to_string(i)));
   }
 
   void step(MetadataState& state) {
+    if (clock_) {
+      if (pick(0, 2) == 0) *clock_ += pick(1, 12);
+      if (pick(0, 4) == 0) {
+        std::vector<std::string> keys;
+        for (int i = pick(1, 3); i > 0; --i) keys.push_back(key());
+        looked_up_ = keys;
+        if (pick(0, 1) == 0) {
+          (void)state.batch_exists(keys);
+        } else {
+          (void)state.get_locations(pick(0, 1), keys);
+        }
+        return;
+      }
+    }
     const int op = pick(0, 99);
-    const Rank r = pick(0, 9) == 0 ? pick(-1, 3) : pick(0, 2);
+    // With the lifecycle, two ranks, so that keys complete.
+    const Rank r = clock_ ? pick(0, 1) : pick(0, 9) == 0 ? pick(-1, 3) : pick(0, 2);
     if (op < 8) {
       (void)state.initialize(r, pick(0, 20) == 0 ? 0 : pick(1, 40), pick(0, 9) == 0 ? Role::scheduler : Role::worker);
     } else if (op < 45) {
@@ -35,7 +53,18 @@ class Workload {
         }
         batch.push_back(BlockKey{k, ""});
       }
-      (void)state.allocate(r, batch);
+      const auto pages = state.allocate(r, batch);
+      if (clock_ && pages) {
+        for (std::size_t i = 0; i < batch.size(); ++i) {
+          if (pages.value()[i] != kNoPage) recent_.push_back(Allocation{r, batch[i].key, pages.value()[i]});
+        }
+        if (recent_.size() > 64) recent_.erase(recent_.begin(), recent_.begin() + 32);
+      }
+    } else if (op < 93 && clock_ && !recent_.empty() && pick(0, 2) != 0) {
+      // Mostly what was allocated, so that keys complete (and then are looked up, leased, evicted).
+      const Allocation a = recent_[static_cast<std::size_t>(pick(0, static_cast<int>(recent_.size()) - 1))];
+      const std::vector<Confirmation> cs{Confirmation{a.key, a.page}};
+      (void)state.confirm_write(a.rank, cs, {});
     } else if (op < 93) {
       std::vector<Confirmation> cs;
       for (int i = pick(0, 3); i > 0; --i) cs.push_back(Confirmation{key(), page(state, r)});
@@ -46,6 +75,8 @@ class Workload {
       // POST /keys/delete: keys that exist, keys that do not, the same key twice.
       std::vector<std::string> gone;
       for (int i = pick(0, 3); i > 0; --i) gone.push_back(key());
+      // With leases: mostly keys just looked up (leased, so their pages drain).
+      if (clock_ && pick(0, 1) == 0) gone = looked_up_;
       (void)state.delete_keys(gone);
     } else if (op == 97) {
       state.drop_rank(r);
@@ -56,7 +87,10 @@ class Workload {
 
  private:
   int pick(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng_); }
-  const std::string& key() { return keys_[static_cast<std::size_t>(pick(0, static_cast<int>(keys_.size()) - 1))]; }
+  const std::string& key() {
+    const int n = clock_ ? 16 : static_cast<int>(keys_.size());  // the lifecycle needs keys that complete
+    return keys_[static_cast<std::size_t>(pick(0, n - 1))];
+  }
   // Mostly a page that is not free (so that confirmations go through), sometimes any page.
   Page page(const MetadataState& state, Rank r) {
     const auto stats = state.rank_stats(r);
@@ -74,6 +108,14 @@ class Workload {
   }
 
   std::mt19937 rng_;
+  std::int64_t* clock_;
+  struct Allocation {
+    Rank rank;
+    std::string key;
+    Page page;
+  };
+  std::vector<Allocation> recent_;
+  std::vector<std::string> looked_up_;
   std::vector<std::string> keys_;
 };
 
