@@ -130,7 +130,6 @@ class Journal {
   std::uint64_t file_first_seq_ = 0;
   std::uint64_t file_bytes_ = 0;       // the current file's length as written
   std::vector<int> retired_fds_;       // earlier files not yet synced and closed (by the syncer)
-  int new_fd_ = -1;                    // the file a rotation opened, until the writer switches to it
   std::string new_file_;
   std::deque<TaggedPayload> tagged_;   // the last tagged records, for snapshots
   std::size_t tagged_bytes_ = 0;       // their payloads' bytes
