@@ -224,7 +224,8 @@ DirResult<void> replay_journal(const fs::path& path, std::string_view all, bool 
   std::size_t at = kFileHeaderSize;
   Record record;  // decoded in place, one record after another
   if (all.size() < kFileHeaderSize && last) {
-    out.cut = "cut a torn file header (" + std::to_string(all.size()) + " bytes) of " + path.string();
+    // An empty file (a crash right after it was created) has nothing to cut: nothing to report.
+    if (!all.empty()) out.cut = "cut a torn file header (" + std::to_string(all.size()) + " bytes) of " + path.string();
     at = 0;
   } else if (auto error = check_file_header(all, kJournalMagic)) {
     return where(0) + ": " + *error;
