@@ -71,6 +71,9 @@ struct RouteInfo {
   Dedup dedup = Dedup::none;  // the reference server applies it once per X-Request-Id, keeping this
   Repeat repeat = Repeat::never;
   bool changes_state = false;  // with --data-dir, journaled before it is answered
+  // The request names pages of its rank's state (a confirm): once the server forgot the rank and the
+  // client initialized it again, those pages belong to nothing, so the call is not repeated.
+  bool names_pages = false;
 
   constexpr bool is_endpoint() const noexcept { return name.starts_with('/'); }
 };
@@ -101,7 +104,8 @@ inline constexpr RouteInfo kRoutes[] = {
      .missing_rank = MissingRank::key_error,
      .dedup = Dedup::status,
      .repeat = Repeat::without_releases,
-     .changes_state = true},
+     .changes_state = true,
+     .names_pages = true},
     {.route = Route::batch_exists,
      .name = "/keys/batch_exists",
      .method = "POST",

@@ -109,7 +109,8 @@ struct Impl {
   CallSpec spec(Route route, std::optional<Rank> rank, const CallOptions& call, bool has_releases = false) {
     const auto length = call.deadline ? *call.deadline : retry->deadline();
     const TimePoint start = clock->now();
-    return CallSpec{route_info(route).operation, rank, has_releases, start, start + length, length, {}};
+    const RouteInfo& info = route_info(route);
+    return CallSpec{info.operation, rank, has_releases, start, start + length, length, {}, info.names_pages};
   }
 
   Result<std::string> do_initialize(Rank rank, std::int64_t num_pages, Role role, CallSpec s) {

@@ -76,6 +76,7 @@ struct CallSpec {
   std::chrono::steady_clock::time_point deadline;
   std::chrono::nanoseconds deadline_length{0};
   std::string request_id;  // one for all attempts
+  bool names_pages = false;  // RouteInfo::names_pages: not repeated after the rank is restored
 };
 
 // One attempt's outcome: the value, or the error classified from the answer (code, status,
@@ -156,6 +157,10 @@ Result<T> retry_loop(const RetryLoopPolicies& p, RankRegistry& ranks, const Call
     e.request_id = s.request_id;
     e.attempts = attempts;
     e.reinitialized = reinitialized;
+    // The server answered 2xx: it applied the request, whatever the answer's bytes say. No policy may
+    // repeat that (an allocate would be applied twice), so this is decided before classify.
+    // (No stop_reason: like any error that is not repeatable, it is the whole story.)
+    if (outcome.answered_2xx) return give_up(std::move(e));
 
     const RetryClass verdict = p.retry.classify(e);
     if (verdict == RetryClass::stop) return give_up(std::move(e));
@@ -187,10 +192,10 @@ Result<T> retry_loop(const RetryLoopPolicies& p, RankRegistry& ranks, const Call
       }
       reinitialized = true;
       e.reinitialized = true;
-      if (s.operation == Operation::confirm_write) {
-        e.stop_reason = "rank " + std::to_string(rank) +
-                        " was re-initialized: the pages this confirm_write names belong to the state the server "
-                        "lost; allocate again";
+      if (s.names_pages) {
+        e.stop_reason = "rank " + std::to_string(rank) + " was re-initialized: the pages this " +
+                        std::string(to_string(s.operation)) +
+                        " names belong to the state the server lost; allocate again";
         return give_up(std::move(e));
       }
       // The repeat after a restore is always allowed, even past max_attempts: the attempt that met

@@ -117,6 +117,27 @@ TEST(DefaultRetryClassTest, IsDesignsTable) {
   EXPECT_EQ(LimitedAttemptsRetryPolicy().classify(http(503, errc::unavailable)), RetryClass::unapplied);
 }
 
+// A policy that would repeat anything: what the loop still refuses to repeat is the loop's doing.
+class RepeatEverything final : public RetryPolicy {
+ public:
+  std::unique_ptr<RetryPolicy> clone() const override { return std::make_unique<RepeatEverything>(); }
+  int max_attempts() const override { return 4; }
+  std::chrono::milliseconds deadline() const override { return std::chrono::seconds(10); }
+  RetryClass classify(const Error&) const override { return RetryClass::unapplied; }
+};
+
+TEST_F(RetryLoopTest, A2xxThatDidNotDecodeIsNeverRepeatedWhateverThePolicySays) {
+  retry = std::make_unique<RepeatEverything>();
+  AttemptOutcome<int> garbled{failure(errc::protocol_error, 200), true};
+  auto r = run(call(Operation::allocate), {garbled});  // a second attempt would be unscripted: a failure
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, errc::protocol_error);
+  EXPECT_EQ(r.error().attempts, 1);
+  // The same error without a 2xx answer is repeated by this policy: the guard is the answer, not the code.
+  auto repeated = run(call(Operation::allocate), {fails(failure(errc::protocol_error, std::nullopt)), succeeds(3)});
+  EXPECT_TRUE(repeated);
+}
+
 TEST_F(RetryLoopTest, FirstSuccessIsReturnedWithoutWaiting) {
   auto r = run(call(Operation::allocate), {succeeds(7)});
   ASSERT_TRUE(r);
@@ -295,9 +316,11 @@ TEST_F(RetryLoopTest, ARestoreIsAllowedPastTheAttemptCountButOnlyOncePerCall) {
   EXPECT_EQ(twice.error().stop_reason, "rank 3 was not initialized again after the client restored it");
 }
 
-TEST_F(RetryLoopTest, ARestoredConfirmWriteIsNotRepeated) {
+TEST_F(RetryLoopTest, ACallNamingPagesIsNotRepeatedAfterARestore) {
   ranks.add(3, 64, Role::worker);
-  auto r = run(call(Operation::confirm_write, 3), {fails(lost_rank(3))});
+  CallSpec confirm = call(Operation::confirm_write, 3);
+  confirm.names_pages = true;  // as the route table says of confirm_write
+  auto r = run(confirm, {fails(lost_rank(3))});
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, errc::rank_not_initialized);
   EXPECT_TRUE(r.error().reinitialized);
