@@ -492,6 +492,8 @@ int run(const std::vector<std::string>& args, const Environment& env, std::ostre
               write_key(w, name);
               w.Int64(rs.*member);
             }
+            write_key(w, protocol::kKeptOnReleaseField);
+            w.Uint64(rs.kept_on_release);
             w.EndObject();
           }
           w.EndArray();
@@ -504,7 +506,7 @@ int run(const std::vector<std::string>& args, const Environment& env, std::ostre
           for (const auto& [rank_of, rs] : st.ranks) {
             o << "rank " << rank_of;
             for (const auto& [name, member] : protocol::kRankStatsFields) o << ' ' << name << ' ' << rs.*member;
-            o << '\n';
+            o << ' ' << protocol::kKeptOnReleaseField << ' ' << rs.kept_on_release << '\n';
           }
           for (const auto& [name, member, counter] : protocol::kStateStatsFields) o << name << ' ' << st.*member << '\n';
         });

@@ -32,6 +32,8 @@ inline constexpr RankStatsField kRankStatsFields[] = {
     {"num_pages", &RankStats::num_pages}, {"free", &RankStats::free},         {"allocated", &RankStats::allocated},
     {"mapped", &RankStats::mapped},       {"orphaned", &RankStats::orphaned}, {"draining", &RankStats::draining},
 };
+// A rank's one counter (the others above are levels): releases refused because the page was mapped.
+inline constexpr std::string_view kKeptOnReleaseField = "kept_on_release";
 struct StateStatsField {
   std::string_view name;
   std::uint64_t StateStats::*member;

@@ -214,7 +214,8 @@ py::dict stats_dict(const StateStats& stats) {
   for (const auto& [rank, r] : stats.ranks) {
     py::dict figures;
     for (const auto& [name, member] : protocol::kRankStatsFields) figures[py::str(name.data(), name.size())] = py::int_(r.*member);
-    figures["kept_on_release"] = py::int_(r.kept_on_release);
+    figures[py::str(protocol::kKeptOnReleaseField.data(), protocol::kKeptOnReleaseField.size())] =
+        py::int_(r.kept_on_release);
     ranks[py::int_(rank)] = std::move(figures);
   }
   py::dict out;

@@ -886,7 +886,9 @@ std::string encode_stats_response(const StateStats& stats) {
       out += "\":";
       append_int(out, r.*member);
     }
-    out += ",\"kept_on_release\":";
+    out += ",\"";
+    out += kKeptOnReleaseField;
+    out += "\":";
     out += std::to_string(r.kept_on_release);
     out += '}';
   }
@@ -927,7 +929,7 @@ Decoded<StateStats> decode_stats_response(std::string_view body) {
       if (auto error = unsigned_field(item, name, where, value)) return std::move(*error);
       r.*member = static_cast<std::int64_t>(value);
     }
-    if (auto error = unsigned_field(item, "kept_on_release", where, r.kept_on_release)) return std::move(*error);
+    if (auto error = unsigned_field(item, kKeptOnReleaseField, where, r.kept_on_release)) return std::move(*error);
     stats.ranks.emplace_back(rank->GetInt64(), r);
   }
   for (const auto& [name, member, counter] : kStateStatsFields) {

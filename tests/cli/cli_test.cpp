@@ -165,7 +165,7 @@ TEST_F(CliTest, DeleteAndStats) {
   ASSERT_EQ(run({"confirm", "0", "k1=0"}).status, kSuccess);
   CliRun s = run({"stats"});
   ASSERT_EQ(s.status, kSuccess) << s.err;
-  EXPECT_THAT(s.out, HasSubstr("rank 0 num_pages 2 free 1 allocated 0 mapped 1 orphaned 0 draining 0\n"));
+  EXPECT_THAT(s.out, HasSubstr("rank 0 num_pages 2 free 1 allocated 0 mapped 1 orphaned 0 draining 0 kept_on_release 0\n"));
   EXPECT_THAT(s.out, HasSubstr("keys_complete 1\n"));
   CliRun d = run({"delete", "k1", "k2"});
   ASSERT_EQ(d.status, kSuccess) << d.err;
@@ -174,6 +174,7 @@ TEST_F(CliTest, DeleteAndStats) {
   auto sd = run({"--json", "stats"}).json();
   EXPECT_EQ(sd["ranks"][0]["rank"].GetInt64(), 0);
   EXPECT_EQ(sd["ranks"][0]["free"].GetInt64(), 2);
+  EXPECT_EQ(sd["ranks"][0]["kept_on_release"].GetUint64(), 0u);
   EXPECT_EQ(sd["deleted_keys"].GetUint64(), 1u);
   auto dd = run({"--json", "delete", "k1"}).json();
   EXPECT_FALSE(dd["deleted"][0].GetBool());
