@@ -73,6 +73,11 @@ bool bearer_matches(std::string_view header, std::string_view token) {
   return given.size() == token.size() && CRYPTO_memcmp(given.data(), token.data(), token.size()) == 0;
 }
 
+// The 503 body of a change applied in memory whose journal record could not be written.
+std::string not_acknowledged(const std::string& error) {
+  return protocol::encode_detail("the change could not be written to the data dir (" + error + "): not acknowledged");
+}
+
 }  // namespace
 
 Router::Router(const ServerOptions& options, MetadataState& state, Metrics& metrics, durable::Store* store)
@@ -153,8 +158,13 @@ void Router::serve_faults(const Request& request, Exchange& exchange) {
   if (parsed.request->forget_state) {
     durable::Journal::reset_thread_seq();
     service_.state().clear();
-    if (store_) (void)store_->journal().write_through(durable::Journal::thread_seq());
+    const auto error = store_ ? store_->journal().write_through(durable::Journal::thread_seq()) : std::nullopt;
     dedup_.clear();
+    if (error) {
+      // As for any change whose record failed (serve_protocol): applied here, not acknowledged.
+      set_json(reply, 503, not_acknowledged(*error));
+      return;
+    }
     set_json(reply, 200, R"({"forgotten":true})");
     return;
   }
@@ -191,8 +201,7 @@ void Router::serve_protocol(const Request& request, Exchange& exchange) {
           answer = ServiceAnswer{};
           answer.status = 503;
           answer.content_type = kJson;
-          answer.body = protocol::encode_detail("the change could not be written to the data dir (" + *error +
-                                                "): not acknowledged");
+          answer.body = not_acknowledged(*error);
           seq = 0;
         }
       }
@@ -202,11 +211,13 @@ void Router::serve_protocol(const Request& request, Exchange& exchange) {
   }
   if (answer.num_pages_kept != 0) {
     metrics_.count_num_pages_mismatch();
+    const RouteInfo& drop = route_info(Route::drop_rank);
     std::fprintf(stderr,
                  "hf3fs-meta-server: %.*s asked for another num_pages than the rank has (%lld): the rank is kept "
-                 "as it is; POST /rank/{rank}/drop first to resize it\n",
+                 "as it is; %.*s %.*s first to resize it\n",
                  static_cast<int>(request.target.size()), request.target.data(),
-                 static_cast<long long>(answer.num_pages_kept));
+                 static_cast<long long>(answer.num_pages_kept), static_cast<int>(drop.method.size()),
+                 drop.method.data(), static_cast<int>(drop.name.size()), drop.name.data());
   }
   // Completed after the record is written: a repeat waiting on the claim is never answered first.
   if (exchange.claim) exchange.claim.complete(answer.status, answer.pages, seq);

@@ -121,9 +121,9 @@ void define(CLI::App& app, ServerOptions& o) {
       ->default_str(std::string(durable::to_string(o.fsync)))
       ->check(CLI::Validator(
           [](std::string& mode) {
-            return durable::parse_fsync_mode(mode) ? "" : "must be always, everysec or no";
+            return durable::parse_fsync_mode(mode) ? "" : "must be one of " + durable::fsync_mode_names(", ");
           },
-          "always|everysec|no"));
+          durable::fsync_mode_names("|")));
   app.add_option("--snapshot-after-bytes", o.snapshot_after_bytes,
                  "with --data-dir: take a snapshot once the journal has grown by this many bytes since the last "
                  "one (0: never for size; a clean shutdown still takes one)")

@@ -16,9 +16,20 @@
 
 namespace hf3fs_meta::durable {
 namespace fs = std::filesystem;
-namespace {
-
 std::string errno_text(int err) { return std::generic_category().message(err); }
+
+int write_all(int fd, std::string_view bytes) {
+  while (!bytes.empty()) {
+    const ssize_t n = ::write(fd, bytes.data(), bytes.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno;
+    if (n == 0) return EIO;
+    bytes.remove_prefix(static_cast<std::size_t>(n));
+  }
+  return 0;
+}
+
+namespace {
 
 std::string numbered(const char* prefix, std::uint64_t n, const char* suffix) {
   char name[64];
@@ -351,16 +362,12 @@ class FileWriter {
   static constexpr std::size_t kBuffer = std::size_t{1} << 20;
   static constexpr std::uint64_t kWritebackEvery = std::uint64_t{8} << 20;
   void write_all(std::string_view bytes) {
-    while (!error_ && !bytes.empty()) {
-      const ssize_t n = ::write(fd_, bytes.data(), bytes.size());
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) {
-        error_ = "write " + path_ + ": " + errno_text(errno);
-        return;
-      }
-      bytes.remove_prefix(static_cast<std::size_t>(n));
-      written_ += static_cast<std::uint64_t>(n);
+    if (error_) return;
+    if (const int err = durable::write_all(fd_, bytes)) {
+      error_ = "write " + path_ + ": " + errno_text(err);
+      return;
     }
+    written_ += bytes.size();
     // Every few megabytes: wait for the writeback started last time, start it for what followed.
     // Without it the whole file reaches the disk in the final fsync, a burst that stalls the
     // journal's writes meanwhile (Redis syncs its snapshots incrementally for the same reason). A

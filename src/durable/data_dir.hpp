@@ -44,6 +44,10 @@ using DirResult = boost::outcome_v2::result<T, DirError, boost::outcome_v2::poli
 // Snapshots with the cache lifecycle's state (the layout above); the journal stays at kFormatVersion.
 inline constexpr std::uint32_t kSnapshotLifecycleVersion = 2;
 
+// errno's text; and write(2) of all of `bytes` (repeated on EINTR and short writes), 0 or the errno.
+std::string errno_text(int err);
+int write_all(int fd, std::string_view bytes);
+
 std::string journal_name(std::uint64_t first_seq);
 std::string snapshot_name(std::uint64_t seq);
 

@@ -13,36 +13,30 @@ namespace {
 thread_local const DedupTag* t_tag = nullptr;
 thread_local std::uint64_t t_seq = 0;
 
-std::string errno_text(int err) { return std::generic_category().message(err); }
-
-// Writes all of `bytes`; on failure returns errno.
-int write_all(int fd, std::string_view bytes) {
-  while (!bytes.empty()) {
-    const ssize_t n = ::write(fd, bytes.data(), bytes.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return errno;
-    if (n == 0) return EIO;
-    bytes.remove_prefix(static_cast<std::size_t>(n));
-  }
-  return 0;
-}
 
 }  // namespace
 
 std::optional<FsyncMode> parse_fsync_mode(std::string_view text) {
-  if (text == "always") return FsyncMode::always;
-  if (text == "everysec") return FsyncMode::everysec;
-  if (text == "no") return FsyncMode::no;
+  for (const auto& m : kFsyncModes) {
+    if (m.name == text) return m.mode;
+  }
   return std::nullopt;
 }
 
 std::string_view to_string(FsyncMode mode) noexcept {
-  switch (mode) {
-    case FsyncMode::always: return "always";
-    case FsyncMode::everysec: return "everysec";
-    case FsyncMode::no: return "no";
+  for (const auto& m : kFsyncModes) {
+    if (m.mode == mode) return m.name;
   }
   return "?";
+}
+
+std::string fsync_mode_names(std::string_view separator) {
+  std::string out;
+  for (const auto& m : kFsyncModes) {
+    if (!out.empty()) out += separator;
+    out += m.name;
+  }
+  return out;
 }
 
 TagScope::TagScope(const DedupTag* tag) noexcept : previous_(t_tag) { t_tag = tag; }
@@ -156,6 +150,7 @@ void Journal::retain_tagged(TaggedPayload tagged) {
 void Journal::fail_locked(std::string error) {
   ++stats_.disk_errors;
   if (!failure_) failure_ = std::move(error);
+  failed_.store(true, std::memory_order_release);
 }
 
 void Journal::fail(std::string error) {
@@ -324,6 +319,7 @@ void Journal::clear_failure() {
   std::lock_guard lock(mutex_);
   if (!failure_) return;
   failure_.reset();
+  failed_.store(false, std::memory_order_release);
   // The snapshot holds every change before the current file.
   written_ = std::max(written_, file_first_seq_ - 1);
   durable_ = std::max(durable_, file_first_seq_ - 1);
@@ -393,6 +389,9 @@ std::uint64_t Journal::bytes_since_rotation() const {
 }
 
 std::optional<std::string> Journal::failure() const {
+  // Asked before every state change: no lock or copy while the disk is fine. A failure that sets the
+  // flag just after this reads it is still met by write_through, which checks under the lock.
+  if (!failed_.load(std::memory_order_acquire)) return std::nullopt;
   std::lock_guard lock(mutex_);
   return failure_;
 }

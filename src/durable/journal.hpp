@@ -9,6 +9,7 @@
 // the journal refuses further writes until a snapshot has put memory and disk in agreement again.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -30,8 +31,16 @@
 namespace hf3fs_meta::durable {
 
 enum class FsyncMode { always, everysec, no };
+// The modes' names (--fsync, logs): parse_fsync_mode, to_string and the option's help read this.
+struct FsyncModeName {
+  FsyncMode mode;
+  std::string_view name;
+};
+inline constexpr FsyncModeName kFsyncModes[] = {
+    {FsyncMode::always, "always"}, {FsyncMode::everysec, "everysec"}, {FsyncMode::no, "no"}};
 std::optional<FsyncMode> parse_fsync_mode(std::string_view text);
 std::string_view to_string(FsyncMode mode) noexcept;
+std::string fsync_mode_names(std::string_view separator);  // "always|everysec|no" with "|"
 
 struct JournalStats {
   std::uint64_t records = 0;
@@ -125,6 +134,7 @@ class Journal {
   std::uint64_t durable_ = 0;
   std::uint64_t bytes_since_rotation_ = 0;
   std::optional<std::string> failure_;
+  std::atomic<bool> failed_{false};  // failure_ is set: read without the lock by failure()
   JournalStats stats_;
   int fd_ = -1;
   std::uint64_t file_first_seq_ = 0;

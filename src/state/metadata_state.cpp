@@ -1372,12 +1372,18 @@ StateResult<void> MetadataState::apply(const Change& change) {
       return unfit(change, "unknown removal " + std::to_string(static_cast<int>(change.removal)));
     }
     std::vector<std::uint32_t> ids;
+    ids.reserve(change.deleted.size());
     for (const std::string_view key : change.deleted) {
       const std::uint32_t id = s.id_of(HashedKey{key});
-      if (id == kNone || std::find(ids.begin(), ids.end(), id) != ids.end()) {
-        return unfit(change, "key " + std::string(key) + " does not exist");
-      }
+      if (id == kNone) return unfit(change, "key " + std::string(key) + " does not exist");
       ids.push_back(id);
+    }
+    // A key named twice would be removed twice: sorted, so that a batch of a million keys is not
+    // checked pairwise.
+    std::vector<std::uint32_t> sorted = ids;
+    std::sort(sorted.begin(), sorted.end());
+    if (const auto twice = std::adjacent_find(sorted.begin(), sorted.end()); twice != sorted.end()) {
+      return unfit(change, "key " + s.keys[*twice].name + " is named twice");
     }
     for (const std::uint32_t id : ids) {
       s.remove_key_as(id, deleted ? Removal::deleted : change.removal, !deleted && change.draining);

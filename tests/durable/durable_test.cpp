@@ -87,7 +87,9 @@ TEST(DurableRecord, ADeletionOfAKeyThatIsNotThereDoesNotFit) {
   EXPECT_EQ(state.export_image(), before);  // "a" is still there: a record that does not fit changes nothing
   const std::string_view twice[] = {"a", "a"};
   change.deleted = twice;
-  EXPECT_FALSE(state.apply(change).has_value());
+  auto repeated = state.apply(change);
+  ASSERT_FALSE(repeated.has_value());
+  EXPECT_THAT(repeated.error().message, HasSubstr("key a is named twice"));
   EXPECT_EQ(state.export_image(), before);
 }
 
@@ -740,6 +742,8 @@ TEST(DurableJournal, ParsesFsyncModes) {
   EXPECT_EQ(parse_fsync_mode("everysec"), FsyncMode::everysec);
   EXPECT_EQ(parse_fsync_mode("no"), FsyncMode::no);
   EXPECT_FALSE(parse_fsync_mode("sometimes"));
+  for (const auto& m : kFsyncModes) EXPECT_EQ(to_string(m.mode), m.name);
+  EXPECT_EQ(fsync_mode_names("|"), "always|everysec|no");
 }
 
 }  // namespace
