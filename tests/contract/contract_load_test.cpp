@@ -19,21 +19,6 @@
 
 #include "contract/contract_support.hpp"
 
-#if defined(__SANITIZE_THREAD__)
-#define HF3FS_META_CONTRACT_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define HF3FS_META_CONTRACT_TSAN 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__)
-#define HF3FS_META_CONTRACT_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define HF3FS_META_CONTRACT_ASAN 1
-#endif
-#endif
-
 namespace hf3fs_meta::contract {
 namespace {
 

@@ -13,20 +13,12 @@
 
 #include "contract/contract_support.hpp"
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define HF3FS_META_SOAK_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define HF3FS_META_SOAK_SANITIZED 1
-#endif
-#endif
-
 namespace hf3fs_meta::contract {
 namespace {
 
 constexpr int kRanks = 4;
 constexpr int kPages = 1000;
-#if defined(HF3FS_META_SOAK_SANITIZED)
+#if defined(HF3FS_META_CONTRACT_ASAN) || defined(HF3FS_META_CONTRACT_TSAN)
 constexpr int kKeys = 20000;  // sanitized builds are several times slower, the server as well
 #else
 constexpr int kKeys = 100000;

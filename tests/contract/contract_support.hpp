@@ -3,6 +3,23 @@
 // per-rank page counts from GET /metrics (the state the tests compare before and after a request).
 #pragma once
 
+// Which sanitizer this build runs under (GCC's macros, clang's __has_feature): load and soak tests
+// size their work by it, as a sanitized client and server are several times slower.
+#if defined(__SANITIZE_THREAD__)
+#define HF3FS_META_CONTRACT_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define HF3FS_META_CONTRACT_TSAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define HF3FS_META_CONTRACT_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define HF3FS_META_CONTRACT_ASAN 1
+#endif
+#endif
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
