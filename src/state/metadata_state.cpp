@@ -907,8 +907,8 @@ struct MetadataState::Impl {
   // end of r's list: the first lru_size - (reused keys in the list) entries are never this call's.
   // `pages` gets each key's page on r if it is reused, else kNone: the allocate's answer, found with
   // one lookup per key (no victim is a key of the call, so eviction changes none of them).
-  void before_allocate(RankData& r, std::uint32_t slot, const std::vector<HashedKey>& hashed,
-                       std::vector<std::uint32_t>& pages) {
+  void before_allocate(RankData& r, std::uint32_t slot, const std::vector<HashedKey>& hashed, Scratch& s) {
+    std::vector<std::uint32_t>& pages = s.pages;
     std::uint32_t reused_in_list = 0;
     pages.resize(hashed.size(), kNone);
     for (std::size_t i = 0; i < hashed.size(); ++i) {
@@ -923,21 +923,36 @@ struct MetadataState::Impl {
     if (!lru || r.free_count >= hashed.size()) return;
     // Each eviction frees one page of r (a key has one page per rank), so the victims are the first
     // entries of r's list. Nobody touched them lately: what removing them reads and writes (their
-    // records, key-table slots, page lists and names) are cache misses, started here all together
-    // rather than met one after another.
+    // records, key-table slots, page lists, and names when there is a record to write) are cache
+    // misses, started here all together rather than met one after another.
     const std::size_t n = std::min<std::size_t>(hashed.size() - r.free_count, r.lru_size - reused_in_list);
     victims.clear();
     for (std::uint32_t page = r.lru_head; victims.size() < n; page = r.lru_next[page]) {
       victims.push_back(r.owner[page]);
       internal::touch(&keys[victims.back()]);
     }
+    if (victims.empty()) return;
+    const bool record = static_cast<bool>(sink);
     for (const std::uint32_t id : victims) {
       const KeyRecord& k = keys[id];
       key_ids.prefetch(HashedKey::short_hash_of(k.hash));
       internal::touch(k.pages.data());
-      internal::touch(k.name.data());
+      if (record) internal::touch(k.name.data());
     }
-    for (const std::uint32_t id : victims) remove_key(id, Removal::evicted);
+    // One record for all the victims (the names are read only for it): no victim is leased, as the
+    // list holds only unleased keys, so none drains.
+    Change change;
+    change.kind = ChangeKind::keys_removed;
+    change.removal = Removal::evicted;
+    if (record) {
+      for (const std::uint32_t id : victims) s.deleted.push_back(keys[id].name);
+      change.deleted = s.deleted;
+    }
+    emit(change);
+    for (const std::uint32_t id : victims) {
+      assert(keys[id].where == Where::lru);
+      remove_key_as(id, Removal::evicted, false);
+    }
   }
 
   PageState page_state(const RankData& r, std::uint32_t page) const {
@@ -1067,7 +1082,7 @@ StateResult<std::vector<Page>> MetadataState::allocate(Rank rank, std::span<cons
   RankData& r = *impl_->ranks[slot];
   const bool looked_up = impl_->lifecycle;
   impl_->prefetch(hashed);
-  if (looked_up) impl_->before_allocate(r, slot, hashed, s.pages);
+  if (looked_up) impl_->before_allocate(r, slot, hashed, s);
   // The page a complete key has on this rank, else kNone.
   const auto existing_page = [&](std::size_t i) {
     return looked_up ? s.pages[i] : impl_->complete_page(hashed[i], slot);

@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <filesystem>
@@ -241,6 +242,24 @@ std::map<ChangeKind, int> kinds_in(const fs::path& dir) {
   return kinds;
 }
 
+// The most keys one eviction record names (an allocate's victims share one record).
+std::size_t most_keys_evicted_at_once(const fs::path& dir) {
+  std::size_t most = 0;
+  for (const fs::path& journal : files_like(dir, "journal-")) {
+    const std::string bytes = read_bytes(journal);
+    for (std::size_t at = kFileHeaderSize; at < bytes.size(); at += record_length(journal, at)) {
+      if (static_cast<ChangeKind>(bytes[at + kRecordHeaderSize]) != ChangeKind::keys_removed) continue;
+      const std::string_view payload(bytes.data() + at + kRecordHeaderSize,
+                                     record_length(journal, at) - kRecordHeaderSize - kRecordTrailerSize);
+      std::string error;
+      const auto record = Record::decode(0, payload, error);
+      EXPECT_TRUE(record.has_value()) << error;
+      if (record && record->change().removal == Removal::evicted) most = std::max(most, record->change().deleted.size());
+    }
+  }
+  return most;
+}
+
 // Recovery from every step's end, and from cuts inside the record after it, equals the image the
 // uninterrupted state had there. (A call may make several records: an eviction and its allocate, a
 // clock reading and a change; each is cut inside its first.) With `snapshot_every`, the steps after
@@ -311,6 +330,7 @@ TEST(DurableRecovery, WithTheCacheLifecycleEqualsTheStateAtEveryRecordBoundary) 
                                 ChangeKind::clock, ChangeKind::allocated, ChangeKind::confirmed}) {
     EXPECT_GE(kinds.count(kind) ? kinds.at(kind) : 0, 3) << "kind " << static_cast<int>(kind);
   }
+  EXPECT_GE(most_keys_evicted_at_once(dir.path()), 2u) << "an eviction record of several keys is replayed";
 }
 
 TEST(DurableRecovery, SnapshotThenJournalEqualsTheStateAndOldFilesGo) {
