@@ -54,16 +54,18 @@ int verify(const std::string& dir, const hf3fs_meta::StateOptions& limits) {
     total.allocated += stats.allocated;
     total.mapped += stats.mapped;
     total.orphaned += stats.orphaned;
+    total.draining += stats.draining;
   }
   std::printf("%s: sound. snapshot at change %llu, %zu journal records replayed (%llu bytes), last change %llu%s%s\n"
-              "%zu ranks, %lld pages (%lld free, %lld allocated, %lld mapped, %lld orphaned), %zu keys, "
+              "%zu ranks, %lld pages (%lld free, %lld allocated, %lld mapped, %lld orphaned, %lld draining), %zu keys, "
               "%zu request-id answers; read in %.0f ms\n",
               dir.c_str(), static_cast<unsigned long long>(r.snapshot_seq), r.records,
               static_cast<unsigned long long>(r.journal_bytes), static_cast<unsigned long long>(r.seq),
               r.cut ? "; the server will " : "", r.cut ? r.cut->c_str() : "", state.rank_count(),
               static_cast<long long>(total.num_pages), static_cast<long long>(total.free),
               static_cast<long long>(total.allocated), static_cast<long long>(total.mapped),
-              static_cast<long long>(total.orphaned), state.key_count(), r.dedup.size(),
+              static_cast<long long>(total.orphaned), static_cast<long long>(total.draining), state.key_count(),
+              r.dedup.size(),
               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
   return 0;
 }

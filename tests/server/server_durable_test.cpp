@@ -103,6 +103,7 @@ TEST_F(DurableLifecycleServerTest, EvictionsDeletionsAndLeasesSurviveSigkillAndA
   const auto verified = ServerProcess::run_to_exit({"--verify-data-dir", data().string()});
   EXPECT_EQ(verified.exit_code, 0) << verified.output;
   EXPECT_THAT(verified.output, HasSubstr("0 journal records replayed"));
+  EXPECT_THAT(verified.output, HasSubstr("1 ranks, 2 pages (0 free, 0 allocated, 1 mapped, 0 orphaned, 1 draining), 1 keys"));
   server_.restart();
   // "c" was never looked up, yet counts as leased after the restart: not evicted for "d".
   EXPECT_EQ(allocate(0, "d").body, allocate_answer(0, "d", -1));
@@ -122,7 +123,7 @@ TEST_F(DurableServerTest, ACleanStopWritesASnapshotThatAloneRestoresTheState) {
   EXPECT_EQ(verified.exit_code, 0) << verified.output;
   EXPECT_THAT(verified.output, HasSubstr("sound"));
   EXPECT_THAT(verified.output, HasSubstr("0 journal records replayed"));
-  EXPECT_THAT(verified.output, HasSubstr("1 ranks, 8 pages (7 free, 0 allocated, 1 mapped, 0 orphaned), 1 keys"));
+  EXPECT_THAT(verified.output, HasSubstr("1 ranks, 8 pages (7 free, 0 allocated, 1 mapped, 0 orphaned, 0 draining), 1 keys"));
   server_.restart();
   EXPECT_EQ(exists("k").body, R"({"exists":[true]})");
 }
