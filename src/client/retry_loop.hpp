@@ -161,6 +161,16 @@ Result<T> retry_loop(const RetryLoopPolicies& p, RankRegistry& ranks, const Call
     // repeat that (an allocate would be applied twice), so this is decided before classify.
     // (No stop_reason: like any error that is not repeatable, it is the whole story.)
     if (outcome.answered_2xx) return give_up(std::move(e));
+    // An attempt that the deadline cut short and that timed out before its request left says only
+    // that the call's time ran out: the error before it (the refusals of a restarting server, say)
+    // is what the caller needs, with the deadline as the reason the loop stopped.
+    const bool cut_by_deadline = timeouts.connect < p.per_attempt.connect || timeouts.total < p.per_attempt.total;
+    if (last && cut_by_deadline && e.code == errc::timeout && !e.sent) {
+      Error previous = std::move(*last);
+      previous.attempts = attempts;
+      previous.stop_reason = deadline_reason(attempts, s.deadline_length, p.clock.now() - s.start);
+      return give_up(std::move(previous));
+    }
 
     const RetryClass verdict = p.retry.classify(e);
     if (verdict == RetryClass::stop) return give_up(std::move(e));

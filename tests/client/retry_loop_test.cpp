@@ -248,6 +248,33 @@ TEST_F(RetryLoopTest, AConnectionNothingAcceptedIsRepeatedPastTheAttemptCountUnt
   EXPECT_EQ(r2.error().stop_reason, "deadline of 0.1 s reached after 2 attempts in 0.0375 s");
 }
 
+// Under load, the last attempt before the deadline gets a connect timeout of a millisecond or two and
+// can run out of it before the kernel refuses the connection: the call still failed on refusals.
+TEST_F(RetryLoopTest, AnUnsentTimeoutOfAnAttemptTheDeadlineCutReportsTheErrorBeforeIt) {
+  AttemptOutcome<int> unreachable{refused()};
+  unreachable.unreachable = true;
+  AttemptOutcome<int> cut{failure(errc::timeout, std::nullopt, false)};
+  cut.unreachable = true;
+  // 37.5 ms of backoff leaves 62.5 ms: the second attempt's connect timeout (1 s) is cut to 63 ms.
+  auto r = run(call(Operation::batch_exists, std::nullopt, milliseconds(100)), {unreachable, cut});
+  ASSERT_FALSE(r);
+  ASSERT_EQ(timeouts.size(), 2u);
+  EXPECT_EQ(timeouts[1].connect, milliseconds(63));
+  EXPECT_EQ(r.error().code, errc::connection_failed);
+  EXPECT_EQ(r.error().attempts, 2);
+  EXPECT_EQ(r.error().stop_reason, "deadline of 0.1 s reached after 2 attempts in 0.0375 s");
+
+  // A connect that timed out within the attempt's own limits is repeated as before (the server may
+  // be restarting); a timeout after the request left is the call's error.
+  auto uncut = run(call(Operation::batch_exists, std::nullopt, milliseconds(10000)), {unreachable, cut, succeeds(1)});
+  EXPECT_TRUE(uncut);
+  EXPECT_EQ(timeouts.size(), 5u);
+  auto sent = run(call(Operation::batch_exists, std::nullopt, milliseconds(100)),
+                  {unreachable, fails(failure(errc::timeout, std::nullopt, true))});
+  ASSERT_FALSE(sent);
+  EXPECT_EQ(sent.error().code, errc::timeout);
+}
+
 TEST_F(RetryLoopTest, EachAttemptsTimeoutsAreCutToWhatIsLeftOfTheDeadline) {
   auto r = run(call(Operation::batch_exists, std::nullopt, milliseconds(2000)),
                {fails(http(503, errc::unavailable)), succeeds(1)});
