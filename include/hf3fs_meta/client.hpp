@@ -50,7 +50,7 @@ class Client {
  public:
   // A connection made from `options` (make_connection).
   explicit Client(ClientOptions options = {});
-  // Any connection: tests give a hf3fs_meta_mocks::MockConnection.
+  // Any connection: tests give a hf3fs_meta_mocks::MockConnection. Throws std::invalid_argument if null.
   explicit Client(std::shared_ptr<Connection> connection);
 
   // POST /rank/{rank}/initialize -> the server's message.

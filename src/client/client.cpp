@@ -4,6 +4,7 @@
 #include <atomic>
 #include <charconv>
 #include <random>
+#include <stdexcept>
 #include <thread>
 #include <type_traits>
 #include <utility>
@@ -335,6 +336,9 @@ std::shared_ptr<Connection> make_connection(ClientOptions options) {
 }
 
 Client::Client(ClientOptions options) : connection_(make_connection(std::move(options))) {}
-Client::Client(std::shared_ptr<Connection> connection) : connection_(std::move(connection)) {}
+// Refused here rather than at the first call, which would dereference it.
+Client::Client(std::shared_ptr<Connection> connection) : connection_(std::move(connection)) {
+  if (!connection_) throw std::invalid_argument("hf3fs_meta::Client: the connection is null");
+}
 
 }  // namespace hf3fs_meta

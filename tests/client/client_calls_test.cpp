@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -523,6 +524,10 @@ TEST(ClientOverConnectionTest, CopiesShareTheConnection) {
   Client second = first;
   EXPECT_TRUE(first.clear());
   EXPECT_TRUE(second.clear());
+}
+
+TEST(ClientOverConnectionTest, ANullConnectionIsRefusedAtConstruction) {
+  EXPECT_THROW(Client(std::shared_ptr<Connection>()), std::invalid_argument);
 }
 
 // NiceMock: a call nobody set up is not a test failure by itself, and answers an error naming the

@@ -214,6 +214,26 @@ TEST(ClientDecodeTest, DeleteKeysAnswer) {
   EXPECT_EQ(decode_delete_keys_response(R"({"exists":[true]})", 1).error().message, "deleted: missing from the answer");
 }
 
+TEST(ClientDecodeTest, DropRankAnswer) {
+  const DropOutcome outcome{true, 8, 3, 1};
+  EXPECT_EQ(encode_drop_response(2, outcome), R"({"rank":2,"dropped":true,"pages":8,"mappings":3,"keys_removed":1})");
+  auto decoded = decode_drop_response(encode_drop_response(2, outcome));
+  ASSERT_TRUE(decoded) << decoded.error().message;
+  EXPECT_EQ(decoded.value(), outcome);
+  EXPECT_EQ(decode_drop_response(encode_drop_response(2, DropOutcome{})).value(), DropOutcome{});
+
+  EXPECT_THAT(decode_drop_response("{").error().message, StartsWith("answer: not JSON ("));
+  EXPECT_EQ(decode_drop_response("[]").error().message, "answer: expected a JSON object");
+  EXPECT_EQ(decode_drop_response(R"({"pages":1})").error().message, "dropped: expected true or false");
+  EXPECT_EQ(decode_drop_response(R"({"dropped":1})").error().message, "dropped: expected true or false");
+  EXPECT_EQ(decode_drop_response(R"({"dropped":true,"mappings":0,"keys_removed":0})").error().message,
+            "pages: expected a count");
+  EXPECT_EQ(decode_drop_response(R"({"dropped":true,"pages":1,"mappings":-1,"keys_removed":0})").error().message,
+            "mappings: expected a count");
+  EXPECT_EQ(decode_drop_response(R"({"dropped":true,"pages":1,"mappings":0,"keys_removed":0.5})").error().message,
+            "keys_removed: expected a count");
+}
+
 TEST(ClientDecodeTest, StatsAnswer) {
   StateStats stats;
   RankStats r0;

@@ -121,6 +121,38 @@ TEST_F(ServerHttpTest, PathRankThatIsNotAnIntegerIs422WithPydantic2Body) {
               R"("msg":"Input should be a valid integer, unable to parse string as an integer","input":"abc"}]})");
 }
 
+// POST /rank/{rank}/drop (extension, always served like /keys/delete and /stats): what it answers,
+// and the same method and path checks as every route.
+TEST_F(ServerHttpTest, DropRankAnswersItsCountsAndIsCheckedLikeEveryRoute) {
+  initialize(0, 2);
+  initialize(1, 4);
+  for (int rank : {0, 1}) {
+    ASSERT_EQ(allocate(rank, "both").status, 200);
+    ASSERT_EQ(post("/keys/confirm_write", R"({"rank":)" + std::to_string(rank) + R"(,"confirmations":[["both",0]]})").status,
+              204);
+  }
+  ASSERT_EQ(allocate(1, "only").status, 200);
+  ASSERT_EQ(post("/keys/confirm_write", R"({"rank":1,"confirmations":[["only",1]]})").status, 204);
+
+  expect_json(post("/rank/1/drop", ""), 200, R"({"rank":1,"dropped":true,"pages":4,"mappings":2,"keys_removed":1})");
+  // "only" had no page left and is gone; "both" keeps its page on rank 0, but its tp_world_size (2,
+  // fixed at its first confirmation) says it is incomplete now.
+  expect_json(post("/keys/batch_exists", R"({"keys":["both","only"]})"), 200, R"({"exists":[false,false]})");
+  expect_json(post("/keys/get_locations", R"({"rank":1,"keys":["both"]})"), 500,
+              R"({"detail":"Failed to get key locations: Rank 1 not initialized"})");
+  expect_json(post("/rank/1/drop", ""), 200, R"({"rank":1,"dropped":false,"pages":0,"mappings":0,"keys_removed":0})");
+
+  auto get_drop = get("/rank/0/drop");
+  expect_json(get_drop, 405, R"({"detail":"Method Not Allowed"})");
+  EXPECT_THAT(get_drop.header("allow"), Optional(std::string("POST")));
+  expect_json(post("/rank/x/drop", ""), 422,
+              R"({"detail":[{"type":"int_parsing","loc":["path","rank"],)"
+              R"("msg":"Input should be a valid integer, unable to parse string as an integer","input":"x"}]})");
+  // The rank comes back empty: its pool starts again at page 0.
+  initialize(1, 4);
+  expect_json(allocate(1, "only"), 200, allocate_answer(1, "only", 0));
+}
+
 TEST_F(ServerHttpTest, ContentTypeIsNotChecked) {
   expect_json(post("/keys/batch_exists", R"({"keys":[]})", {{"Content-Type", "text/plain"}}), 200,
               R"({"exists":[]})");
