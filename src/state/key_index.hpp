@@ -48,6 +48,14 @@ class KeyIndex {
     ++size_;
   }
 
+  // Sizes the table for `n` ids at once, so that storing them never grows it (each growth re-places
+  // every id stored so far).
+  void reserve(std::size_t n) {
+    std::size_t target = capacity() == 0 ? 16 : capacity();
+    while (2 * n > target) target *= 2;
+    if (target != capacity()) rehash(target);
+  }
+
   // Removes a stored id, found by its tag and the id itself (its key bytes are never read).
   void erase(std::uint32_t tag, std::uint32_t id) noexcept {
     std::size_t hole = tag & mask_;
@@ -97,13 +105,14 @@ class KeyIndex {
     slots_[i] = slot;
   }
 
-  void grow() {
+  void grow() { rehash(capacity() == 0 ? 16 : 2 * capacity()); }
+
+  void rehash(std::size_t new_capacity) {
     const std::size_t old_capacity = capacity();
-    const std::size_t capacity = old_capacity == 0 ? 16 : 2 * old_capacity;
     auto old = std::move(slots_);
-    slots_ = std::make_unique_for_overwrite<Slot[]>(capacity);
-    std::memset(static_cast<void*>(slots_.get()), 0xFF, capacity * sizeof(Slot));  // every id kNone
-    mask_ = capacity - 1;
+    slots_ = std::make_unique_for_overwrite<Slot[]>(new_capacity);
+    std::memset(static_cast<void*>(slots_.get()), 0xFF, new_capacity * sizeof(Slot));  // every id kNone
+    mask_ = new_capacity - 1;
     for (std::size_t i = 0; i < old_capacity; ++i) {
       if (old[i].id != kNone) place(old[i]);
     }

@@ -167,15 +167,22 @@ struct RankData {
   // TTL: the event (TimedPage::stamp) of each page's becoming allocated or orphaned (8 bytes a page).
   std::unique_ptr<std::uint64_t[]> stamp;
 
-  RankData(Rank r, std::uint32_t n, bool lru = false, bool timed = false)
+  // A new rank: every page free, the pool in page order.
+  RankData(Rank r, std::uint32_t n, bool lru = false, bool timed = false) : RankData(r, n, lru, timed, Unfilled{}) {
+    std::iota(ring.get(), ring.get() + n, std::uint32_t{0});
+    std::fill(owner.get(), owner.get() + n, kFree);
+  }
+  // For import_image, which writes the page table and the pool itself: filling them here first
+  // would write (and fault in) every page of both arrays once more, ring pages past the pool's end
+  // included, which nothing would otherwise touch.
+  struct Unfilled {};
+  RankData(Rank r, std::uint32_t n, bool lru, bool timed, Unfilled)
       : rank(r),
         num_pages(n),
         ring(std::make_unique_for_overwrite<std::uint32_t[]>(n)),
         owner(std::make_unique_for_overwrite<std::uint32_t[]>(n)),
         allocated_for(std::make_unique_for_overwrite<std::uint32_t[]>(n)),
         free_count(n) {
-    std::iota(ring.get(), ring.get() + n, std::uint32_t{0});
-    std::fill(owner.get(), owner.get() + n, kFree);
     if (lru) {
       lru_prev = std::make_unique_for_overwrite<std::uint32_t[]>(n);
       lru_next = std::make_unique_for_overwrite<std::uint32_t[]>(n);
@@ -552,6 +559,25 @@ struct MetadataState::Impl {
   // Starts the cache misses of the keys' lookups together, before the lookups wait for each in turn.
   void prefetch(const std::vector<HashedKey>& hashed) const noexcept {
     for (const HashedKey& key : hashed) key_ids.prefetch(key.short_hash());
+  }
+  // For a replayed batch: each lookup waits on three misses in turn (the key's slot, its record, its
+  // name and page list). Each level's misses are started for every key of the batch before the next
+  // level needs them, so that they overlap. Only loads: which id a tag leads to is checked later.
+  void prefetch_records(const std::vector<HashedKey>& hashed) const noexcept {
+    prefetch(hashed);
+    auto first_with_tag = [&](const HashedKey& key) {
+      return key_ids.find(key.short_hash(), [](std::uint32_t) { return true; });
+    };
+    for (const HashedKey& key : hashed) {
+      if (const std::uint32_t id = first_with_tag(key); id != kNone) internal::touch(&keys[id].hash);
+    }
+    for (const HashedKey& key : hashed) {
+      const std::uint32_t id = first_with_tag(key);
+      if (id == kNone) continue;
+      const KeyRecord& k = keys[id];
+      internal::touch(k.name.data());
+      if (!k.pages.empty()) internal::touch(k.pages.data());
+    }
   }
   // The page a complete key has on this rank: what allocate and get_locations answer.
   std::uint32_t complete_page(const HashedKey& key, std::uint32_t slot) const {
@@ -1465,9 +1491,13 @@ StateResult<void> MetadataState::apply(const Change& change) {
   // Confirmations may depend on each other (a key moving twice), so they are judged as applied; the
   // only state they can leave half-done is a state the journal no longer describes, which stops
   // recovery anyway.
-  for (const ConfirmedItem& item : change.confirmed) {
+  std::vector<HashedKey>& hashed = scratch().hashed;
+  for (const ConfirmedItem& item : change.confirmed) hashed.emplace_back(item.key);
+  s.prefetch_records(hashed);
+  for (std::size_t i = 0; i < change.confirmed.size(); ++i) {
+    const ConfirmedItem& item = change.confirmed[i];
     if (item.page >= r.num_pages) return unfit(change, "page " + std::to_string(item.page) + " out of range");
-    const HashedKey key{item.key};
+    const HashedKey& key = hashed[i];
     std::uint32_t id = s.id_of(key);
     if ((id == kNone) != (item.new_key_tp_world_size != 0)) {
       return unfit(change, "key " + std::string(item.key) + (id == kNone ? " does not exist" : " exists"));
@@ -1616,10 +1646,19 @@ StateResult<void> MetadataState::import_image(StateImage image) {
     if (id >= key_count || free_id[id] || draining[id]) return bad("draining key id " + std::to_string(id));
     draining[id] = true;
   }
-  for (auto& k : image.keys) {
+  const std::size_t rank_count = image.ranks.size();
+  std::size_t live = 0;  // keys to enter in the key table
+  for (std::uint32_t id = 0; id < key_count; ++id) {
+    KeyImage& k = image.keys[id];
     KeyRecord record;
     record.name = std::move(k.name);
     record.tp_world_size = k.tp_world_size;
+    if (!free_id[id]) {
+      record.hash = std::hash<std::string_view>{}(record.name);  // removing the key erases it by this hash
+      if (!draining[id]) ++live;
+    }
+    // A key has at most one page per rank and needs tp_world_size: one allocation, not one per doubling.
+    record.pages.reserve(std::min<std::size_t>(record.tp_world_size, rank_count));
     next.keys.push_back(std::move(record));
   }
   for (auto& ri : image.ranks) {
@@ -1628,7 +1667,7 @@ StateResult<void> MetadataState::import_image(StateImage image) {
     if (ri.owner.empty() || ri.owner.size() > static_cast<std::size_t>(kPageLimit)) return bad(rank_text + " size");
     const auto n = static_cast<std::uint32_t>(ri.owner.size());
     const auto slot = static_cast<std::uint32_t>(next.ranks.size());
-    auto r = std::make_unique<RankData>(ri.rank, n, next.lru, next.ttl_ms > 0);
+    auto r = std::make_unique<RankData>(ri.rank, n, next.lru, next.ttl_ms > 0, RankData::Unfilled{});
     std::copy(ri.owner.begin(), ri.owner.end(), r->owner.get());
     r->kept_on_release = ri.kept_on_release;
     std::uint32_t free_entries = 0;
@@ -1676,28 +1715,36 @@ StateResult<void> MetadataState::import_image(StateImage image) {
   }
   // Every id is either a live key with a page (a key with none is removed at once), a draining one
   // (its pages wait for its lease to end; restarted() says when) or a free one.
-  for (std::uint32_t id = 0; id < key_count; ++id) {
-    KeyRecord& k = next.keys[id];
-    if (free_id[id]) {
-      if (!k.name.empty() || k.tp_world_size != 0) return bad("free key id " + std::to_string(id) + " has a key");
-      continue;
-    }
-    if (draining[id]) {
-      k.lease_end = next.now + next.lease_ms;
-      next.lease_push_back(id);
-      continue;
-    }
-    if (k.pages.empty()) return bad("key " + k.name + " has no page");
-    if (k.tp_world_size == 0) return bad("key " + k.name + " has tp_world_size 0");
-    const HashedKey key{k.name};
-    if (next.id_of(key) != kNone) return bad("key " + k.name + " twice");
-    k.hash = key.hash;  // removing the key erases it by this hash
-    next.key_ids.insert(key.short_hash(), id);
-    k.live = true;
-    if (k.complete()) {
-      ++next.life.complete;
-      // The recency order is not in the image: complete keys enter it in id order.
-      if (next.lru) next.lru_link(id);
+  // The table is sized once, and the keys are entered kBatch at a time, the slots of a batch loaded
+  // first, all together: each is a cache miss (ids come in no hash order), and misses started
+  // together overlap where one lookup after another waits for each (measured in the commit).
+  next.key_ids.reserve(live);
+  constexpr std::uint32_t kBatch = 64;
+  for (std::uint32_t begin = 0; begin < key_count; begin += kBatch) {
+    const std::uint32_t end = static_cast<std::uint32_t>(std::min<std::size_t>(key_count, begin + kBatch));
+    for (std::uint32_t id = begin; id < end; ++id) next.key_ids.prefetch(HashedKey::short_hash_of(next.keys[id].hash));
+    for (std::uint32_t id = begin; id < end; ++id) {
+      KeyRecord& k = next.keys[id];
+      if (free_id[id]) {
+        if (!k.name.empty() || k.tp_world_size != 0) return bad("free key id " + std::to_string(id) + " has a key");
+        continue;
+      }
+      if (draining[id]) {
+        k.lease_end = next.now + next.lease_ms;
+        next.lease_push_back(id);
+        continue;
+      }
+      if (k.pages.empty()) return bad("key " + k.name + " has no page");
+      if (k.tp_world_size == 0) return bad("key " + k.name + " has tp_world_size 0");
+      const HashedKey key{k.name, k.hash};
+      if (next.id_of(key) != kNone) return bad("key " + k.name + " twice");
+      next.key_ids.insert(key.short_hash(), id);
+      k.live = true;
+      if (k.complete()) {
+        ++next.life.complete;
+        // The recency order is not in the image: complete keys enter it in id order.
+        if (next.lru) next.lru_link(id);
+      }
     }
   }
   next.life.free_ids = std::move(image.free_ids);

@@ -87,5 +87,23 @@ TEST(KeyIndex, StaysAtMostHalfFull) {
   for (std::uint32_t id = 0; id < 100'000; id += 997) EXPECT_EQ(find(index, id * 2654435761u, id), id);
 }
 
+TEST(KeyIndex, ReserveSizesTheTableOnceAndKeepsWhatItHolds) {
+  KeyIndex index;
+  index.insert(7, 1);
+  index.insert(7, 2);
+  index.reserve(100'000);
+  const std::size_t reserved = index.bytes();
+  EXPECT_GE(reserved, 2 * 100'000u * 8);
+  EXPECT_LE(reserved, 4 * 100'000u * 8);
+  EXPECT_EQ(find(index, 7, 1), 1u);  // re-placed, still found
+  EXPECT_EQ(find(index, 7, 2), 2u);
+  for (std::uint32_t id = 3; id < 100'000; ++id) index.insert(id * 2654435761u, id);
+  EXPECT_EQ(index.bytes(), reserved);  // never grew
+  for (std::uint32_t id = 3; id < 100'000; id += 997) EXPECT_EQ(find(index, id * 2654435761u, id), id);
+  index.reserve(10);  // never shrinks
+  EXPECT_EQ(index.bytes(), reserved);
+  EXPECT_EQ(index.size(), 99'999u);
+}
+
 }  // namespace
 }  // namespace hf3fs_meta::internal
