@@ -148,7 +148,8 @@ struct RankData {
   Rank rank = 0;
   std::uint32_t num_pages = 0;
   std::unique_ptr<std::uint32_t[]> ring;   // the free pool: free_count pages from head, wrapping
-  std::unique_ptr<std::uint32_t[]> owner;  // per page: key id, kFree, kAllocated or kOrphaned
+  // per page: key id, kFree, kAllocated or kOrphaned. A vector, so that an imported image's is moved in.
+  std::vector<std::uint32_t> owner;
   std::unique_ptr<std::uint32_t[]> allocated_for;  // per kAllocated page: short_hash() of its key
   std::uint32_t head = 0;
   std::uint32_t free_count = 0;
@@ -168,26 +169,25 @@ struct RankData {
   std::unique_ptr<std::uint64_t[]> stamp;
 
   // A new rank: every page free, the pool in page order.
-  RankData(Rank r, std::uint32_t n, bool lru = false, bool timed = false) : RankData(r, n, lru, timed, Unfilled{}) {
+  RankData(Rank r, std::uint32_t n, bool lru = false, bool timed = false)
+      : RankData(r, std::vector<std::uint32_t>(n, kFree), lru, timed) {
     std::iota(ring.get(), ring.get() + n, std::uint32_t{0});
-    std::fill(owner.get(), owner.get() + n, kFree);
   }
-  // For import_image, which writes the page table and the pool itself: filling them here first
-  // would write (and fault in) every page of both arrays once more, ring pages past the pool's end
-  // included, which nothing would otherwise touch.
-  struct Unfilled {};
-  RankData(Rank r, std::uint32_t n, bool lru, bool timed, Unfilled)
+  // import_image's: the page table is the image's, moved in, and import_image writes the pool
+  // itself. Copying the one or filling the other here first would write (and fault in) every page of
+  // both arrays once more, ring pages past the pool's end included, which nothing else touches.
+  RankData(Rank r, std::vector<std::uint32_t> page_table, bool lru, bool timed)
       : rank(r),
-        num_pages(n),
-        ring(std::make_unique_for_overwrite<std::uint32_t[]>(n)),
-        owner(std::make_unique_for_overwrite<std::uint32_t[]>(n)),
-        allocated_for(std::make_unique_for_overwrite<std::uint32_t[]>(n)),
-        free_count(n) {
+        num_pages(static_cast<std::uint32_t>(page_table.size())),
+        ring(std::make_unique_for_overwrite<std::uint32_t[]>(num_pages)),
+        owner(std::move(page_table)),
+        allocated_for(std::make_unique_for_overwrite<std::uint32_t[]>(num_pages)),
+        free_count(num_pages) {
     if (lru) {
-      lru_prev = std::make_unique_for_overwrite<std::uint32_t[]>(n);
-      lru_next = std::make_unique_for_overwrite<std::uint32_t[]>(n);
+      lru_prev = std::make_unique_for_overwrite<std::uint32_t[]>(num_pages);
+      lru_next = std::make_unique_for_overwrite<std::uint32_t[]>(num_pages);
     }
-    if (timed) stamp = std::make_unique_for_overwrite<std::uint64_t[]>(n);
+    if (timed) stamp = std::make_unique_for_overwrite<std::uint64_t[]>(num_pages);
   }
 
   void lru_push_back(std::uint32_t page) noexcept {
@@ -1592,7 +1592,7 @@ StateImage MetadataState::export_image(const std::function<void(std::uint64_t se
         ri.rank = r->rank;
         ri.kept_on_release = r->kept_on_release;
         ri.owner.resize(r->num_pages);
-        std::copy_n(r->owner.get(), r->num_pages, ri.owner.begin());
+        std::copy_n(r->owner.data(), r->num_pages, ri.owner.begin());
         if (r->allocated != 0) std::memcpy(p.hashes.data(), r->allocated_for.get(), std::size_t{r->num_pages} * 4);
         ri.allocated_for.resize(r->allocated);  // filled from p.hashes after the instant
         ri.free_pool.resize(r->free_count);
@@ -1667,12 +1667,11 @@ StateResult<void> MetadataState::import_image(StateImage image) {
     if (ri.owner.empty() || ri.owner.size() > static_cast<std::size_t>(kPageLimit)) return bad(rank_text + " size");
     const auto n = static_cast<std::uint32_t>(ri.owner.size());
     const auto slot = static_cast<std::uint32_t>(next.ranks.size());
-    auto r = std::make_unique<RankData>(ri.rank, n, next.lru, next.ttl_ms > 0, RankData::Unfilled{});
-    std::copy(ri.owner.begin(), ri.owner.end(), r->owner.get());
+    auto r = std::make_unique<RankData>(ri.rank, std::move(ri.owner), next.lru, next.ttl_ms > 0);
     r->kept_on_release = ri.kept_on_release;
     std::uint32_t free_entries = 0;
     for (std::uint32_t page = 0; page < n; ++page) {
-      const std::uint32_t owner = ri.owner[page];
+      const std::uint32_t owner = r->owner[page];
       if (owner == kFree) {
         ++free_entries;
       } else if (owner == kAllocated) {
@@ -1696,7 +1695,7 @@ StateResult<void> MetadataState::import_image(StateImage image) {
     std::vector<bool> pooled(n, false);
     for (std::uint32_t i = 0; i < free_entries; ++i) {
       const std::uint32_t page = ri.free_pool[i];
-      if (page >= n || ri.owner[page] != kFree || pooled[page]) return bad(rank_text + " pool entry " + std::to_string(i));
+      if (page >= n || r->owner[page] != kFree || pooled[page]) return bad(rank_text + " pool entry " + std::to_string(i));
       pooled[page] = true;
       r->ring[i] = page;
     }
