@@ -8,6 +8,7 @@
 // time there mostly measures the other tenants. Wall-clock runs: --benchmark_filter, same names,
 // with HF3FS_META_BENCH_WALL=1 in the environment.
 #include <benchmark/benchmark.h>
+#include <malloc.h>
 
 #include <algorithm>
 #include <chrono>
@@ -150,6 +151,28 @@ void BM_AllocateEvict128(benchmark::State& bench) {
   time_allocates(bench, state, 0, fresh_keys(), true);
 }
 BENCHMARK(BM_AllocateEvict128)->UseManualTime()->Unit(benchmark::kMicrosecond);
+
+// Not timed: the memory a key costs (README), as malloc counts it (mallinfo2: bytes in use on the
+// heap and in mmapped blocks): a state with 1M complete 32-byte keys on a 1M-page rank, eviction and
+// leases on, minus the same state with the rank only. Includes the key table (2^21 8-byte slots).
+void BM_BytesPerKey(benchmark::State& bench) {
+  constexpr std::size_t kKeys = 1'000'000;
+  const auto in_use = [] {
+    const auto m = mallinfo2();
+    return static_cast<double>(m.uordblks + m.hblkhd);
+  };
+  for (auto _ : bench) {
+    StateOptions options;
+    options.eviction = Eviction::lru;
+    options.read_lease = std::chrono::milliseconds(5000);
+    MetadataState state(options);
+    (void)state.initialize(0, kKeys);
+    const double rank_only = in_use();
+    fill(state, 0, 0, kKeys);
+    bench.counters["bytes_per_key"] = (in_use() - rank_only) / static_cast<double>(state.key_count());
+  }
+}
+BENCHMARK(BM_BytesPerKey)->Iterations(1)->Unit(benchmark::kMillisecond);
 
 // Confirm 128 allocated pages for 128 new keys (the write half of a worker's cycle), on a rank with
 // 100k keys already known.

@@ -206,6 +206,35 @@ TEST_F(Lifecycle, AMultiRankKeyIsEvictedOnEveryRank) {
   EXPECT_THAT(exists(*s, {"b"}), ElementsAre(true));
 }
 
+// A record holds a name of up to 32 bytes and one rank's page inside it, longer names and more
+// pages in heap blocks: ids reused across every combination keep each key's name and pages exact.
+TEST_F(Lifecycle, ReusedIdsKeepKeysOfAnyLengthOnAnyNumberOfRanks) {
+  auto s = make({.lru = true});
+  ASSERT_TRUE(s->initialize(0, 3).has_value());
+  std::vector<std::pair<std::string, std::vector<Rank>>> saved;
+  const auto save_and_check = [&](std::size_t length, const std::vector<Rank>& ranks) {
+    std::string key = std::to_string(saved.size());
+    key.resize(std::max(length, key.size()), 'x');
+    save(*s, ranks, {key});
+    saved.emplace_back(key, ranks);
+    std::size_t live = 0;
+    for (const auto& [k, on] : saved) {
+      const auto info = s->key_info(k);
+      if (!info) continue;
+      ++live;
+      ASSERT_EQ(info->pages.size(), on.size()) << k.size() << "-byte key";
+      for (const auto& [rank, page] : info->pages) EXPECT_EQ(s->page_owner(rank, page), k);
+    }
+    EXPECT_EQ(live, std::min<std::size_t>(saved.size(), 3));
+    EXPECT_TRUE(s->key_info(key).has_value());
+  };
+  for (const std::size_t length : {31, 32, 33, 0, 64, 65, 32}) save_and_check(length, {0});
+  ASSERT_TRUE(s->initialize(1, 3).has_value());
+  for (const std::size_t length : {300, 1, 32, 9000, 2, 33, 65}) save_and_check(length, {0, 1});
+  EXPECT_EQ(s->stats().evicted_keys, saved.size() - 3);
+  EXPECT_LE(s->stats().key_records, 4u);
+}
+
 TEST_F(Lifecycle, LookupsAndReuseLeaseAKeyAndLeasesEndInOrder) {
   auto s = make({.lru = true, .lease_ms = 1000});
   ASSERT_TRUE(s->initialize(0, 4).has_value());
