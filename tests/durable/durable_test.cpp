@@ -13,6 +13,7 @@
 #include <random>
 #include <cstring>
 #include <map>
+#include <tuple>
 
 #include "durable/data_dir.hpp"
 #include "durable/journal.hpp"
@@ -602,6 +603,50 @@ TEST(DurableImage, EachAllocatedPageKeepsItsKeyAcrossExportAndImport) {
   EXPECT_EQ(refused.error().kind, StateErrc::conflict);
   const std::vector<Confirmation> right{{"a", 0}, {"c", 2}, {"d", 3}};
   EXPECT_TRUE(target.confirm_write(3, right, {}).has_value());
+}
+
+// import_image enters the pages by page number across the ranks, largest rank first: ranks of
+// unsorted sizes, each key at another page number on each, every kind of page.
+TEST(DurableImage, RanksOfDifferentSizesKeepEveryKeysPagesAcrossExportAndImport) {
+  MetadataState source;
+  ASSERT_TRUE(source.initialize(1, 3).has_value());
+  ASSERT_TRUE(source.initialize(2, 7).has_value());
+  ASSERT_TRUE(source.initialize(3, 5).has_value());
+  const std::vector<BlockKey> fill{{"x", ""}, {"y", ""}, {"z", ""}};
+  ASSERT_EQ(source.allocate(2, fill).value(), (std::vector<Page>{0, 1, 2}));
+  const std::vector<Confirmation> x{{"x", 0}};
+  ASSERT_TRUE(source.confirm_write(2, x, {}).has_value());  // y and z stay allocated
+  const std::vector<BlockKey> w{{"w", ""}};
+  ASSERT_EQ(source.allocate(3, w).value(), (std::vector<Page>{0}));
+  const std::vector<Confirmation> w0{{"w", 0}};
+  ASSERT_TRUE(source.confirm_write(3, w0, {}).has_value());
+  const std::vector<BlockKey> keys{{"k0", ""}, {"k1", ""}, {"k2", ""}};
+  for (const Rank rank : {1, 2, 3}) {
+    const auto pages = source.allocate(rank, keys).value();
+    std::vector<Confirmation> cs;
+    for (std::size_t i = 0; i < keys.size(); ++i) cs.push_back({keys[i].key, pages[i]});
+    ASSERT_TRUE(source.confirm_write(rank, cs, {}).has_value());
+  }
+  ASSERT_EQ(source.allocate(3, w).value(), (std::vector<Page>{4}));
+  const std::vector<Confirmation> w4{{"w", 4}};
+  ASSERT_TRUE(source.confirm_write(3, w4, {}).has_value());  // page 0 of rank 3 is orphaned
+  const StateImage image = source.export_image();
+  MetadataState target;
+  ASSERT_TRUE(target.import_image(image).has_value());
+  EXPECT_EQ(target.export_image(), image);
+  const std::vector<std::string> all{"k0", "k1", "k2", "w", "x", "y", "z"};
+  for (const Rank rank : {1, 2, 3}) {
+    EXPECT_EQ(target.get_locations(rank, all).value(), source.get_locations(rank, all).value()) << rank;
+    for (Page page = 0; page < 7; ++page) {
+      EXPECT_EQ(target.page_owner(rank, page), source.page_owner(rank, page)) << rank << " " << page;
+    }
+    const RankStats got = target.rank_stats(rank).value();
+    const RankStats want = source.rank_stats(rank).value();
+    EXPECT_EQ(std::tie(got.num_pages, got.free, got.allocated, got.mapped, got.orphaned),
+              std::tie(want.num_pages, want.free, want.allocated, want.mapped, want.orphaned)) << rank;
+  }
+  EXPECT_EQ(source.get_locations(2, all).value()[1], std::optional<Page>{4});  // k1: pages 1, 4, 2
+  EXPECT_EQ(target.batch_exists(all), source.batch_exists(all));
 }
 
 TEST(DurableImage, ImportRefusesAnInconsistentImageAndChangesNothing) {
