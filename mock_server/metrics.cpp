@@ -98,8 +98,9 @@ std::string Metrics::render(const MetadataState& state, const DedupCache::Stats&
   append(out, "hf3fs_meta_keys %llu\n",
          static_cast<unsigned long long>(figures.keys_complete + figures.keys_incomplete));
   // The cache lifecycle's figures, as GET /stats names them.
-  for (const auto& [name, member, counter] : protocol::kStateStatsFields) {
+  for (const auto& [name, member, counter, help] : protocol::kStateStatsFields) {
     const std::string metric = "hf3fs_meta_" + std::string(name) + (counter ? "_total" : "");
+    append(out, "# HELP %s %.*s\n", metric.c_str(), static_cast<int>(help.size()), help.data());
     append(out, "# TYPE %s %s\n%s %llu\n", metric.c_str(), counter ? "counter" : "gauge", metric.c_str(),
            static_cast<unsigned long long>(figures.*member));
   }

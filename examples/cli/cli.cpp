@@ -497,7 +497,7 @@ int run(const std::vector<std::string>& args, const Environment& env, std::ostre
             w.EndObject();
           }
           w.EndArray();
-          for (const auto& [name, member, counter] : protocol::kStateStatsFields) {
+          for (const auto& [name, member, counter, help] : protocol::kStateStatsFields) {
             write_key(w, name);
             w.Uint64(st.*member);
           }
@@ -508,7 +508,7 @@ int run(const std::vector<std::string>& args, const Environment& env, std::ostre
             for (const auto& [name, member] : protocol::kRankStatsFields) o << ' ' << name << ' ' << rs.*member;
             o << ' ' << protocol::kKeptOnReleaseField << ' ' << rs.kept_on_release << '\n';
           }
-          for (const auto& [name, member, counter] : protocol::kStateStatsFields) o << name << ' ' << st.*member << '\n';
+          for (const auto& [name, member, counter, help] : protocol::kStateStatsFields) o << name << ' ' << st.*member << '\n';
         });
   }
 

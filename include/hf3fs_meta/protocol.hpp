@@ -38,17 +38,20 @@ struct StateStatsField {
   std::string_view name;
   std::uint64_t StateStats::*member;
   bool counter;  // counted since the start (a Prometheus counter), else a level (a gauge)
+  std::string_view help;  // /metrics' HELP line
 };
 inline constexpr StateStatsField kStateStatsFields[] = {
-    {"keys_complete", &StateStats::keys_complete, false},
-    {"keys_incomplete", &StateStats::keys_incomplete, false},
-    {"keys_leased", &StateStats::keys_leased, false},
-    {"key_records", &StateStats::key_records, false},
-    {"evicted_keys", &StateStats::evicted_keys, true},
-    {"deleted_keys", &StateStats::deleted_keys, true},
-    {"reclaimed_keys", &StateStats::reclaimed_keys, true},
-    {"reclaimed_allocated_pages", &StateStats::reclaimed_allocated_pages, true},
-    {"reclaimed_orphaned_pages", &StateStats::reclaimed_orphaned_pages, true},
+    {"keys_complete", &StateStats::keys_complete, false, "Keys confirmed on as many ranks as their tp_world_size."},
+    {"keys_incomplete", &StateStats::keys_incomplete, false, "Keys confirmed on fewer or more ranks than that."},
+    {"keys_leased", &StateStats::keys_leased, false, "Keys under a read lease (deleted ones still draining included)."},
+    {"key_records", &StateStats::key_records, false, "Key records held (live, draining and free for reuse)."},
+    {"evicted_keys", &StateStats::evicted_keys, true, "Keys evicted by --eviction lru."},
+    {"deleted_keys", &StateStats::deleted_keys, true, "Keys deleted by POST /keys/delete."},
+    {"reclaimed_keys", &StateStats::reclaimed_keys, true, "Incomplete keys dropped by --allocation-ttl-ms."},
+    {"reclaimed_allocated_pages", &StateStats::reclaimed_allocated_pages, true,
+     "Pages allocated and never confirmed, returned by --allocation-ttl-ms."},
+    {"reclaimed_orphaned_pages", &StateStats::reclaimed_orphaned_pages, true,
+     "Orphaned pages returned by --allocation-ttl-ms."},
 };
 
 // A decoder's failure: what is wrong, naming the field and index.

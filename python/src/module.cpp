@@ -220,7 +220,7 @@ py::dict stats_dict(const StateStats& stats) {
   }
   py::dict out;
   out["ranks"] = std::move(ranks);
-  for (const auto& [name, member, counter] : protocol::kStateStatsFields) out[py::str(name.data(), name.size())] = py::int_(stats.*member);
+  for (const auto& [name, member, counter, help] : protocol::kStateStatsFields) out[py::str(name.data(), name.size())] = py::int_(stats.*member);
   return out;
 }
 

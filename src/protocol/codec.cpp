@@ -893,7 +893,7 @@ std::string encode_stats_response(const StateStats& stats) {
     out += '}';
   }
   out += ']';
-  for (const auto& [name, member, counter] : kStateStatsFields) {
+  for (const auto& [name, member, counter, help] : kStateStatsFields) {
     out += ",\"";
     out += name;
     out += "\":";
@@ -932,7 +932,7 @@ Decoded<StateStats> decode_stats_response(std::string_view body) {
     if (auto error = unsigned_field(item, kKeptOnReleaseField, where, r.kept_on_release)) return std::move(*error);
     stats.ranks.emplace_back(rank->GetInt64(), r);
   }
-  for (const auto& [name, member, counter] : kStateStatsFields) {
+  for (const auto& [name, member, counter, help] : kStateStatsFields) {
     if (auto error = unsigned_field(json.root(), name, "", stats.*member)) return std::move(*error);
   }
   return stats;

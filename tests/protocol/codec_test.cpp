@@ -262,7 +262,7 @@ TEST(ClientDecodeTest, StatsAnswer) {
   EXPECT_EQ(d.ranks[1].first, 0);
   for (const auto& [name, member] : kRankStatsFields) EXPECT_EQ(d.ranks[1].second.*member, r0.*member) << name;
   EXPECT_EQ(d.ranks[1].second.kept_on_release, 7u);
-  for (const auto& [name, member, counter] : kStateStatsFields) EXPECT_EQ(d.*member, stats.*member) << name;
+  for (const auto& [name, member, counter, help] : kStateStatsFields) EXPECT_EQ(d.*member, stats.*member) << name;
 
   EXPECT_EQ(decode_stats_response(R"({"ranks":{}})").error().message, "ranks: expected a list");
   EXPECT_EQ(decode_stats_response(R"({"ranks":[1]})").error().message, "ranks[0]: expected an object");

@@ -430,6 +430,15 @@ TEST_F(ServerMetricsTest, MetricsCountRequestsAndDescribeTheState) {
   EXPECT_THAT(r.header("content-type"), Optional(std::string("text/plain; version=0.0.4; charset=utf-8")));
   EXPECT_THAT(r.body, HasSubstr("# TYPE hf3fs_meta_requests_total counter\n"));
   EXPECT_THAT(r.body, HasSubstr("# TYPE hf3fs_meta_request_duration_seconds histogram\n"));
+  // Every family has its HELP line, right before its TYPE line.
+  int families = 0;
+  for (std::size_t at = r.body.find("# TYPE "); at != std::string::npos; at = r.body.find("# TYPE ", at + 1)) {
+    const std::string name = r.body.substr(at + 7, r.body.find(' ', at + 7) - (at + 7));
+    const std::size_t line = r.body.rfind('\n', at - 2) + 1;
+    EXPECT_EQ(r.body.compare(line, 8 + name.size(), "# HELP " + name + " "), 0) << name;
+    ++families;
+  }
+  EXPECT_GT(families, 20);
   EXPECT_THAT(metric(R"(hf3fs_meta_requests_total{route="/keys/batch_allocate",status="200"})"), Optional(std::string("2")));
   EXPECT_THAT(metric(R"(hf3fs_meta_requests_total{route="/keys/batch_allocate",status="500"})"), Optional(std::string("1")));
   EXPECT_THAT(metric(R"(hf3fs_meta_requests_total{route="/keys/confirm_write",status="204"})"), Optional(std::string("1")));
