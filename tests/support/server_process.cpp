@@ -30,6 +30,40 @@ int decode_status(int status) {
   return -1;
 }
 
+struct Spawned {
+  pid_t pid;
+  int output;  // the read end of the pipe on the child's stdout
+};
+
+// Starts `args` (argv[0] the binary) with its stdout on a pipe; `in_child` runs in the child just
+// before exec (redirections, limits). The child dies with the test binary.
+template <class InChild>
+Spawned spawn(std::vector<std::string> args, InChild&& in_child) {
+  std::vector<char*> argv;
+  for (auto& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) {
+    const int error = errno;
+    close(fds[0]);
+    close(fds[1]);
+    throw std::runtime_error(std::string("fork: ") + std::strerror(error));
+  }
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(126);  // the parent died before prctl
+    dup2(fds[1], STDOUT_FILENO);
+    in_child(fds[1]);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  return Spawned{pid, fds[0]};
+}
+
 }  // namespace
 
 std::string ServerProcess::binary_path() {
@@ -56,21 +90,7 @@ ServerProcess::Finished ServerProcess::run_to_exit(const std::vector<std::string
                                                    std::chrono::milliseconds timeout) {
   std::vector<std::string> all{binary_path()};
   all.insert(all.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& arg : all) argv.push_back(arg.data());
-  argv.push_back(nullptr);
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
-  const pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    dup2(fds[1], STDOUT_FILENO);
-    dup2(fds[1], STDERR_FILENO);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  close(fds[1]);
+  const auto [pid, output] = spawn(std::move(all), [](int out) { dup2(out, STDERR_FILENO); });
   Finished out;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
@@ -79,17 +99,17 @@ ServerProcess::Finished ServerProcess::run_to_exit(const std::vector<std::string
       ::kill(pid, SIGKILL);
       break;
     }
-    pollfd pfd{fds[0], POLLIN, 0};
+    pollfd pfd{output, POLLIN, 0};
     const int ready = poll(&pfd, 1, static_cast<int>(left.count()));
     if (ready < 0 && errno == EINTR) continue;
     if (ready <= 0) continue;
     char buffer[4096];
-    const auto n = read(fds[0], buffer, sizeof buffer);
+    const auto n = read(output, buffer, sizeof buffer);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     out.output.append(buffer, static_cast<std::size_t>(n));
   }
-  close(fds[0]);
+  close(output);
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
@@ -106,24 +126,7 @@ std::string ServerProcess::base_url() const { return scheme_ + "://" + host_ + "
 void ServerProcess::start(std::uint16_t port) {
   std::vector<std::string> args{binary_path(), "--host", host_, "--port", std::to_string(port)};
   args.insert(args.end(), extra_args_.begin(), extra_args_.end());
-  std::vector<char*> argv;
-  for (auto& arg : args) argv.push_back(arg.data());
-  argv.push_back(nullptr);
-
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
-  const pid_t parent = getpid();
-  const pid_t pid = fork();
-  if (pid < 0) {
-    close(fds[0]);
-    close(fds[1]);
-    throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
-  }
-  if (pid == 0) {
-    // The server must not outlive a test binary that crashes.
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(126);
-    dup2(fds[1], STDOUT_FILENO);
+  const auto [pid, output] = spawn(args, [&](int) {
     if (open_files_ > 0) {
       const rlimit limit{open_files_, open_files_};
       if (setrlimit(RLIMIT_NOFILE, &limit) != 0) _exit(125);
@@ -132,10 +135,7 @@ void ServerProcess::start(std::uint16_t port) {
       const int err = open(stderr_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
       if (err >= 0) dup2(err, STDERR_FILENO);
     }
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  close(fds[1]);
+  });
   pid_ = pid;
 
   // Read the startup line.
@@ -145,12 +145,12 @@ void ServerProcess::start(std::uint16_t port) {
   while (!complete) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) break;
-    pollfd pfd{fds[0], POLLIN, 0};
+    pollfd pfd{output, POLLIN, 0};
     const int ready = poll(&pfd, 1, static_cast<int>(left.count()));
     if (ready < 0 && errno == EINTR) continue;
     if (ready <= 0) break;
     char c;
-    const auto n = read(fds[0], &c, 1);
+    const auto n = read(output, &c, 1);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     if (c == '\n') {
@@ -159,7 +159,7 @@ void ServerProcess::start(std::uint16_t port) {
       line.push_back(c);
     }
   }
-  close(fds[0]);
+  close(output);
 
   const bool tls = line.rfind("listening on https://", 0) == 0;
   const std::string prefix = tls ? "listening on https://" : "listening on http://";
