@@ -20,6 +20,11 @@ constexpr const char* kFooter = R"(
 Once listening, prints `listening on http://HOST:PORT` (https with TLS) on stdout.
 SIGINT/SIGTERM stop accepting, finish the requests in flight, and exit 0.)";
 
+// An option whose value must not be empty (CLI11 accepts `--host ""`).
+CLI::Validator not_empty(const char* value_name) {
+  return CLI::Validator([](std::string& value) { return value.empty() ? "must not be empty" : ""; }, value_name);
+}
+
 // A duration given in milliseconds.
 void milliseconds(CLI::App& app, const char* name, std::chrono::milliseconds& slot, const char* help) {
   app.add_option_function<std::int64_t>(
@@ -32,7 +37,7 @@ void milliseconds(CLI::App& app, const char* name, std::chrono::milliseconds& sl
 void define(CLI::App& app, ServerOptions& o) {
   app.add_option("--host", o.host, "address to bind (vLLM's server binds 0.0.0.0)")
       ->capture_default_str()
-      ->check(CLI::Validator([](std::string& host) { return host.empty() ? "must not be empty" : ""; }, "HOST"));
+      ->check(not_empty("HOST"));
   app.add_option("--port", o.port, "port to bind (18000 as vLLM's; 0 picks a free port)")
       ->capture_default_str()
       ->check(CLI::Range(0, 65535));
@@ -111,7 +116,7 @@ void define(CLI::App& app, ServerOptions& o) {
                  "keep the state in this directory (created if missing): recover from it before listening, "
                  "journal every change (evictions, reclaims and deletions included), take snapshots (default: "
                  "memory only)")
-      ->check(CLI::Validator([](std::string& dir) { return dir.empty() ? "must not be empty" : ""; }, "DIR"));
+      ->check(not_empty("DIR"));
   app.add_option_function<std::string>(
          "--fsync", [&o](const std::string& mode) { o.fsync = *durable::parse_fsync_mode(mode); },
          "with --data-dir: always = a change is answered once its record is on disk (one fdatasync covers "
@@ -132,7 +137,7 @@ void define(CLI::App& app, ServerOptions& o) {
   app.add_option("--verify-data-dir", o.verify_data_dir,
                  "check this data dir offline (without its lock, writing nothing), print a summary, and exit: 0 if "
                  "it recovers, 2 if not")
-      ->check(CLI::Validator([](std::string& dir) { return dir.empty() ? "must not be empty" : ""; }, "DIR"));
+      ->check(not_empty("DIR"));
   app.add_flag("--enable-fault-injection", o.enable_fault_injection, "serve the fault-injection route (tests only)");
   app.add_flag("--log-requests", o.log_requests, "log every request on stderr");
   app.footer(kFooter);
