@@ -385,22 +385,26 @@ int run(const std::vector<std::string>& args, const Environment& env, std::ostre
         [&](std::ostream& o) { o << "ok\n"; });
   }
 
-  if (cl.command == "exists") {
-    auto r = client.batch_exists(cl.items);
-    if (!r) return report_error(cl, r.error(), out, err);
+  // One answer per key (exists, delete): a list in JSON, "KEY WORD" lines in text.
+  const auto report_per_key = [&](const std::vector<bool>& answers, const char* field, const char* yes,
+                                  const char* no) {
     return report_success(
         cl, *calls, out, err,
         [&](Writer& w) {
-          w.Key("exists");
+          w.Key(field);
           w.StartArray();
-          for (bool b : r.value()) w.Bool(b);
+          for (bool b : answers) w.Bool(b);
           w.EndArray();
         },
         [&](std::ostream& o) {
-          for (std::size_t i = 0; i < cl.items.size(); ++i) {
-            o << cl.items[i] << ' ' << (r.value()[i] ? "true" : "false") << '\n';
-          }
+          for (std::size_t i = 0; i < cl.items.size(); ++i) o << cl.items[i] << ' ' << (answers[i] ? yes : no) << '\n';
         });
+  };
+
+  if (cl.command == "exists") {
+    auto r = client.batch_exists(cl.items);
+    if (!r) return report_error(cl, r.error(), out, err);
+    return report_per_key(r.value(), "exists", "true", "false");
   }
 
   if (cl.command == "locations") {
@@ -433,19 +437,7 @@ int run(const std::vector<std::string>& args, const Environment& env, std::ostre
   if (cl.command == "delete") {
     auto r = client.delete_keys(cl.items);
     if (!r) return report_error(cl, r.error(), out, err);
-    return report_success(
-        cl, *calls, out, err,
-        [&](Writer& w) {
-          w.Key("deleted");
-          w.StartArray();
-          for (bool b : r.value()) w.Bool(b);
-          w.EndArray();
-        },
-        [&](std::ostream& o) {
-          for (std::size_t i = 0; i < cl.items.size(); ++i) {
-            o << cl.items[i] << ' ' << (r.value()[i] ? "deleted" : "absent") << '\n';
-          }
-        });
+    return report_per_key(r.value(), "deleted", "deleted", "absent");
   }
 
   if (cl.command == "drop-rank") {
