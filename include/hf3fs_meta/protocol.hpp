@@ -70,6 +70,10 @@ std::string encode_confirm_write_request(Rank rank, std::span<const Confirmation
                                          std::span<const Page> pages_to_release);
 std::string encode_batch_exists_request(std::span<const std::string> keys);
 std::string encode_get_locations_request(Rank rank, std::span<const std::string> keys);
+// POST /keys/delete's body is batch_exists' ({"keys": [...]}).
+inline std::string encode_delete_keys_request(std::span<const std::string> keys) {
+  return encode_batch_exists_request(keys);
+}
 
 // ---- Client side: success decoders, checking the answer against what was sent ----
 Decoded<std::string> decode_initialize_response(std::string_view body);  // the "message"
@@ -139,6 +143,9 @@ struct KeyListRequest {
 // nullopt on success (`out` filled), else the refusal, exactly as the owning decoders above.
 std::optional<DecodeError> decode_batch_exists_request(std::string_view body, KeyListRequest& out);
 std::optional<DecodeError> decode_get_locations_request(std::string_view body, KeyListRequest& out);
+inline std::optional<DecodeError> decode_delete_keys_request(std::string_view body, KeyListRequest& out) {
+  return decode_batch_exists_request(body, out);
+}
 
 // Parses a path segment as the reference server accepts a rank: a plain decimal 64-bit integer
 // (optional leading '-'); nullopt otherwise (the server answers 422).

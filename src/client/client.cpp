@@ -114,9 +114,25 @@ struct Impl {
     return CallSpec{info.operation, rank, has_releases, start, start + length, length, {}, info.names_pages};
   }
 
+  // A request to `route` as the route table describes it: its path (with `path_rank`) and method.
+  static HttpRequest request_for(Route route, std::string body, Rank path_rank = 0) {
+    return HttpRequest{request_path(route, path_rank), std::move(body), {}, std::string(route_info(route).method)};
+  }
+
+  // A call about a list of keys (batch_exists, get_locations, delete_keys): the keys are checked,
+  // then encode() makes the body and decode(body, keys.size()) reads one answer per key.
+  template <class T, class Encode, class Decode>
+  Result<T> key_call(Route route, std::optional<Rank> rank, const std::vector<std::string>& keys,
+                     const CallOptions& call, Encode&& encode, Decode&& decode) {
+    if (auto e = internal::check_lookup(route_info(route).operation, keys)) return std::move(*e);
+    HttpRequest request = request_for(route, encode());
+    return run<T>(spec(route, rank, call), request,
+                  [&](const HttpResponse& r) { return decode(r.body, keys.size()); });
+  }
+
   Result<std::string> do_initialize(Rank rank, std::int64_t num_pages, Role role, CallSpec s) {
     if (auto e = internal::check_initialize(rank, num_pages, role)) return std::move(*e);
-    HttpRequest request{request_path(Route::initialize, rank), protocol::encode_initialize_request(num_pages, role), {}};
+    HttpRequest request = request_for(Route::initialize, protocol::encode_initialize_request(num_pages, role), rank);
     return run<std::string>(std::move(s), request,
                             [](const HttpResponse& r) { return protocol::decode_initialize_response(r.body); });
   }
@@ -254,7 +270,7 @@ Result<std::vector<Page>> DefaultConnection::allocate(Rank rank, const std::vect
                                                       const CallOptions& call) {
   constexpr auto route = Route::batch_allocate;
   if (auto e = internal::check_allocate(keys)) return std::move(*e);
-  HttpRequest request{request_path(route), protocol::encode_allocate_request(rank, keys), {}};
+  HttpRequest request = Impl::request_for(route, protocol::encode_allocate_request(rank, keys));
   return impl_.run<std::vector<Page>>(
       impl_.spec(route, rank, call), request,
       [&](const HttpResponse& r) { return protocol::decode_allocate_response(r.body, keys); });
@@ -262,62 +278,54 @@ Result<std::vector<Page>> DefaultConnection::allocate(Rank rank, const std::vect
 
 Result<void> DefaultConnection::confirm_write(Rank rank, const std::vector<Confirmation>& confirmations,
                                               const std::vector<Page>& pages_to_release, const CallOptions& call) {
+  constexpr auto route = Route::confirm_write;
   if (auto e = internal::check_confirm_write(confirmations, pages_to_release)) return std::move(*e);
-  HttpRequest request{request_path(Route::confirm_write),
-                      protocol::encode_confirm_write_request(rank, confirmations, pages_to_release),
-                      {}};
-  return impl_.run<void>(impl_.spec(Route::confirm_write, rank, call, !pages_to_release.empty()), request,
-                          [](const HttpResponse&) { return protocol::Decoded<void>(boost::outcome_v2::success()); });
+  HttpRequest request =
+      Impl::request_for(route, protocol::encode_confirm_write_request(rank, confirmations, pages_to_release));
+  return impl_.run<void>(impl_.spec(route, rank, call, !pages_to_release.empty()), request,
+                         [](const HttpResponse&) { return protocol::Decoded<void>(boost::outcome_v2::success()); });
 }
 
 Result<std::vector<bool>> DefaultConnection::batch_exists(const std::vector<std::string>& keys,
                                                           const CallOptions& call) {
-  constexpr auto route = Route::batch_exists;
-  if (auto e = internal::check_lookup(route_info(route).operation, keys)) return std::move(*e);
-  HttpRequest request{request_path(route), protocol::encode_batch_exists_request(keys), {}};
-  return impl_.run<std::vector<bool>>(
-      impl_.spec(route, std::nullopt, call), request,
-      [&](const HttpResponse& r) { return protocol::decode_batch_exists_response(r.body, keys.size()); });
+  return impl_.key_call<std::vector<bool>>(
+      Route::batch_exists, std::nullopt, keys, call, [&] { return protocol::encode_batch_exists_request(keys); },
+      [](std::string_view body, std::size_t n) { return protocol::decode_batch_exists_response(body, n); });
 }
 
 Result<std::vector<std::optional<Page>>> DefaultConnection::get_locations(Rank rank,
                                                                           const std::vector<std::string>& keys,
                                                                           const CallOptions& call) {
-  constexpr auto route = Route::get_locations;
-  if (auto e = internal::check_lookup(route_info(route).operation, keys)) return std::move(*e);
-  HttpRequest request{request_path(route), protocol::encode_get_locations_request(rank, keys), {}};
-  return impl_.run<std::vector<std::optional<Page>>>(
-      impl_.spec(route, rank, call), request,
-      [&](const HttpResponse& r) { return protocol::decode_get_locations_response(r.body, keys.size()); });
+  return impl_.key_call<std::vector<std::optional<Page>>>(
+      Route::get_locations, rank, keys, call, [&] { return protocol::encode_get_locations_request(rank, keys); },
+      [](std::string_view body, std::size_t n) { return protocol::decode_get_locations_response(body, n); });
 }
 
 Result<std::vector<bool>> DefaultConnection::delete_keys(const std::vector<std::string>& keys,
                                                          const CallOptions& call) {
-  constexpr auto route = Route::delete_keys;
-  if (auto e = internal::check_lookup(route_info(route).operation, keys)) return std::move(*e);
-  // Its body is batch_exists' ({"keys": [...]}).
-  HttpRequest request{request_path(route), protocol::encode_batch_exists_request(keys), {}};
-  return impl_.run<std::vector<bool>>(
-      impl_.spec(route, std::nullopt, call), request,
-      [&](const HttpResponse& r) { return protocol::decode_delete_keys_response(r.body, keys.size()); });
+  return impl_.key_call<std::vector<bool>>(
+      Route::delete_keys, std::nullopt, keys, call, [&] { return protocol::encode_delete_keys_request(keys); },
+      [](std::string_view body, std::size_t n) { return protocol::decode_delete_keys_response(body, n); });
 }
 
 Result<StateStats> DefaultConnection::stats(const CallOptions& call) {
   constexpr auto route = Route::stats;
-  HttpRequest request{request_path(route), std::string(), {}, std::string(route_info(route).method)};
+  HttpRequest request = Impl::request_for(route, std::string());
   return impl_.run<StateStats>(impl_.spec(route, std::nullopt, call), request,
                                [](const HttpResponse& r) { return protocol::decode_stats_response(r.body); });
 }
 
 Result<void> DefaultConnection::clear(const CallOptions& call) {
-  HttpRequest request{request_path(Route::clear), std::string(), {}};
-  return impl_.run<void>(impl_.spec(Route::clear, std::nullopt, call), request,
-                          [](const HttpResponse&) { return protocol::Decoded<void>(boost::outcome_v2::success()); });
+  constexpr auto route = Route::clear;
+  HttpRequest request = Impl::request_for(route, std::string());
+  return impl_.run<void>(impl_.spec(route, std::nullopt, call), request,
+                         [](const HttpResponse&) { return protocol::Decoded<void>(boost::outcome_v2::success()); });
 }
 
 Result<DropOutcome> DefaultConnection::drop_rank(Rank rank, const CallOptions& call) {
-  HttpRequest request{request_path(Route::drop_rank, rank), std::string(), {}};
-  return impl_.run<DropOutcome>(impl_.spec(Route::drop_rank, rank, call), request,
+  constexpr auto route = Route::drop_rank;
+  HttpRequest request = Impl::request_for(route, std::string(), rank);
+  return impl_.run<DropOutcome>(impl_.spec(route, rank, call), request,
                                 [](const HttpResponse& r) { return protocol::decode_drop_response(r.body); });
 }
 

@@ -262,9 +262,8 @@ ServiceAnswer Service::handle(const RoutedTarget& target, std::string_view body)
     }
 
     case Route::delete_keys: {
-      // Its body is batch_exists' ({"keys": [...]}), decoded the same way.
       protocol::KeyListRequest& r = key_list_scratch();
-      if (auto error = protocol::decode_batch_exists_request(body, r)) return detail_answer(400, error->message);
+      if (auto error = protocol::decode_delete_keys_request(body, r)) return detail_answer(400, error->message);
       const std::span<const std::string_view> keys = r.keys;
       return json_answer(200, protocol::encode_delete_keys_response(state_.delete_keys(keys)));
     }
