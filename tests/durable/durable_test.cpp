@@ -95,6 +95,82 @@ TEST(DurableRecord, ADeletionOfAKeyThatIsNotThereDoesNotFit) {
   EXPECT_EQ(state.export_image(), before);
 }
 
+// Every way a record can fail to fit the state it is replayed on: refused with a message naming the
+// change and why, and nothing changed (the image, and the number of the last change).
+TEST(DurableRecord, ARecordThatDoesNotFitIsRefusedAndChangesNothing) {
+  StateOptions limits;
+  limits.max_pages = 16;
+  MetadataState state(limits);
+  const std::vector<BlockKey> a{{"a", ""}}, b{{"b", ""}};
+  const std::vector<Confirmation> a0{{"a", 0}};
+  ASSERT_TRUE(state.initialize(0, 4).has_value());
+  ASSERT_TRUE(state.allocate(0, a).has_value());
+  ASSERT_TRUE(state.confirm_write(0, a0, {}).has_value());
+  ASSERT_TRUE(state.allocate(0, b).has_value());  // page 1, allocated for "b"; the pool is [2, 3]
+  const StateImage before = state.export_image();
+  const std::uint64_t seq = state.seq();
+
+  const AllocatedItem three[] = {{"x", 2, 2}, {"y", 3, 3}, {"z", 0, 0}};
+  const AllocatedItem not_next[] = {{"x", 3, 3}};
+  const AllocatedItem no_such_page[] = {{"x", 2, 0}};
+  const ConfirmedItem out_of_range[] = {{"a", 9, 0}};
+  const ConfirmedItem a_as_new[] = {{"a", 1, 1}};
+  const ConfirmedItem c_as_known[] = {{"c", 1, 0}};
+  const ConfirmedItem c_on_free[] = {{"c", 2, 1}};
+  const std::uint32_t free_page[] = {2};
+  struct Case {
+    const char* name;
+    std::function<void(Change&)> make;
+    std::string why;
+  };
+  const std::vector<Case> cases = {
+      {"out of order", [&](Change& c) { c.seq = seq + 2; }, "expected change " + std::to_string(seq + 1)},
+      {"rank exists", [](Change& c) { c.kind = ChangeKind::rank_created; c.num_pages = 4; }, "rank 0 exists"},
+      {"no pages", [](Change& c) { c.kind = ChangeKind::rank_created; c.rank = 1; }, "num_pages 0"},
+      {"beyond the limits", [](Change& c) { c.kind = ChangeKind::rank_created; c.rank = 1; c.num_pages = 17; },
+       "rank 1 of 17 pages is beyond the limits (max pages 16"},
+      {"unknown removal",
+       [](Change& c) { c.kind = ChangeKind::keys_removed; c.removal = static_cast<Removal>(9); },
+       "unknown removal 9"},
+      {"not draining", [](Change& c) { c.kind = ChangeKind::key_drained; c.key_id = 0; }, "key id 0 is not draining"},
+      {"unknown rank", [](Change& c) { c.kind = ChangeKind::allocated; c.rank = 7; }, "rank 7 does not exist"},
+      {"reclaim of a mapped page",
+       [](Change& c) { c.kind = ChangeKind::page_reclaimed; c.page = 0; c.was = PageState::allocated; },
+       "page 0 of rank 0 cannot be reclaimed"},
+      {"reclaim out of range",
+       [](Change& c) { c.kind = ChangeKind::page_reclaimed; c.page = 9; c.was = PageState::allocated; },
+       "page 9 of rank 0 cannot be reclaimed"},
+      {"more than free", [&](Change& c) { c.kind = ChangeKind::allocated; c.allocated = three; },
+       "more pages taken than rank 0 has free"},
+      {"not next", [&](Change& c) { c.kind = ChangeKind::allocated; c.allocated = not_next; },
+       "page 3 is not next in the pool of rank 0"},
+      {"reuse of a page the key lacks", [&](Change& c) { c.kind = ChangeKind::allocated; c.allocated = no_such_page; },
+       "key x has no page 0"},
+      {"confirm out of range", [&](Change& c) { c.kind = ChangeKind::confirmed; c.confirmed = out_of_range; },
+       "page 9 out of range"},
+      {"known key as new", [&](Change& c) { c.kind = ChangeKind::confirmed; c.confirmed = a_as_new; }, "key a exists"},
+      {"new key as known", [&](Change& c) { c.kind = ChangeKind::confirmed; c.confirmed = c_as_known; },
+       "key c does not exist"},
+      {"confirm of a free page", [&](Change& c) { c.kind = ChangeKind::confirmed; c.confirmed = c_on_free; },
+       "page 2 of rank 0 cannot be confirmed"},
+      {"release of a free page", [&](Change& c) { c.kind = ChangeKind::confirmed; c.released = free_page; },
+       "page 2 of rank 0 cannot be released"},
+      {"unknown kind", [](Change& c) { c.kind = static_cast<ChangeKind>(99); }, "unknown kind"},
+  };
+  for (const Case& t : cases) {
+    Change change;
+    change.seq = seq + 1;
+    t.make(change);
+    auto applied = state.apply(change);
+    ASSERT_FALSE(applied.has_value()) << t.name;
+    EXPECT_THAT(applied.error().message,
+                HasSubstr("change " + std::to_string(change.seq) + " does not fit the state: " + t.why))
+        << t.name;
+    EXPECT_EQ(state.seq(), seq) << t.name;
+    EXPECT_EQ(state.export_image(), before) << t.name;
+  }
+}
+
 TEST(DurableRecord, EveryKindRoundTrips) {
   const AllocatedItem allocated[] = {{"a", 3, 3}, {"b", 4, 1}};
   const ConfirmedItem confirmed[] = {{"a", 3, 2}, {"", 7, 0}};
