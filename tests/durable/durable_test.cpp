@@ -261,6 +261,12 @@ TEST(DurableRecord, EveryKindRoundTrips) {
   EXPECT_THAT(error, HasSubstr("unknown removal 4"));
   EXPECT_FALSE(Record::decode(1, std::string("\x08\x00\x00\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00\x02", 15), error));
   EXPECT_THAT(error, HasSubstr("reclaimed page state 2"));
+  // Flags the format does not know, and bytes after the last field, are refused too.
+  EXPECT_FALSE(Record::decode(1, std::string("\x04\x02", 2), error));
+  EXPECT_THAT(error, HasSubstr("record 1: unknown flags 2"));
+  EXPECT_TRUE(Record::decode(1, std::string("\x04\x00", 2), error));  // the same cleared record, whole
+  EXPECT_FALSE(Record::decode(1, std::string("\x04\x00\x00\x00", 4), error));
+  EXPECT_THAT(error, HasSubstr("record 1: 2 bytes after the record's fields"));
 }
 
 // Drives a state through a Store and keeps, for each record, the image right after it and where it
