@@ -138,6 +138,12 @@ enum class ChangeKind : std::uint8_t {
   key_drained = 9,     // key_id: a removed key's lease ended: its pages to the ends of their pools, its id free
   clock = 10,          // clock_ms: the clock reading of the changes that follow (with allocation_ttl only)
 };
+// The cache lifecycle's kinds: what the clock, the LRU order and the leases decided, never a request's
+// own answer (so their records never carry a request's X-Request-Id).
+constexpr bool is_lifecycle(ChangeKind kind) noexcept {
+  return kind == ChangeKind::keys_removed || kind == ChangeKind::page_reclaimed || kind == ChangeKind::key_drained ||
+         kind == ChangeKind::clock;
+}
 // Why the lifecycle removed a key (keys_removed).
 enum class Removal : std::uint8_t { evicted = 1, reclaimed = 2, deleted = 3 };
 inline constexpr std::uint32_t kNoPage32 = 0xFFFFFFFFu;

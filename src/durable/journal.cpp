@@ -117,11 +117,9 @@ void Journal::append(const Change& change) {
   std::lock_guard lock(mutex_);
   std::string& out = rotation_ ? next_buffer_ : buffer_;
   const std::size_t at = out.size();
-  // The lifecycle's records (an eviction before an allocate, a reclaim at the start of a call) are
-  // the clock's doing, not the request's answer: only the request's own record carries its id.
-  const bool lifecycle = change.kind == ChangeKind::keys_removed || change.kind == ChangeKind::page_reclaimed ||
-                         change.kind == ChangeKind::key_drained || change.kind == ChangeKind::clock;
-  const DedupTag* const tag = lifecycle ? nullptr : t_tag;
+  // An eviction before an allocate, a reclaim at the start of a call: only the request's own record
+  // carries its id.
+  const DedupTag* const tag = is_lifecycle(change.kind) ? nullptr : t_tag;
   encode_record(change, tag, out);
   const std::size_t size = out.size() - at;
   appended_ = change.seq;

@@ -121,28 +121,35 @@ void encode_payload(const Change& change, const DedupTag* tag, std::string& out)
   }
 }
 
-void frame_record(std::uint64_t seq, std::string_view payload, std::string& out) {
-  const std::size_t header_at = out.size();
-  put_u64(out, seq);
-  put_u32(out, static_cast<std::uint32_t>(payload.size()));
-  put_u32(out, crc32c(std::string_view(out).substr(header_at, 12)));
-  out.append(payload);
-  put_u32(out, crc32c(payload));
-}
+namespace {
 
-void encode_record(const Change& change, const DedupTag* tag, std::string& out) {
-  // The payload is encoded in place after a header whose length and checksums are filled in after.
-  const std::size_t header_at = out.size();
-  out.append(kRecordHeaderSize, '\0');
-  const std::size_t payload_at = out.size();
-  encode_payload(change, tag, out);
+// Fills in the header reserved at `header_at` for the payload after it (up to the end of `out`) and
+// appends the payload's checksum: the record framing, written in one place.
+void finish_record(std::uint64_t seq, std::size_t header_at, std::string& out) {
+  const std::size_t payload_at = header_at + kRecordHeaderSize;
   const auto payload_len = static_cast<std::uint32_t>(out.size() - payload_at);
-  const std::uint64_t seq = change.seq;
   std::memcpy(out.data() + header_at, &seq, 8);
   std::memcpy(out.data() + header_at + 8, &payload_len, 4);
   const std::uint32_t header_crc = crc32c(std::string_view(out).substr(header_at, 12));
   std::memcpy(out.data() + header_at + 12, &header_crc, 4);
   put_u32(out, crc32c(std::string_view(out).substr(payload_at, payload_len)));
+}
+
+}  // namespace
+
+void frame_record(std::uint64_t seq, std::string_view payload, std::string& out) {
+  const std::size_t header_at = out.size();
+  out.append(kRecordHeaderSize, '\0');
+  out.append(payload);
+  finish_record(seq, header_at, out);
+}
+
+void encode_record(const Change& change, const DedupTag* tag, std::string& out) {
+  // The payload is encoded in place, after a header filled in once its length is known.
+  const std::size_t header_at = out.size();
+  out.append(kRecordHeaderSize, '\0');
+  encode_payload(change, tag, out);
+  finish_record(change.seq, header_at, out);
 }
 
 std::optional<Record> Record::decode(std::uint64_t seq, std::string_view payload, std::string& error) {

@@ -1,4 +1,5 @@
-// The on-disk format of the data directory (journal records and snapshots), version 1. Little-endian.
+// The journal's on-disk format, version 1 (kFormatVersion), little-endian. The cache lifecycle's
+// kinds (7-10) came later without a new version: a reader refuses a kind it does not know, by name.
 //
 // journal-<first seq, 20 digits>.log:
 //   file header  "HF3FSJNL" u32 version u32 crc32c(the 12 bytes before)
@@ -6,7 +7,7 @@
 //                payload (payload_len bytes) u32 crc32c(payload)
 // payload: u8 kind (ChangeKind; new kinds get new numbers, a reader refuses a kind it does not know)
 //          u8 flags (bit 0: a DedupTag follows) [tag] then the kind's fields (record.cpp).
-// snapshot-<seq, 20 digits>.snap: see snapshot.hpp.
+// snapshot-<seq, 20 digits>.snap: see data_dir.hpp (version 1, or 2 with the lifecycle's state).
 #pragma once
 
 #include <cstddef>
