@@ -705,6 +705,25 @@ struct MetadataState::Impl {
   }
   std::size_t ids_in_use() const noexcept { return keys.size() - life.free_ids.size(); }
 
+  // The server's --max-* flags, which a new rank must fit: why it does not, else nullopt. Checked by
+  // initialize and by a replayed rank_created alike (a record naming an absurd rank must not take
+  // all the memory). The first check depends on the request alone, the second on the state.
+  std::optional<std::string> above_max_pages(std::int64_t num_pages) const {
+    if (num_pages <= options.max_pages) return std::nullopt;
+    return "num_pages " + std::to_string(num_pages) + " is above the maximum " + std::to_string(options.max_pages);
+  }
+  std::optional<std::string> no_room_for(Rank rank, std::int64_t num_pages) const {
+    if (static_cast<std::int64_t>(rank_slots.size()) >= options.max_ranks) {
+      return "rank " + std::to_string(rank) + " would exceed the maximum of " + std::to_string(options.max_ranks) +
+             " ranks";
+    }
+    if (num_pages > options.max_total_pages - total_pages) {
+      return "num_pages " + std::to_string(num_pages) + " would bring the pages of all ranks to " +
+             std::to_string(total_pages + num_pages) + ", above the maximum " + std::to_string(options.max_total_pages);
+    }
+    return std::nullopt;
+  }
+
   // Preconditions (checked by validation): page is allocated, orphaned, or already this key's.
   void map_page(RankData& r, std::uint32_t slot, std::uint32_t id, std::uint32_t page) {
     KeyRecord& k = keys[id];
@@ -1055,35 +1074,18 @@ StateResult<InitializeOutcome> MetadataState::initialize(Rank rank, std::int64_t
   if (num_pages <= 0) {
     return make_error(StateErrc::invalid_initialization, "Invalid initialization parameters", rank);
   }
-  if (num_pages > impl_->options.max_pages) {
-    return make_error(StateErrc::invalid_initialization,
-                      "Invalid initialization parameters: num_pages " + std::to_string(num_pages) +
-                          " is above the maximum " + std::to_string(impl_->options.max_pages),
-                      rank);
-  }
-  // Checked before building the rank (so a refused request costs no memory) and again under the
-  // exclusive lock (another rank may have been added meanwhile).
-  const auto over_limits = [&]() -> std::optional<StateError> {
-    const Impl& impl = *impl_;
-    std::string reason;
-    if (static_cast<std::int64_t>(impl.rank_slots.size()) >= impl.options.max_ranks) {
-      reason = "rank " + std::to_string(rank) + " would exceed the maximum of " +
-               std::to_string(impl.options.max_ranks) + " ranks";
-    } else if (num_pages > impl.options.max_total_pages - impl.total_pages) {
-      reason = "num_pages " + std::to_string(num_pages) + " would bring the pages of all ranks to " +
-               std::to_string(impl.total_pages + num_pages) + ", above the maximum " +
-               std::to_string(impl.options.max_total_pages);
-    } else {
-      return std::nullopt;
-    }
+  const auto refuse = [&](const std::string& reason) {
     return make_error(StateErrc::invalid_initialization, "Invalid initialization parameters: " + reason, rank);
   };
+  if (auto reason = impl_->above_max_pages(num_pages)) return refuse(*reason);
   {
     Impl::ReadAccess access(*impl_);
     if (const std::uint32_t slot = impl_->slot_of(rank); slot != kNone) {
       return InitializeOutcome{false, impl_->ranks[slot]->num_pages};
     }
-    if (auto refused = over_limits()) return std::move(*refused);
+    // Checked before building the rank (so a refused request costs no memory) and again under the
+    // exclusive lock (another rank may have been added meanwhile).
+    if (auto reason = impl_->no_room_for(rank, num_pages)) return refuse(*reason);
   }
   // Filling megabytes of page arrays must not stall the other ranks: build first, then insert.
   auto data = std::make_unique<RankData>(rank, static_cast<std::uint32_t>(num_pages), impl_->lru,
@@ -1093,7 +1095,7 @@ StateResult<InitializeOutcome> MetadataState::initialize(Rank rank, std::int64_t
   if (const std::uint32_t slot = impl_->slot_of(rank); slot != kNone) {
     return InitializeOutcome{false, impl_->ranks[slot]->num_pages};  // another thread won the race
   }
-  if (auto refused = over_limits()) return std::move(*refused);
+  if (auto reason = impl_->no_room_for(rank, num_pages)) return refuse(*reason);
   impl_->total_pages += num_pages;
   impl_->ranks.reserve(impl_->ranks.size() + 1);
   impl_->rank_slots.emplace(rank, static_cast<std::uint32_t>(impl_->ranks.size()));
@@ -1408,16 +1410,8 @@ StateResult<void> MetadataState::apply(const Change& change) {
   if (change.kind == ChangeKind::rank_created) {
     if (slot != kNone) return unfit(change, rank_text + " exists");
     if (change.num_pages == 0) return unfit(change, "num_pages 0");
-    // The limits the state lives under (the server's --max-* flags): also what keeps a record that
-    // names an absurd rank from taking all the memory.
-    if (change.num_pages > s.options.max_pages ||
-        static_cast<std::int64_t>(s.rank_slots.size()) >= s.options.max_ranks ||
-        change.num_pages > s.options.max_total_pages - s.total_pages) {
-      return unfit(change, rank_text + " of " + std::to_string(change.num_pages) +
-                               " pages is beyond the limits (max pages " + std::to_string(s.options.max_pages) +
-                               ", max ranks " + std::to_string(s.options.max_ranks) + ", max total pages " +
-                               std::to_string(s.options.max_total_pages) + ")");
-    }
+    if (auto reason = s.above_max_pages(change.num_pages)) return unfit(change, *reason);
+    if (auto reason = s.no_room_for(change.rank, change.num_pages)) return unfit(change, *reason);
     s.rank_slots.emplace(change.rank, static_cast<std::uint32_t>(s.ranks.size()));
     s.ranks.push_back(std::make_unique<RankData>(change.rank, change.num_pages, s.lru, s.ttl_ms > 0));
     s.total_pages += change.num_pages;

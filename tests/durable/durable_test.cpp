@@ -100,6 +100,7 @@ TEST(DurableRecord, ADeletionOfAKeyThatIsNotThereDoesNotFit) {
 TEST(DurableRecord, ARecordThatDoesNotFitIsRefusedAndChangesNothing) {
   StateOptions limits;
   limits.max_pages = 16;
+  limits.max_ranks = 1;
   MetadataState state(limits);
   const std::vector<BlockKey> a{{"a", ""}}, b{{"b", ""}};
   const std::vector<Confirmation> a0{{"a", 0}};
@@ -128,7 +129,9 @@ TEST(DurableRecord, ARecordThatDoesNotFitIsRefusedAndChangesNothing) {
       {"rank exists", [](Change& c) { c.kind = ChangeKind::rank_created; c.num_pages = 4; }, "rank 0 exists"},
       {"no pages", [](Change& c) { c.kind = ChangeKind::rank_created; c.rank = 1; }, "num_pages 0"},
       {"beyond the limits", [](Change& c) { c.kind = ChangeKind::rank_created; c.rank = 1; c.num_pages = 17; },
-       "rank 1 of 17 pages is beyond the limits (max pages 16"},
+       "num_pages 17 is above the maximum 16"},
+      {"one rank too many", [](Change& c) { c.kind = ChangeKind::rank_created; c.rank = 1; c.num_pages = 4; },
+       "rank 1 would exceed the maximum of 1 ranks"},
       {"unknown removal",
        [](Change& c) { c.kind = ChangeKind::keys_removed; c.removal = static_cast<Removal>(9); },
        "unknown removal 9"},
