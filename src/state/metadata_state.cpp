@@ -46,10 +46,11 @@
 namespace hf3fs_meta {
 namespace {
 
-// Page-table markers; every smaller value is a key id.
-constexpr std::uint32_t kFree = 0xFFFFFFFFu;
-constexpr std::uint32_t kAllocated = 0xFFFFFFFEu;
-constexpr std::uint32_t kOrphaned = 0xFFFFFFFDu;
+// Page-table markers; every smaller value is a key id. They are the image's (StateImage), so that a
+// page table is exported and imported by copying it.
+constexpr std::uint32_t kFree = kImageFree;
+constexpr std::uint32_t kAllocated = kImageAllocated;
+constexpr std::uint32_t kOrphaned = kImageOrphaned;
 constexpr std::uint32_t kKeyIdLimit = kOrphaned;  // key ids are below this
 constexpr std::uint32_t kNone = 0xFFFFFFFFu;      // "no page" / "no id" in scratch data
 
