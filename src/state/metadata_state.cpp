@@ -381,6 +381,9 @@ struct Counters {
 // The state's lock. glibc's default rwlock lets a reader in whenever no writer holds it, even while
 // writers wait, so a snapshot copying key names a chunk at a time kept writers out through all the
 // chunks; here a waiting writer goes first (new readers wait for it). Not recursive for readers.
+// The writer preference is a glibc extension; elsewhere std::shared_mutex, whose fairness the
+// platform decides.
+#if defined(__GLIBC__)
 class WriterFirstMutex {
  public:
   WriterFirstMutex() {
@@ -401,6 +404,9 @@ class WriterFirstMutex {
  private:
   pthread_rwlock_t lock_;
 };
+#else
+using WriterFirstMutex = std::shared_mutex;
+#endif
 
 }  // namespace
 
