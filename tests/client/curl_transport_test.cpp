@@ -209,6 +209,31 @@ TEST(CurlTransportTest, SequentialCallsReuseOneConnection) {
   EXPECT_EQ(peer.requests().size(), 25u);
 }
 
+// One handle serves every call: a GET (GET /stats) must not turn the next POST into a GET, nor carry
+// a body; the POST after it carries its own.
+TEST(CurlTransportTest, AGetThenAPostOnOneHandleSendEachWithItsMethod) {
+  HttpPeer peer(HttpPeer::Mode::answer, echo);
+  auto transport = make_curl_transport(peer.url());
+  HttpRequest get = request_of("/stats", "");
+  get.method = "GET";
+  for (int round = 0; round < 2; ++round) {
+    ASSERT_TRUE(transport->post(get, AttemptTimeouts{}));
+    ASSERT_TRUE(transport->post(request_of("/keys/batch_exists", R"({"keys":[]})"), AttemptTimeouts{}));
+  }
+  const auto seen = peer.requests();
+  ASSERT_EQ(seen.size(), 4u);
+  for (int i = 0; i < 4; i += 2) {
+    EXPECT_EQ(seen[i].method, "GET");
+    EXPECT_EQ(seen[i].target, "/stats");
+    EXPECT_EQ(seen[i].body, "");
+    EXPECT_FALSE(seen[i].header("content-length").has_value() && seen[i].header("content-length") != "0");
+    EXPECT_EQ(seen[i + 1].method, "POST");
+    EXPECT_EQ(seen[i + 1].target, "/keys/batch_exists");
+    EXPECT_EQ(seen[i + 1].body, R"({"keys":[]})");
+  }
+  EXPECT_EQ(peer.accepts(), 1);
+}
+
 TEST(CurlTransportTest, ReconnectsWhenThePeerClosesTheConnection) {
   HttpPeer peer(HttpPeer::Mode::answer, [](const PeerRequest&) {
     PeerResponse out;
