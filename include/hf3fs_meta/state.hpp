@@ -121,7 +121,10 @@ struct KeyInfo {
 
 // A change record: the effects of one applied call (never its inputs), so that replaying it decides
 // nothing. Handed to the change sink under the state's lock, numbered 1, 2, 3... in apply order;
-// refused calls, and calls that changed nothing, make none. The views point into the state or the
+// refused calls make none, nor calls with nothing in them (an allocate of no keys, a confirm_write
+// of nothing). A confirm_write that changes nothing still makes one: a durable server answers once
+// the record is on disk, and so once everything before it is (a repeated confirm is never answered
+// before the original's effect is durable). The views point into the state or the
 // call and are valid only during the sink's call. Pages are 32-bit inside.
 enum class ChangeKind : std::uint8_t {
   rank_created = 1,  // rank, num_pages

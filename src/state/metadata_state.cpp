@@ -1693,6 +1693,15 @@ StateResult<void> MetadataState::import_image(StateImage image) {
     const std::string rank_text = "rank " + std::to_string(ri.rank);
     if (next.slot_of(ri.rank) != kNone) return bad(rank_text + " twice");
     if (ri.owner.empty() || ri.owner.size() > static_cast<std::size_t>(kPageLimit)) return bad(rank_text + " size");
+    const auto n = static_cast<std::uint32_t>(ri.owner.size());
+    // The --max-* limits hold for a restored state as for a replayed one (apply's rank_created): a
+    // state saved under larger limits is refused, not taken in beyond them.
+    auto reason = next.above_max_pages(n);
+    if (!reason) reason = next.no_room_for(ri.rank, n);
+    if (reason) {
+      return make_error(StateErrc::invalid_argument,
+                        "the image is beyond this state's limits: " + rank_text + ": " + *reason, ri.rank);
+    }
     const auto slot = static_cast<std::uint32_t>(next.ranks.size());
     auto r = std::make_unique<RankData>(ri.rank, std::move(ri.owner), next.lru, next.ttl_ms > 0);
     r->kept_on_release = ri.kept_on_release;

@@ -174,6 +174,68 @@ TEST(DurableRecord, ARecordThatDoesNotFitIsRefusedAndChangesNothing) {
   }
 }
 
+// A confirm_write makes a record even when it changes nothing (a key confirmed again with its own
+// page, a release of a free page): the server sends its answer once its record is on disk, which is
+// also once every record before it is, so a repeated confirm is never acknowledged before the
+// original's effect is durable; and a request id is journaled with the record.
+TEST(DurableRecord, AConfirmThatChangesNothingStillMakesARecord) {
+  MetadataState state;
+  std::vector<ChangeKind> records;
+  state.set_change_sink([&](const Change& c) { records.push_back(c.kind); });
+  const std::vector<BlockKey> a{{"a", ""}};
+  const std::vector<Confirmation> a0{{"a", 0}};
+  const std::vector<Page> free_page{3};
+  ASSERT_TRUE(state.initialize(0, 4).has_value());
+  ASSERT_TRUE(state.allocate(0, a).has_value());
+  ASSERT_TRUE(state.confirm_write(0, a0, {}).has_value());
+  const StateImage before = state.export_image();
+  ASSERT_TRUE(state.confirm_write(0, a0, {}).has_value());
+  ASSERT_TRUE(state.confirm_write(0, {}, free_page).has_value());
+  EXPECT_EQ(state.export_image().ranks, before.ranks);
+  EXPECT_EQ(records, (std::vector<ChangeKind>{ChangeKind::rank_created, ChangeKind::allocated, ChangeKind::confirmed,
+                                              ChangeKind::confirmed, ChangeKind::confirmed}));
+  // A call with nothing in it makes none.
+  ASSERT_TRUE(state.confirm_write(0, {}, {}).has_value());
+  ASSERT_TRUE(state.allocate(0, std::vector<BlockKey>{}).has_value());
+  EXPECT_EQ(records.size(), 5u);
+}
+
+// A restored state lives under the same --max-* limits as a replayed one: an image beyond them is
+// refused, naming the rank and the limit, and a restored state's pages count against them.
+TEST(DurableRecord, AnImageBeyondTheLimitsIsRefusedAndARestoredOneCountsAgainstThem) {
+  MetadataState original;
+  ASSERT_TRUE(original.initialize(0, 8).has_value());
+  ASSERT_TRUE(original.initialize(1, 8).has_value());
+  const StateImage image = original.export_image();
+  const auto limited = [](std::int64_t pages, std::int64_t ranks, std::int64_t total) {
+    StateOptions o;
+    o.max_pages = pages;
+    o.max_ranks = ranks;
+    o.max_total_pages = total;
+    return o;
+  };
+  const std::pair<StateOptions, std::string> refusals[] = {
+      {limited(4, 8, 100), "the image is beyond this state's limits: rank 0: num_pages 8 is above the maximum 4"},
+      {limited(8, 1, 100), "the image is beyond this state's limits: rank 1: rank 1 would exceed the maximum of 1 ranks"},
+      {limited(8, 8, 12),
+       "the image is beyond this state's limits: rank 1: num_pages 8 would bring the pages of all ranks to 16, "
+       "above the maximum 12"},
+  };
+  for (const auto& [options, message] : refusals) {
+    MetadataState state(options);
+    auto imported = state.import_image(image);
+    ASSERT_FALSE(imported.has_value()) << message;
+    EXPECT_EQ(imported.error().message, message);
+    EXPECT_EQ(state.rank_count(), 0u);
+  }
+  MetadataState state(limited(8, 8, 20));
+  ASSERT_TRUE(state.import_image(image).has_value());
+  auto over = state.initialize(2, 8);
+  ASSERT_FALSE(over.has_value());
+  EXPECT_THAT(over.error().message, HasSubstr("would bring the pages of all ranks to 24, above the maximum 20"));
+  EXPECT_TRUE(state.initialize(2, 4).has_value());
+}
+
 TEST(DurableRecord, EveryKindRoundTrips) {
   const AllocatedItem allocated[] = {{"a", 3, 3}, {"b", 4, 1}};
   const ConfirmedItem confirmed[] = {{"a", 3, 2}, {"", 7, 0}};
