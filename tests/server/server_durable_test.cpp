@@ -113,6 +113,28 @@ TEST_F(DurableLifecycleServerTest, EvictionsDeletionsAndLeasesSurviveSigkillAndA
   EXPECT_EQ(metric("hf3fs_meta_evicted_keys_total"), "0");  // counted since this process started
 }
 
+// A state beyond the restarted server's --max-* flags stops it (exit 2, saying which limit), whether
+// the rank is in the snapshot or only in the journal; with the flags raised it starts.
+TEST_F(DurableServerTest, AStateBeyondTheRestartedServersLimitsStopsIt) {
+  initialize(0, 20);
+  ASSERT_EQ(server_.terminate(), 0);  // a clean stop: rank 0 is in the snapshot
+  const auto from_snapshot = ServerProcess::run_to_exit({"--port", "0", "--data-dir", data().string(), "--max-pages", "10"});
+  EXPECT_EQ(from_snapshot.exit_code, 2) << from_snapshot.output;
+  EXPECT_THAT(from_snapshot.output, HasSubstr("rank 0: num_pages 20 is above the maximum 10"));
+  EXPECT_THAT(from_snapshot.output, Not(HasSubstr("listening")));
+  const auto verified = ServerProcess::run_to_exit({"--verify-data-dir", data().string(), "--max-pages", "10"});
+  EXPECT_EQ(verified.exit_code, 2) << verified.output;
+  server_.restart();
+  initialize(1, 20);
+  server_.kill();  // rank 1 is only in the journal
+  const auto from_journal = ServerProcess::run_to_exit(
+      {"--port", "0", "--data-dir", data().string(), "--max-pages", "30", "--max-total-pages", "30"});
+  EXPECT_EQ(from_journal.exit_code, 2) << from_journal.output;
+  EXPECT_THAT(from_journal.output, HasSubstr("num_pages 20 would bring the pages of all ranks to 40, above the maximum 30"));
+  server_.restart();
+  EXPECT_EQ(metric(R"(hf3fs_meta_rank_pages{rank="1",state="free"})"), "20");
+}
+
 TEST_F(DurableServerTest, ACleanStopWritesASnapshotThatAloneRestoresTheState) {
   initialize(3, 8);
   ASSERT_EQ(allocate(3, "k").status, 200);
