@@ -123,21 +123,28 @@ Result<T> retry_loop(const RetryLoopPolicies& p, RankRegistry& ranks, const Call
   std::optional<Error> last;
   std::optional<std::chrono::steady_clock::time_point> first_sent;
 
+  // The deadline ended the call: the last error that said something (a timeout when no attempt was
+  // made), with the deadline as the reason the loop stopped.
+  const auto deadline_reached = [&]() -> Result<T> {
+    Error e;
+    if (last) {
+      e = std::move(*last);
+      e.attempts = attempts;
+    } else {
+      e.code = errc::timeout;
+      e.operation = s.operation;
+      e.detail = "the call's deadline passed before the first attempt";
+      e.request_id = s.request_id;
+    }
+    e.stop_reason = deadline_reason(attempts, s.deadline_length, p.clock.now() - s.start);
+    return give_up(std::move(e));
+  };
+  // The limit an attempt's connect runs under: the smaller of its two.
+  const auto connect_limit = [](const AttemptTimeouts& t) { return std::min(t.connect, t.total); };
+
   for (;;) {
     const auto now = p.clock.now();
-    if (now >= s.deadline) {
-      Error e;
-      if (last) {
-        e = std::move(*last);
-      } else {
-        e.code = errc::timeout;
-        e.operation = s.operation;
-        e.detail = "the call's deadline passed before the first attempt";
-        e.request_id = s.request_id;
-      }
-      e.stop_reason = deadline_reason(attempts, s.deadline_length, p.clock.now() - s.start);
-      return give_up(std::move(e));
-    }
+    if (now >= s.deadline) return deadline_reached();
     ++attempts;
     if (p.observer) p.observer->on_attempt(AttemptEvent{s.request_id, s.operation, attempts});
     const auto left = std::chrono::ceil<milliseconds>(s.deadline - now);
@@ -161,15 +168,11 @@ Result<T> retry_loop(const RetryLoopPolicies& p, RankRegistry& ranks, const Call
     // repeat that (an allocate would be applied twice), so this is decided before classify.
     // (No stop_reason: like any error that is not repeatable, it is the whole story.)
     if (outcome.answered_2xx) return give_up(std::move(e));
-    // An attempt that the deadline cut short and that timed out before its request left says only
-    // that the call's time ran out: the error before it (the refusals of a restarting server, say)
-    // is what the caller needs, with the deadline as the reason the loop stopped.
-    const bool cut_by_deadline = timeouts.connect < p.per_attempt.connect || timeouts.total < p.per_attempt.total;
-    if (last && cut_by_deadline && e.code == errc::timeout && !e.sent) {
-      Error previous = std::move(*last);
-      previous.attempts = attempts;
-      previous.stop_reason = deadline_reason(attempts, s.deadline_length, p.clock.now() - s.start);
-      return give_up(std::move(previous));
+    // An attempt whose connect the deadline cut short, and that timed out before its request left,
+    // says only that the call's time ran out: the error before it (the refusals of a restarting
+    // server, say) is what the caller needs.
+    if (last && e.code == errc::timeout && !e.sent && connect_limit(timeouts) < connect_limit(p.per_attempt)) {
+      return deadline_reached();
     }
 
     const RetryClass verdict = p.retry.classify(e);

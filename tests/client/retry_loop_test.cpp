@@ -60,6 +60,7 @@ class RetryLoopTest : public ::testing::Test {
         policies(), ranks, s, dedup_window_ms,
         [&](const AttemptTimeouts& t) {
           timeouts.push_back(t);
+          clock->advance(attempt_takes);
           if (script.empty()) {
             ADD_FAILURE() << "more attempts than scripted";
             return AttemptOutcome<int>{failure(errc::invalid_request, 400)};
@@ -96,6 +97,7 @@ class RetryLoopTest : public ::testing::Test {
   std::vector<AttemptTimeouts> timeouts;
   std::vector<Initialize> initializes;
   std::optional<Error> restore_error;
+  nanoseconds attempt_takes{0};  // how long each scripted attempt takes on the fake clock
 };
 
 TEST(DefaultRetryClassTest, IsDesignsTable) {
@@ -273,6 +275,16 @@ TEST_F(RetryLoopTest, AnUnsentTimeoutOfAnAttemptTheDeadlineCutReportsTheErrorBef
                   {unreachable, fails(failure(errc::timeout, std::nullopt, true))});
   ASSERT_FALSE(sent);
   EXPECT_EQ(sent.error().code, errc::timeout);
+
+  // Only a cut connect counts: 6 s into a 10 s call, the total (5 s) is cut to 3.9 s but the connect
+  // (1 s) is not, so a connect that timed out is repeated, as any unanswered connect is.
+  timeouts.clear();
+  attempt_takes = std::chrono::seconds(3);
+  auto later = run(call(Operation::batch_exists), {unreachable, unreachable, cut, succeeds(1)});
+  ASSERT_TRUE(later) << later.error().message();
+  ASSERT_EQ(timeouts.size(), 4u);
+  EXPECT_LT(timeouts[2].total, milliseconds(5000));
+  EXPECT_EQ(timeouts[2].connect, milliseconds(1000));
 }
 
 TEST_F(RetryLoopTest, EachAttemptsTimeoutsAreCutToWhatIsLeftOfTheDeadline) {
