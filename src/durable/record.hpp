@@ -1,5 +1,6 @@
 // The journal's on-disk format, version 1 (kFormatVersion), little-endian. The cache lifecycle's
-// kinds (7-10) came later without a new version: a reader refuses a kind it does not know, by name.
+// kinds (7-10) came later without a new version: a reader refuses a kind it does not know, naming
+// its number.
 //
 // journal-<first seq, 20 digits>.log:
 //   file header  "HF3FSJNL" u32 version u32 crc32c(the 12 bytes before)

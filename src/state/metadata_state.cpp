@@ -26,7 +26,9 @@
 #include "internal/field_text.hpp"
 #include "state/key_index.hpp"
 
-#include <pthread.h>
+#if defined(__GLIBC__)
+#include <pthread.h>  // WriterFirstMutex
+#endif
 
 #include <algorithm>
 #include <cassert>
@@ -123,9 +125,11 @@ class KeyName {
   boost::container::small_vector<char, kInlineNameBytes> bytes_;
 };
 
-// Two cache lines. The name and the first page inside the record, not in heap blocks of their own:
-// 145 bytes a key instead of 193 (bench_state's BM_BytesPerKey), and an eviction, which reads the
-// first line (and writes the name's length in the second), touches no heap block of the key's.
+// Two cache lines. The name (up to kInlineNameBytes) and the first page inside the record, not in
+// heap blocks of their own: 145 bytes a key instead of 193 (bench_state's BM_BytesPerKey). An
+// eviction of a key with one page and a short name reads the first line, and the second only to
+// clear the name (or to copy it into the change record with --data-dir); longer names and keys on
+// several ranks keep a heap block besides.
 struct alignas(64) KeyRecord {
   boost::container::small_vector<RankPage, kInlinePages> pages;  // one entry per rank the key is mapped on
   std::size_t hash = 0;  // of name: removing the key from key_ids needs no rehash
@@ -156,7 +160,7 @@ struct alignas(64) KeyRecord {
 static_assert(sizeof(KeyRecord) == 128, "two cache lines");
 
 // Key records by id, in fixed-size chunks: indexing is two loads, and growing never moves records
-// (a std::vector would move a million of them at once; a std::deque's 512-byte blocks hold only ten).
+// (a std::vector would move a million of them at once; a std::deque's 512-byte blocks hold four).
 class KeyRecords {
  public:
   std::size_t size() const noexcept { return size_; }
@@ -1675,6 +1679,7 @@ StateResult<void> MetadataState::import_image(StateImage image) {
     draining[id] = true;
   }
   const std::size_t rank_count = image.ranks.size();
+  constexpr std::size_t kReservedPagesLimit = 64;  // a TP group larger than this is not expected
   std::size_t live = 0;  // keys to enter in the key table
   for (std::uint32_t id = 0; id < key_count; ++id) {
     KeyImage& k = image.keys[id];
@@ -1683,11 +1688,12 @@ StateResult<void> MetadataState::import_image(StateImage image) {
     std::string().swap(k.name);  // held twice otherwise
     record.tp_world_size = k.tp_world_size;
     if (!free_id[id]) {
-      record.hash = std::hash<std::string_view>{}(record.name.view());  // removing the key erases it by this hash
+      record.hash = HashedKey(record.name.view()).hash;  // removing the key erases it by this hash
       if (!draining[id]) ++live;
     }
     // A key has at most one page per rank and needs tp_world_size: one allocation, not one per doubling.
-    record.pages.reserve(std::min<std::size_t>(record.tp_world_size, rank_count));
+    // Bounded besides: the image is not checked yet, and a damaged one must not reserve gigabytes.
+    record.pages.reserve(std::min<std::size_t>({record.tp_world_size, rank_count, kReservedPagesLimit}));
   }
   for (auto& ri : image.ranks) {
     const std::string rank_text = "rank " + std::to_string(ri.rank);

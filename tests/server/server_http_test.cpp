@@ -434,6 +434,7 @@ TEST_F(ServerMetricsTest, MetricsCountRequestsAndDescribeTheState) {
   int families = 0;
   for (std::size_t at = r.body.find("# TYPE "); at != std::string::npos; at = r.body.find("# TYPE ", at + 1)) {
     const std::string name = r.body.substr(at + 7, r.body.find(' ', at + 7) - (at + 7));
+    ASSERT_GE(at, 2u) << name << ": no HELP line before the first TYPE line";
     const std::size_t line = r.body.rfind('\n', at - 2) + 1;
     EXPECT_EQ(r.body.compare(line, 8 + name.size(), "# HELP " + name + " "), 0) << name;
     ++families;
