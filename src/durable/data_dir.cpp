@@ -261,12 +261,21 @@ DirResult<void> replay_journal(const fs::path& path, std::string_view all, bool 
       std::uint32_t payload_crc = 0;
       std::memcpy(&payload_crc, all.data() + at + kRecordHeaderSize + len, 4);
       if (payload_crc != crc32c(payload)) return where(at) + ": record payload checksum mismatch";
+      // A tagged record is kept (a request-id answer), so it alone is decoded into a copy of its
+      // bytes; any other is decoded in place, into storage reused from record to record. Each is
+      // decoded once.
       std::string error;
-      if (!record.decode_view(seq, payload, error)) return where(at) + ": " + error;
-      if (auto applied = state.apply(record.change()); !applied) return where(at) + ": " + applied.error().message;
-      if (record.change().kind == ChangeKind::cleared) out.dedup.clear();
-      // Only a tagged record is kept, so only it is copied out of the file's bytes.
-      if (record.tag()) out.dedup.push_back(std::move(*Record::decode(seq, payload, error)));
+      std::optional<Record> kept;
+      if (Record::tagged(payload)) {
+        kept = Record::decode(seq, payload, error);
+        if (!kept) return where(at) + ": " + error;
+      } else if (!record.decode_view(seq, payload, error)) {
+        return where(at) + ": " + error;
+      }
+      const Change& change = kept ? kept->change() : record.change();
+      if (auto applied = state.apply(change); !applied) return where(at) + ": " + applied.error().message;
+      if (change.kind == ChangeKind::cleared) out.dedup.clear();
+      if (kept) out.dedup.push_back(std::move(*kept));
       out.seq = seq;
       ++out.records;
       at += kRecordHeaderSize + len + kRecordTrailerSize;

@@ -53,6 +53,8 @@ class Record {
   const std::optional<DedupTag>& tag() const noexcept { return tag_; }
   std::string_view payload() const noexcept { return payload_view_; }
 
+  // Whether a payload carries a DedupTag (its flags say so; decode checks the rest).
+  static bool tagged(std::string_view payload) noexcept;
   // Decodes a payload into a record that owns a copy of it; an error names what is wrong (the caller
   // adds file and offset).
   static std::optional<Record> decode(std::uint64_t seq, std::string_view payload, std::string& error);

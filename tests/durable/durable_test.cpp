@@ -309,6 +309,7 @@ TEST(DurableRecord, EveryKindRoundTrips) {
       EXPECT_EQ(c.key_id, changes[i].key_id);
       EXPECT_EQ(c.clock_ms, changes[i].clock_ms);
       EXPECT_EQ(record->tag().has_value(), t != nullptr);
+      EXPECT_EQ(Record::tagged(payload), t != nullptr);  // what replay reads before it decodes
       if (t) {
         EXPECT_EQ(*record->tag(), tag);
       }
