@@ -290,7 +290,7 @@ Result<std::vector<bool>> DefaultConnection::batch_exists(const std::vector<std:
                                                           const CallOptions& call) {
   return impl_.key_call<std::vector<bool>>(
       Route::batch_exists, std::nullopt, keys, call, [&] { return protocol::encode_batch_exists_request(keys); },
-      [](std::string_view body, std::size_t n) { return protocol::decode_batch_exists_response(body, n); });
+      protocol::decode_batch_exists_response);
 }
 
 Result<std::vector<std::optional<Page>>> DefaultConnection::get_locations(Rank rank,
@@ -298,14 +298,14 @@ Result<std::vector<std::optional<Page>>> DefaultConnection::get_locations(Rank r
                                                                           const CallOptions& call) {
   return impl_.key_call<std::vector<std::optional<Page>>>(
       Route::get_locations, rank, keys, call, [&] { return protocol::encode_get_locations_request(rank, keys); },
-      [](std::string_view body, std::size_t n) { return protocol::decode_get_locations_response(body, n); });
+      protocol::decode_get_locations_response);
 }
 
 Result<std::vector<bool>> DefaultConnection::delete_keys(const std::vector<std::string>& keys,
                                                          const CallOptions& call) {
   return impl_.key_call<std::vector<bool>>(
       Route::delete_keys, std::nullopt, keys, call, [&] { return protocol::encode_delete_keys_request(keys); },
-      [](std::string_view body, std::size_t n) { return protocol::decode_delete_keys_response(body, n); });
+      protocol::decode_delete_keys_response);
 }
 
 Result<StateStats> DefaultConnection::stats(const CallOptions& call) {
