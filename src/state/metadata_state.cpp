@@ -313,6 +313,8 @@ struct Scratch {
   }
 };
 
+// Not reentrant: nothing a call reaches while it uses its scratch (advance(), the change sink, the
+// lifecycle's removals) may call scratch(), which would clear the call's buffers under it.
 Scratch& scratch() {
   thread_local Scratch s;
   s.reset();
