@@ -699,6 +699,38 @@ TEST(DurableRecovery, DedupTagsSurviveInTheJournalAndInSnapshots) {
   EXPECT_EQ(dedup[1].change().kind, ChangeKind::confirmed);
 }
 
+// A lifecycle record written during a tagged request (here, the eviction an allocate makes room
+// with) is the state's doing, not the request's answer: only the allocate's record carries the id.
+TEST(DurableRecovery, OnlyTheRequestsOwnRecordCarriesItsRequestId) {
+  TempDir dir;
+  const DedupTag tag{1, "req-evicting", 7, 30};
+  StateOptions options;
+  options.eviction = Eviction::lru;
+  {
+    MetadataState state(options);
+    auto store = open_store(dir.path(), state);
+    ASSERT_TRUE(state.initialize(0, 1).has_value());
+    const std::vector<BlockKey> a{{"a", ""}};
+    const std::vector<Confirmation> a0{{"a", 0}};
+    ASSERT_TRUE(state.allocate(0, a).has_value());
+    ASSERT_TRUE(state.confirm_write(0, a0, {}).has_value());
+    {
+      TagScope scope(&tag);
+      const std::vector<BlockKey> b{{"b", ""}};
+      ASSERT_EQ(state.allocate(0, b).value(), std::vector<Page>{0});  // "a" evicted to make room
+    }
+    ASSERT_FALSE(store->journal().write_through(state.seq()).has_value());
+  }
+  EXPECT_EQ(kinds_in(dir.path()).at(ChangeKind::keys_removed), 1);
+  MetadataState state(options);
+  auto store = open_store(dir.path(), state);
+  const auto& dedup = store->recovered().dedup;
+  ASSERT_EQ(dedup.size(), 1u);
+  EXPECT_EQ(*dedup[0].tag(), tag);
+  EXPECT_EQ(dedup[0].change().kind, ChangeKind::allocated);
+  EXPECT_FALSE(state.key_info("a").has_value());
+}
+
 TEST(DurableRecovery, ASnapshotKeepsThousandsOfRequestIdsInOrder) {
   // More tagged records than the snapshot copies at a time (they are copied in chunks, outside the
   // state's lock), and some after the snapshot.
