@@ -141,9 +141,11 @@ int main(int argc, char** argv) {
     const std::string durability =
         store ? ", data dir " + options.data_dir + ", fsync " + std::string(durable::to_string(options.fsync))
               : ", memory only";
+    // "listening on URL" is said once, on stdout (the line scripts and tests read); stderr, often the
+    // same log, gets the settings without repeating it.
     std::fprintf(stderr,
-                 "hf3fs-meta-server: listening on %s://%s (threads %u, max pages %lld, max connections %zu%s%s%s%s)\n",
-                 scheme, address.c_str(), threads, static_cast<long long>(options.max_pages), server.max_connections(),
+                 "hf3fs-meta-server: ready (threads %u, max pages %lld, max connections %zu%s%s%s%s)\n",
+                 threads, static_cast<long long>(options.max_pages), server.max_connections(),
                  durability.c_str(),
                  options.auth_token.empty() ? "" : ", bearer token required",
                  options.enable_fault_injection ? ", fault injection on" : "", lifecycle.c_str());

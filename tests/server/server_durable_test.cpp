@@ -187,7 +187,7 @@ TEST_F(DurableServerTest, ATornLastRecordIsCutAndLogged) {
   const std::string err = read_bytes(log);
   EXPECT_THAT(err, HasSubstr("cut a torn record"));
   const auto recovered_at = err.find("recovered 1 ranks, 0 keys from " + data().string() + " in ");
-  const auto listening_at = err.find("listening on");
+  const auto listening_at = err.find("hf3fs-meta-server: ready");
   ASSERT_NE(recovered_at, std::string::npos) << err;
   EXPECT_LT(recovered_at, listening_at);
   // The allocation whose record was torn never happened: page 0 is the pool's front again.
