@@ -14,6 +14,20 @@
 
 namespace hf3fs_meta {
 
+// The longest duration the client measures. Every duration it takes (ClientOptions' timeouts, a
+// retry policy's deadline, CallOptions::deadline, a backoff's delay, the dedup window a server
+// declares) is clamped to [0, kMaxDuration]: the clock counts nanoseconds in 64 bits (about 292
+// years), so a time point plus a longer duration would overflow. 100 years is "no limit" to anyone.
+inline constexpr std::chrono::milliseconds kMaxDuration = std::chrono::hours(24 * 365 * 100);
+constexpr std::chrono::milliseconds clamp_duration(std::chrono::milliseconds d) noexcept {
+  return d < std::chrono::milliseconds(0) ? std::chrono::milliseconds(0) : d > kMaxDuration ? kMaxDuration : d;
+}
+// Compared in nanoseconds, which hold kMaxDuration exactly.
+constexpr std::chrono::nanoseconds clamp_duration(std::chrono::nanoseconds d) noexcept {
+  const std::chrono::nanoseconds max = kMaxDuration;
+  return d < std::chrono::nanoseconds(0) ? std::chrono::nanoseconds(0) : d > max ? max : d;
+}
+
 // How the retry loop treats a failed attempt.
 enum class RetryClass {
   stop,       // returned as it is
@@ -40,20 +54,33 @@ class RetryPolicy {
   virtual std::chrono::milliseconds deadline() const = 0;
   // The error is classified (code, status, sent) but not yet counted. Default: default_retry_class.
   virtual RetryClass classify(const Error& error) const { return default_retry_class(error); }
+  // Whether a failure that nothing accepted (TransportError::unreachable: the server restarting) is
+  // repeated until the deadline whatever max_attempts() says, without spending the budget (true,
+  // the default: a call rides out a restart), or counted as any other unapplied failure (false).
+  virtual bool rides_out_restarts() const { return true; }
 };
 
-// Default: 4 attempts within 10 s.
+// What LimitedAttemptsRetryPolicy does when nothing accepts the connection.
+enum class Unreachable : std::uint8_t {
+  ride_out,  // repeated until the deadline, whatever the attempt count (the default)
+  count,     // an attempt like any other: vLLM's urllib3 Retry, the Python drop-in
+};
+
+// Default: 4 attempts within 10 s, riding out restarts. The deadline is clamped to kMaxDuration.
 class LimitedAttemptsRetryPolicy final : public RetryPolicy {
  public:
   explicit LimitedAttemptsRetryPolicy(int max_attempts = 4,
-                                      std::chrono::milliseconds deadline = std::chrono::seconds(10));
+                                      std::chrono::milliseconds deadline = std::chrono::seconds(10),
+                                      Unreachable unreachable = Unreachable::ride_out);
   std::unique_ptr<RetryPolicy> clone() const override;
   int max_attempts() const override { return max_attempts_; }
   std::chrono::milliseconds deadline() const override { return deadline_; }
+  bool rides_out_restarts() const override { return unreachable_ == Unreachable::ride_out; }
 
  private:
   int max_attempts_;
   std::chrono::milliseconds deadline_;
+  Unreachable unreachable_;
 };
 
 // How long to wait before the n-th retry (n >= 1).
@@ -65,7 +92,8 @@ class BackoffPolicy {
   virtual std::chrono::nanoseconds delay(int retry, double uniform01) const = 0;
 };
 
-// Default: full jitter, uniform(0, min(cap, initial * 2^(n-1))), initial 50 ms, cap 2 s.
+// Default: full jitter, uniform(0, min(cap, initial * 2^(n-1))), initial 50 ms, cap 2 s (both
+// clamped to kMaxDuration).
 class ExponentialBackoffPolicy final : public BackoffPolicy {
  public:
   explicit ExponentialBackoffPolicy(std::chrono::milliseconds initial = std::chrono::milliseconds(50),
@@ -77,6 +105,21 @@ class ExponentialBackoffPolicy final : public BackoffPolicy {
  private:
   std::chrono::milliseconds initial_;
   std::chrono::milliseconds cap_;
+};
+
+// urllib3's Retry backoff (1.26 and 2.x alike), which vLLM's client uses with backoff_factor 0.3:
+// no wait before the first retry, then backoff_factor * 2^(n-1) before the n-th (0.6 s, 1.2 s,
+// 2.4 s, ...), at most `max` (urllib3's backoff_max, 120 s); no jitter (urllib3's default).
+class Urllib3BackoffPolicy final : public BackoffPolicy {
+ public:
+  explicit Urllib3BackoffPolicy(std::chrono::milliseconds backoff_factor = std::chrono::milliseconds(300),
+                                std::chrono::milliseconds max = std::chrono::seconds(120));
+  std::unique_ptr<BackoffPolicy> clone() const override;
+  std::chrono::nanoseconds delay(int retry, double uniform01) const override;
+
+ private:
+  std::chrono::milliseconds factor_;
+  std::chrono::milliseconds max_;
 };
 
 // Which calls may be repeated after an ambiguous failure (the request may have been applied).

@@ -18,15 +18,16 @@ RetryClass default_retry_class(const Error& e) noexcept {
   return RetryClass::stop;
 }
 
-LimitedAttemptsRetryPolicy::LimitedAttemptsRetryPolicy(int max_attempts, std::chrono::milliseconds deadline)
-    : max_attempts_(std::max(1, max_attempts)), deadline_(std::max(deadline, std::chrono::milliseconds(0))) {}
+LimitedAttemptsRetryPolicy::LimitedAttemptsRetryPolicy(int max_attempts, std::chrono::milliseconds deadline,
+                                                       Unreachable unreachable)
+    : max_attempts_(std::max(1, max_attempts)), deadline_(clamp_duration(deadline)), unreachable_(unreachable) {}
 
 std::unique_ptr<RetryPolicy> LimitedAttemptsRetryPolicy::clone() const {
   return std::make_unique<LimitedAttemptsRetryPolicy>(*this);
 }
 
 ExponentialBackoffPolicy::ExponentialBackoffPolicy(std::chrono::milliseconds initial, std::chrono::milliseconds cap)
-    : initial_(std::max(initial, std::chrono::milliseconds(0))), cap_(std::max(cap, std::chrono::milliseconds(0))) {}
+    : initial_(clamp_duration(initial)), cap_(clamp_duration(cap)) {}
 
 std::unique_ptr<BackoffPolicy> ExponentialBackoffPolicy::clone() const {
   return std::make_unique<ExponentialBackoffPolicy>(*this);
@@ -47,6 +48,24 @@ std::chrono::nanoseconds ExponentialBackoffPolicy::delay(int retry, double unifo
   // [0, bound): u is below 1, but rounding must not reach the bound either.
   if (d >= bound && bound.count() > 0) d = bound - std::chrono::nanoseconds(1);
   return d;
+}
+
+Urllib3BackoffPolicy::Urllib3BackoffPolicy(std::chrono::milliseconds backoff_factor, std::chrono::milliseconds max)
+    : factor_(clamp_duration(backoff_factor)), max_(clamp_duration(max)) {}
+
+std::unique_ptr<BackoffPolicy> Urllib3BackoffPolicy::clone() const {
+  return std::make_unique<Urllib3BackoffPolicy>(*this);
+}
+
+// urllib3's get_backoff_time(): 0 while one error is in the history, then factor * 2^(errors - 1);
+// the n-th retry follows n errors.
+std::chrono::nanoseconds Urllib3BackoffPolicy::delay(int retry, double) const {
+  if (retry <= 1) return std::chrono::nanoseconds(0);
+  const std::chrono::nanoseconds max = max_;
+  std::chrono::nanoseconds d = factor_;
+  // Doubling stops at the cap, so a large retry number cannot overflow.
+  for (int n = 1; n < retry && d < max; ++n) d *= 2;
+  return std::min(d, max);
 }
 
 std::unique_ptr<IdempotencyPolicy> DefaultIdempotencyPolicy::clone() const {

@@ -26,4 +26,10 @@ std::string deadline_reason(int attempts, std::chrono::nanoseconds deadline, std
          seconds_text(took) + " s";
 }
 
+std::string no_time_reason(int attempts, std::chrono::nanoseconds deadline, std::chrono::nanoseconds took,
+                           std::chrono::nanoseconds backoff) {
+  return "stopped after " + attempts_text(attempts) + " in " + seconds_text(took) + " s: the next attempt, after a " +
+         seconds_text(backoff) + " s backoff, could not start within the deadline of " + seconds_text(deadline) + " s";
+}
+
 }  // namespace hf3fs_meta::internal

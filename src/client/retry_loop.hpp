@@ -100,6 +100,9 @@ std::string seconds_text(std::chrono::nanoseconds d);  // "0.4", "10", "0.0523"
 // Why a loop stopped on its attempt count or deadline.
 std::string exhausted_reason(int attempts, std::chrono::nanoseconds took);
 std::string deadline_reason(int attempts, std::chrono::nanoseconds deadline, std::chrono::nanoseconds took);
+// Stopped before the deadline, because the next attempt, after its backoff, would start at or past it.
+std::string no_time_reason(int attempts, std::chrono::nanoseconds deadline, std::chrono::nanoseconds took,
+                           std::chrono::nanoseconds backoff);
 
 // Runs attempts until one succeeds or the policies stop the call.
 // - attempt(const AttemptTimeouts&) -> AttemptOutcome<T>
@@ -220,14 +223,15 @@ Result<T> retry_loop(const RetryLoopPolicies& p, RankRegistry& ranks, const Call
     // Nothing accepted the connection (the server is restarting): the request never left and costs
     // the server nothing, so it is repeated without spending the budget, until the deadline rather
     // than an attempt count, so that a call rides out a restart; a budget that other failures
-    // drained still stops it.
-    const bool ride_out = verdict == RetryClass::unapplied && outcome.unreachable;
+    // drained still stops it. A policy that does not ride out restarts counts it as any other.
+    const bool ride_out = verdict == RetryClass::unapplied && outcome.unreachable && p.retry.rides_out_restarts();
     const bool budget_left = ride_out ? p.budget.allows() : p.budget.on_failure();
     // The server keeps the first attempt's answer for the window from when it answered, which is
     // after the first attempt was sent: a repeat that arrives within the window from the send finds
     // it (measured with the longest backoff the repeat may wait first).
-    const bool dedup = dedup_window_ms > 0 && p.clock.now() + p.backoff.delay(retries + 1, 1.0) - *first_sent <
-                                                  milliseconds(dedup_window_ms);
+    const bool dedup = dedup_window_ms > 0 && p.clock.now() + clamp_duration(p.backoff.delay(retries + 1, 1.0)) -
+                                                          *first_sent <
+                                                  clamp_duration(milliseconds(dedup_window_ms));
     if (verdict == RetryClass::ambiguous &&
         !p.idempotency.safe_to_repeat(RepeatQuery{s.operation, s.has_releases, dedup})) {
       e.stop_reason = "not safe to repeat " + std::string(to_string(s.operation)) + " after " +
@@ -244,9 +248,11 @@ Result<T> retry_loop(const RetryLoopPolicies& p, RankRegistry& ranks, const Call
       return give_up(std::move(e));
     }
     ++retries;
-    const nanoseconds delay = p.backoff.delay(retries, p.jitter());
-    if (p.clock.now() + delay >= s.deadline) {
-      e.stop_reason = deadline_reason(attempts, s.deadline_length, p.clock.now() - s.start);
+    const nanoseconds delay = clamp_duration(p.backoff.delay(retries, p.jitter()));
+    if (const auto at = p.clock.now(); at + delay >= s.deadline) {
+      // The deadline came, or the next attempt would start at or after it: said as it is.
+      e.stop_reason = at >= s.deadline ? deadline_reason(attempts, s.deadline_length, at - s.start)
+                                       : no_time_reason(attempts, s.deadline_length, at - s.start, delay);
       return give_up(std::move(e));
     }
     if (p.observer) p.observer->on_retry(RetryEvent{s.request_id, s.operation, attempts, delay, e});

@@ -103,6 +103,13 @@ std::string sentence(const Error& e) {
     case errc::unavailable:
       return "the metadata server is unavailable" + d + "; try again later";
     case errc::unexpected_status:
+      // A server started with --auth-token-file refuses a missing or wrong bearer token; a proxy may
+      // answer 403 for the same reason.
+      if (e.status == 401 || e.status == 403) {
+        return "the server refused the request's credentials" + d +
+               "; send the bearer token of the server's --auth-token-file: the CLI's --token-file, "
+               "$HF3FS_META_TOKEN, Python's token=, or ClientOptions::auth_token";
+      }
       return "the server answered with an unexpected status" + d +
              "; check that the base URL points at an HF3FS metadata server";
     case errc::connection_failed:

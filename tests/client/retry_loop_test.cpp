@@ -218,7 +218,9 @@ TEST_F(RetryLoopTest, TheLoopDoesNotSleepPastTheDeadline) {
                {fails(http(503, errc::unavailable)), fails(http(503, errc::unavailable))});
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().attempts, 2);
-  EXPECT_EQ(r.error().stop_reason, "deadline of 0.1 s reached after 2 attempts in 0.0375 s");
+  EXPECT_EQ(r.error().stop_reason,
+            "stopped after 2 attempts in 0.0375 s: the next attempt, after a 0.075 s backoff, could not start "
+            "within the deadline of 0.1 s");
   EXPECT_THAT(sleeper.sleeps(), ElementsAre(milliseconds(37) + std::chrono::microseconds(500)));
 }
 
@@ -247,7 +249,25 @@ TEST_F(RetryLoopTest, AConnectionNothingAcceptedIsRepeatedPastTheAttemptCountUnt
   auto r2 = run(call(Operation::allocate, std::nullopt, milliseconds(100)), {unreachable, unreachable});
   ASSERT_FALSE(r2);
   EXPECT_EQ(r2.error().code, errc::connection_failed);
-  EXPECT_EQ(r2.error().stop_reason, "deadline of 0.1 s reached after 2 attempts in 0.0375 s");
+  EXPECT_EQ(r2.error().stop_reason,
+            "stopped after 2 attempts in 0.0375 s: the next attempt, after a 0.075 s backoff, could not start "
+            "within the deadline of 0.1 s");
+}
+
+// Issue 23: a policy that does not ride out restarts (the Python drop-in's, as vLLM's urllib3 Retry)
+// counts a connection nothing accepted as any other attempt: max_attempts, then the error.
+TEST_F(RetryLoopTest, APolicyThatCountsUnreachableStopsAtItsAttemptCount) {
+  retry = std::make_unique<LimitedAttemptsRetryPolicy>(3, milliseconds(10000), Unreachable::count);
+  EXPECT_FALSE(retry->rides_out_restarts());
+  EXPECT_TRUE(LimitedAttemptsRetryPolicy().rides_out_restarts());
+  AttemptOutcome<int> unreachable{refused()};
+  unreachable.unreachable = true;
+  auto r = run(call(Operation::allocate), {unreachable, unreachable, unreachable});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, errc::connection_failed);
+  EXPECT_EQ(r.error().attempts, 3);
+  EXPECT_EQ(timeouts.size(), 3u);
+  EXPECT_EQ(r.error().stop_reason, "retry policy exhausted after 3 attempts in 0.113 s");
 }
 
 // Under load, the last attempt before the deadline gets a connect timeout of a millisecond or two and
