@@ -58,6 +58,11 @@ enum class MissingRank : std::uint8_t {
 
 inline constexpr std::string_view kRankParameter = "{rank}";
 
+// The answer header by which a server says that it takes keyed releases (`pages_to_release`
+// entries [key, page], freed only while the page is allocated for that key), with the value "1".
+// A client sends them only to a server that says so: vLLM's would put the pair into its free list.
+inline constexpr std::string_view kKeyedReleaseHeader = "X-Hf3fs-Keyed-Release";
+
 struct RouteInfo {
   Route route = Route::not_found;
   // An endpoint's path ("{rank}" stands for the path's rank segment), else the routing outcome's

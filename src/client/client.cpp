@@ -12,10 +12,12 @@
 #include "hf3fs_meta/protocol.hpp"
 #include "hf3fs_meta/routes.hpp"
 
+#include "client/page_keys.hpp"
 #include "client/rank_registry.hpp"
 #include "client/retry_loop.hpp"
 #include "client/validation.hpp"
 #include "internal/answer_limit.hpp"
+#include "internal/token_file.hpp"
 
 namespace hf3fs_meta {
 
@@ -48,6 +50,9 @@ Result<T> success_of(auto&& decoded) {
   }
 }
 
+// The decoder of an answer whose body says nothing (a 2xx is the whole answer).
+protocol::Decoded<void> no_body(const HttpResponse&) { return boost::outcome_v2::success(); }
+
 // The connection's state: its policies, transport and registered ranks; each call is one HTTP
 // exchange repeated by the retry loop (retry_loop.hpp).
 struct Impl {
@@ -67,7 +72,14 @@ struct Impl {
         budget(options.retry_budget),
         policies{*retry,   *backoff,       *idempotency,
                  budget,   *clock,         *sleeper,
-                 observer.get(), AttemptTimeouts{options.connect_timeout, options.request_timeout}, &uniform01} {
+                 observer.get(),
+                 AttemptTimeouts{clamp_duration(options.connect_timeout), clamp_duration(options.request_timeout)},
+                 &uniform01} {
+    if (auto problem = internal::token_problem(options.auth_token)) {
+      token_error.emplace();
+      token_error->code = errc::invalid_argument;
+      token_error->detail = "ClientOptions::auth_token: " + *problem;
+    }
     std::random_device rd;
     id_prefix = (std::uint64_t{rd()} << 32) ^ rd() ^
                 static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
@@ -87,6 +99,12 @@ struct Impl {
   // The window the server last declared (X-Request-Id-Dedup: <ms>), 0 while none: an ambiguous
   // allocate may be repeated only while its first attempt is younger than this.
   std::atomic<std::int64_t> dedup_window_ms{0};
+  // Whether the server last said that it takes keyed releases (kKeyedReleaseHeader), and the key of
+  // each page this client was allocated, for them.
+  std::atomic<bool> keyed_releases{false};
+  internal::PageKeys page_keys;
+  // A token that cannot be sent (token_problem) refuses every call before anything is sent.
+  std::optional<Error> token_error;
   std::uint64_t id_prefix = 0;
   std::atomic<std::uint64_t> id_counter{0};
 
@@ -108,7 +126,7 @@ struct Impl {
 
   // `route` names the call's operation; Route::not_found stands for raw.
   CallSpec spec(Route route, std::optional<Rank> rank, const CallOptions& call, bool has_releases = false) {
-    const auto length = call.deadline ? *call.deadline : retry->deadline();
+    const auto length = clamp_duration(call.deadline ? *call.deadline : retry->deadline());
     const TimePoint start = clock->now();
     const RouteInfo& info = route_info(route);
     return CallSpec{info.operation, rank, has_releases, start, start + length, length, {}, info.names_pages};
@@ -141,6 +159,11 @@ struct Impl {
   // `decode` turns a 2xx answer into Decoded<T>.
   template <class T, class Decode>
   Result<T> run(CallSpec s, HttpRequest& request, Decode&& decode) {
+    if (token_error) {
+      Error e = *token_error;
+      e.operation = s.operation;
+      return e;
+    }
     s.request_id = next_request_id();
     request.headers.push_back({"X-Request-Id", s.request_id});
     if (!options.auth_token.empty()) request.headers.push_back({"Authorization", "Bearer " + options.auth_token});
@@ -183,12 +206,17 @@ struct Impl {
     if (auto h = response.header("X-Request-Id-Dedup")) {
       std::int64_t ms = 0;
       const auto [end, ec] = std::from_chars(h->data(), h->data() + h->size(), ms);
-      if (ec == std::errc() && end == h->data() + h->size() && ms > 0) window_ms = ms;
+      if (ec == std::errc() && end == h->data() + h->size() && ms > 0) {
+        window_ms = clamp_duration(std::chrono::milliseconds(ms)).count();
+      }
     }
     out.dedup_window_ms = window_ms;
     if (dedup_window_ms.load(std::memory_order_relaxed) != window_ms) {
       dedup_window_ms.store(window_ms, std::memory_order_relaxed);
     }
+    // Said on every answer, as the window: one without it withdraws it.
+    const bool keyed = response.header(kKeyedReleaseHeader) == std::optional<std::string_view>("1");
+    if (keyed_releases.load(std::memory_order_relaxed) != keyed) keyed_releases.store(keyed, std::memory_order_relaxed);
     e.status = response.status;
     e.sent = true;
     if (response.status >= 200 && response.status < 300) {
@@ -271,19 +299,31 @@ Result<std::vector<Page>> DefaultConnection::allocate(Rank rank, const std::vect
   constexpr auto route = Route::batch_allocate;
   if (auto e = internal::check_allocate(keys)) return std::move(*e);
   HttpRequest request = Impl::request_for(route, protocol::encode_allocate_request(rank, keys));
-  return impl_.run<std::vector<Page>>(
+  auto pages = impl_.run<std::vector<Page>>(
       impl_.spec(route, rank, call), request,
       [&](const HttpResponse& r) { return protocol::decode_allocate_response(r.body, keys); });
+  // Remembered only for a server that takes keyed releases: nothing to keep for any other.
+  if (pages && impl_.keyed_releases.load(std::memory_order_relaxed)) {
+    impl_.page_keys.remember(rank, keys, pages.value());
+  }
+  return pages;
 }
 
 Result<void> DefaultConnection::confirm_write(Rank rank, const std::vector<Confirmation>& confirmations,
                                               const std::vector<Page>& pages_to_release, const CallOptions& call) {
   constexpr auto route = Route::confirm_write;
   if (auto e = internal::check_confirm_write(confirmations, pages_to_release)) return std::move(*e);
-  HttpRequest request =
-      Impl::request_for(route, protocol::encode_confirm_write_request(rank, confirmations, pages_to_release));
-  return impl_.run<void>(impl_.spec(route, rank, call, !pages_to_release.empty()), request,
-                         [](const HttpResponse&) { return protocol::Decoded<void>(boost::outcome_v2::success()); });
+  // A page this client was allocated is released as [key, page] to a server that takes keyed
+  // releases, so that a late release cannot free the page after it went to another key.
+  std::vector<std::string> release_keys;
+  if (!pages_to_release.empty() && impl_.keyed_releases.load(std::memory_order_relaxed)) {
+    release_keys = impl_.page_keys.keys_of(rank, pages_to_release);
+  }
+  HttpRequest request = Impl::request_for(
+      route, protocol::encode_confirm_write_request(rank, confirmations, pages_to_release, release_keys));
+  auto done = impl_.run<void>(impl_.spec(route, rank, call, !pages_to_release.empty()), request, no_body);
+  if (done) impl_.page_keys.forget(rank, confirmations, pages_to_release);
+  return done;
 }
 
 Result<std::vector<bool>> DefaultConnection::batch_exists(const std::vector<std::string>& keys,
@@ -318,15 +358,18 @@ Result<StateStats> DefaultConnection::stats(const CallOptions& call) {
 Result<void> DefaultConnection::clear(const CallOptions& call) {
   constexpr auto route = Route::clear;
   HttpRequest request = Impl::request_for(route, std::string());
-  return impl_.run<void>(impl_.spec(route, std::nullopt, call), request,
-                         [](const HttpResponse&) { return protocol::Decoded<void>(boost::outcome_v2::success()); });
+  auto done = impl_.run<void>(impl_.spec(route, std::nullopt, call), request, no_body);
+  if (done) impl_.page_keys.clear();
+  return done;
 }
 
 Result<DropOutcome> DefaultConnection::drop_rank(Rank rank, const CallOptions& call) {
   constexpr auto route = Route::drop_rank;
   HttpRequest request = Impl::request_for(route, std::string(), rank);
-  return impl_.run<DropOutcome>(impl_.spec(route, rank, call), request,
-                                [](const HttpResponse& r) { return protocol::decode_drop_response(r.body); });
+  auto dropped = impl_.run<DropOutcome>(impl_.spec(route, rank, call), request,
+                                        [](const HttpResponse& r) { return protocol::decode_drop_response(r.body); });
+  if (dropped) impl_.page_keys.forget_rank(rank);
+  return dropped;
 }
 
 Result<RawResponse> DefaultConnection::raw(std::string_view path, std::string_view body, const CallOptions& call) {

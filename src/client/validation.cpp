@@ -9,6 +9,7 @@
 #include "hf3fs_meta/protocol.hpp"
 
 #include "internal/field_text.hpp"
+#include "internal/utf8.hpp"
 
 namespace hf3fs_meta::internal {
 
@@ -45,10 +46,30 @@ std::optional<std::pair<std::size_t, std::size_t>> first_duplicate(std::size_t n
   return std::nullopt;
 }
 
+// The offset of the first byte of `s` that does not start valid UTF-8, if any: JSON carries only
+// UTF-8, and a server refuses a body with anything else (so it is refused here, before sending).
+std::optional<std::size_t> invalid_utf8_at(std::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  for (std::size_t i = 0; i < s.size();) {
+    const std::size_t length = p[i] < 0x80 ? 1 : utf8_sequence_length(p + i, s.size() - i);
+    if (length == 0) return i;
+    i += length;
+  }
+  return std::nullopt;
+}
+
+std::optional<Error> check_utf8(Operation op, const std::string& where, std::string_view s) {
+  if (auto at = invalid_utf8_at(s)) {
+    return invalid_argument(op, where + ": not valid UTF-8 at byte " + std::to_string(*at));
+  }
+  return std::nullopt;
+}
+
 std::optional<Error> check_keys(Operation op, std::string_view field, std::size_t n,
                                 const auto& key_at, bool allow_duplicates) {
   for (std::size_t i = 0; i < n; ++i) {
     if (key_at(i).empty()) return invalid_argument(op, indexed(field, i) + ": empty key");
+    if (auto e = check_utf8(op, indexed(field, i), key_at(i))) return e;
   }
   if (!allow_duplicates) {
     if (auto dup = first_duplicate(n, key_at)) {
@@ -126,6 +147,9 @@ std::optional<Error> check_confirm_write(const std::vector<Confirmation>& confir
 }
 
 std::optional<Error> check_allocate(const std::vector<BlockKey>& keys) {
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    if (auto e = check_utf8(Operation::allocate, indexed(indexed("keys", i), 1), keys[i].prefix_key)) return e;
+  }
   return check_keys(Operation::allocate, "keys", keys.size(), [&](std::size_t i) { return std::string_view(keys[i].key); },
                     false);
 }

@@ -15,11 +15,11 @@ namespace hf3fs_meta::internal {
 
 // A rank that fits a path segment; a worker's num_pages > 0.
 std::optional<Error> check_initialize(Rank rank, std::int64_t num_pages, Role role);
-// Keys not empty and not repeated.
+// Keys (and prefix keys) valid UTF-8, keys not empty and not repeated.
 std::optional<Error> check_allocate(const std::vector<BlockKey>& keys);
-// Keys not empty (a repeated key is allowed: it is asked twice).
+// Keys valid UTF-8 and not empty (a repeated key is allowed: it is asked twice).
 std::optional<Error> check_lookup(Operation operation, const std::vector<std::string>& keys);
-// Keys not empty and not repeated; pages not negative, none named twice, none both confirmed and
+// Keys valid UTF-8, not empty and not repeated; pages not negative, none named twice, none both confirmed and
 // released.
 std::optional<Error> check_confirm_write(const std::vector<Confirmation>& confirmations,
                                          const std::vector<Page>& releases);

@@ -194,9 +194,21 @@ std::string encode_allocate_request(Rank rank, std::span<const BlockKey> keys) {
 
 std::string encode_confirm_write_request(Rank rank, std::span<const Confirmation> confirmations,
                                          std::span<const Page> pages_to_release) {
+  return encode_confirm_write_request(rank, confirmations, pages_to_release, {});
+}
+
+std::string encode_confirm_write_request(Rank rank, std::span<const Confirmation> confirmations,
+                                         std::span<const Page> pages_to_release,
+                                         std::span<const std::string> release_keys) {
+  const auto key_of = [&](std::size_t i) {
+    return i < release_keys.size() ? std::string_view(release_keys[i]) : std::string_view();
+  };
   std::size_t bound = sizeof R"({"rank":,"confirmations":[],"pages_to_release":[]})" + JsonWriter::kIntBound +
                       pages_to_release.size() * (JsonWriter::kIntBound + 1);
   for (const auto& c : confirmations) bound += JsonWriter::string_bound(c.key) + JsonWriter::kIntBound + 4;
+  for (std::size_t i = 0; i < pages_to_release.size(); ++i) {
+    if (!key_of(i).empty()) bound += JsonWriter::string_bound(key_of(i)) + 3;
+  }
   std::string out;
   JsonWriter w(out, bound);
   w.raw("{\"rank\":");
@@ -213,7 +225,15 @@ std::string encode_confirm_write_request(Rank rank, std::span<const Confirmation
   w.raw("],\"pages_to_release\":[");
   for (std::size_t i = 0; i < pages_to_release.size(); ++i) {
     if (i) w.ch(',');
+    if (key_of(i).empty()) {
+      w.integer(pages_to_release[i]);
+      continue;
+    }
+    w.ch('[');
+    w.string(key_of(i));
+    w.ch(',');
     w.integer(pages_to_release[i]);
+    w.ch(']');
   }
   w.raw("]}");
   w.finish();
