@@ -60,7 +60,8 @@ void define(CLI::App& app, CommandLine& cl) {
   app.add_option("--url", cl.url, "the metadata server (default $HF3FS_META_URL, else http://127.0.0.1:18000)");
   app.add_option("--token-file", cl.token_file,
                  "send the file's content (without surrounding whitespace) as a bearer token "
-                 "(default: $HF3FS_META_TOKEN if set; for a server with --auth-token-file)");
+                 "(default: $HF3FS_META_TOKEN if set; for a server with --auth-token-file); visible ASCII "
+                 "only (0x21-0x7E), else refused before anything is sent");
   app.add_option("--ca-file", cl.ca_file,
                  "for an https:// URL: the PEM file of the CA that signed the server's certificate "
                  "(default: the system's CAs)");
@@ -302,6 +303,9 @@ int run(const std::vector<std::string>& args, const Environment& env, std::ostre
     auto read = internal::read_token_file(*cl.token_file, error);
     if (!read) return usage_error(cl, "--token-file: " + error, out, err);
     token = std::move(*read);
+  } else if (auto problem = internal::token_problem(token)) {
+    // Refused before anything is sent: a CR or LF in it would add headers to the request.
+    return usage_error(cl, "$HF3FS_META_TOKEN: " + *problem, out, err);
   }
 
   auto calls = std::make_shared<CallRecorder>();

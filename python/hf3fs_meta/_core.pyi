@@ -13,10 +13,14 @@ class Client:
 
     url: the server, e.g. "http://127.0.0.1:18000".
     timeout: seconds per attempt (default 5).
-    attempts: attempts per call, the first included (default 4).
-    deadline: seconds for a whole call, retries included (default 10).
+    attempts: attempts per call, the first included (default 4); a refused connection (the server
+        restarting) is repeated until the deadline whatever the count.
+    deadline: seconds for a whole call, retries included (default 10). timeout and deadline above
+        3,153,600,000 s (100 years, the longest the client measures) raise ValueError.
     token: the bearer token of a server started with --auth-token-file (default: $HF3FS_META_TOKEN
-        if set, else none).
+        if set, else none). Any byte outside visible ASCII (0x21-0x7E: space, CR, LF, control,
+        non-ASCII) raises InvalidArgumentError naming token= or $HF3FS_META_TOKEN, before anything
+        is sent.
     ca_file: for an https:// url, the PEM file of the CA that signed the server's certificate
         (default: $HF3FS_META_CA_FILE if set, else the system's CAs).
     """
@@ -69,9 +73,11 @@ class Hf3fsGlobalMetadataClient:
     Unlike vLLM's: a worker rank it initialized is initialized again when the server restarts (and
     allocate / get_key_locations go on); an allocate is never repeated after an ambiguous failure
     unless the server deduplicates; only failures that can succeed on a repeat are repeated, up to
-    max_retries times (max_retries + 1 attempts), within 10 s; failures raise MetadataError with the
+    max_retries times: exactly max_retries + 1 attempts for every failure, a refused connection
+    included, with urllib3's backoff (backoff_factor 0.3: 0, 0.6, 1.2, 2.4 s... between attempts)
+    and no retry budget, as vLLM's urllib3 Retry, within 10 s; failures raise MetadataError with the
     server's detail, code and cause. A server started with --auth-token-file gets the bearer token
-    in $HF3FS_META_TOKEN; an https:// base_url is checked against the CA file in
+    in $HF3FS_META_TOKEN (visible ASCII only, else InvalidArgumentError); an https:// base_url is checked against the CA file in
     $HF3FS_META_CA_FILE (else the system's CAs).
     """
 

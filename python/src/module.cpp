@@ -6,8 +6,10 @@
 #include <pybind11/stl.h>  // std::optional arguments
 
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <optional>
@@ -21,6 +23,7 @@
 #include "hf3fs_meta/state.hpp"
 
 #include "internal/field_text.hpp"
+#include "internal/token_file.hpp"
 
 namespace py = pybind11;
 using namespace hf3fs_meta;
@@ -142,9 +145,20 @@ Role role_of(py::handle h) {
   throw py::value_error("role: expected 'worker' or 'scheduler', got " + internal::quoted(role));
 }
 
+// Seconds as the client takes them: positive, and no longer than it can measure (kMaxDuration, 100
+// years), refused here rather than overflowing the conversion to milliseconds.
 std::chrono::milliseconds milliseconds_of(double seconds, const char* field) {
+  constexpr double kMaxSeconds = std::chrono::duration<double>(kMaxDuration).count();
+  char given[32];
+  std::snprintf(given, sizeof given, "%g", seconds);
   if (!std::isfinite(seconds) || seconds <= 0) {
-    throw py::value_error(std::string(field) + ": must be a positive number of seconds, got " + std::to_string(seconds));
+    throw py::value_error(std::string(field) + ": must be a positive number of seconds, got " + given);
+  }
+  if (seconds > kMaxSeconds) {
+    char most[32];
+    std::snprintf(most, sizeof most, "%.0f", kMaxSeconds);
+    throw py::value_error(std::string(field) + ": at most " + most + " seconds (100 years, the longest the client " +
+                          "measures), got " + given);
   }
   return std::chrono::milliseconds(static_cast<std::int64_t>(std::ceil(seconds * 1000.0)));
 }
@@ -234,7 +248,19 @@ std::string given_or_env(std::optional<std::string> given, const char* variable)
   const char* env = std::getenv(variable);
   return env != nullptr ? env : "";
 }
-std::string token_or_env(std::optional<std::string> token) { return given_or_env(std::move(token), "HF3FS_META_TOKEN"); }
+// The token, refused (InvalidArgumentError naming where it came from) before anything is sent when
+// it cannot be sent as a bearer token: a CR or LF in it would add headers to every request.
+std::string token_or_env(std::optional<std::string> token) {
+  const char* from = token ? "token=" : "$HF3FS_META_TOKEN";
+  std::string value = given_or_env(std::move(token), "HF3FS_META_TOKEN");
+  if (auto problem = internal::token_problem(value)) {
+    Error e;
+    e.code = errc::invalid_argument;
+    e.detail = std::string(from) + ": " + *problem;
+    raise(e);
+  }
+  return value;
+}
 std::string ca_file_or_env(std::optional<std::string> ca_file) {
   return given_or_env(std::move(ca_file), "HF3FS_META_CA_FILE");
 }
@@ -324,8 +350,16 @@ struct PyGlobalMetadataClient {
     o.base_url = std::move(base_url);
     o.auth_token = token_or_env(std::nullopt);
     o.ca_file = ca_file_or_env(std::nullopt);
-    // vLLM's urllib3 Retry(total=max_retries): one first attempt and max_retries retries.
-    o.retry_policy = std::make_shared<LimitedAttemptsRetryPolicy>(max_retries + 1, LimitedAttemptsRetryPolicy().deadline());
+    // vLLM's urllib3 Retry(total=max_retries, backoff_factor=0.3): one first attempt and max_retries
+    // retries, for every failure, a refused connection included (a down server fails a call in
+    // about the time vLLM's client takes, instead of stalling its scheduler until the deadline),
+    // with urllib3's backoff, and no retry budget (urllib3 has none). The 10 s deadline still bounds
+    // a call; the rest of the SDK's policy (what is safe to repeat, re-initialization) is kept.
+    const int attempts = max_retries < INT_MAX ? max_retries + 1 : INT_MAX;
+    o.retry_policy = std::make_shared<LimitedAttemptsRetryPolicy>(attempts, LimitedAttemptsRetryPolicy().deadline(),
+                                                                  Unreachable::count);
+    o.backoff_policy = std::make_shared<Urllib3BackoffPolicy>();
+    o.retry_budget.failure_cost = 0;
     return o;
   }
 };

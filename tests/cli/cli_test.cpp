@@ -331,6 +331,51 @@ TEST_F(CliTest, TheTokenComesFromTheTokenFileElseTheEnvironment) {
   EXPECT_EQ(sent.size(), 4u);
 }
 
+// Issue 23: a token that cannot be sent (any byte outside visible ASCII) is refused before anything
+// is sent, naming where it came from: $HF3FS_META_TOKEN or --token-file.
+TEST_F(CliTest, ATokenThatCannotBeSentIsRefusedNamingWhereItCameFrom) {
+  auto recorder = std::make_shared<CannedTransport>([](const HttpRequest&) -> TransportResult {
+    return HttpResponse{200, "application/json", R"({"exists":[false]})", {}};
+  });
+  auto run_env = [&](std::string token, std::vector<std::string> args) {
+    Environment env;
+    env.transport = recorder;
+    env.default_token = std::move(token);
+    std::ostringstream out, err;
+    const int status = cli::run(args, env, out, err);
+    return CliRun{status, out.str(), err.str()};
+  };
+  CliRun env = run_env("t\r\nX-Injected: yes", {"exists", "k"});
+  EXPECT_EQ(env.status, kUsage);
+  EXPECT_THAT(env.err, HasSubstr("$HF3FS_META_TOKEN: byte 0x0D at offset 1 is not visible ASCII (0x21-0x7E)"));
+  CliRun non_ascii = run_env("caf\xc3\xa9", {"--json", "exists", "k"});
+  EXPECT_EQ(non_ascii.status, kUsage);
+  EXPECT_THAT(non_ascii.out, HasSubstr("$HF3FS_META_TOKEN: byte 0xC3 at offset 3"));
+
+  hf3fs_meta::testing::TempFile control("a\x01" "b\n");
+  CliRun file = run_env("", {"--token-file", control.path(), "exists", "k"});
+  EXPECT_EQ(file.status, kUsage);
+  EXPECT_THAT(file.err, HasSubstr("--token-file: the token in '" + control.path() + "': byte 0x01 at offset 1"));
+  hf3fs_meta::testing::TempFile inner_space("two words\n");
+  EXPECT_EQ(run_env("", {"--token-file", inner_space.path(), "exists", "k"}).status, kUsage);
+  // A good file wins over a bad environment, as it wins over a good one.
+  hf3fs_meta::testing::TempFile good("good-token\n");
+  EXPECT_EQ(run_env("bad token", {"--token-file", good.path(), "exists", "k"}).status, kSuccess);
+  EXPECT_EQ(recorder->calls, 1);
+}
+
+// Durations beyond what the client measures are refused as usage errors, never overflowed.
+TEST_F(CliTest, DurationsTooLongAreRefusedNamingTheFlag) {
+  for (const char* flag : {"--deadline-ms", "--timeout-ms"}) {
+    for (const char* value : {"1e30", "99999999999999999999", "1099511627777", "0", "-5"}) {
+      CliRun r = run({flag, value, "exists", "k"});
+      EXPECT_EQ(r.status, kUsage) << flag << " " << value;
+      EXPECT_THAT(r.err, HasSubstr(flag)) << flag << " " << value;
+    }
+    EXPECT_EQ(run({flag, "1099511627776", "exists", "k"}).status, kSuccess) << flag;
+  }
+}
+
 TEST_F(CliTest, HelpGoesToStdoutAndExitsZero) {
   CliRun r = run({"--help"});
   EXPECT_EQ(r.status, kSuccess);
