@@ -21,6 +21,7 @@
 #include "hf3fs_meta/routes.hpp"
 
 #include "client/page_keys.hpp"
+#include "client/http_peer.hpp"
 #include "internal/token_file.hpp"
 #include "support/fakes.hpp"
 
@@ -570,6 +571,36 @@ TEST(ClientGuardsTest, KeyedReleasesFromManyThreads) {
   std::sort(sent.begin(), sent.end());
   std::sort(expected.begin(), expected.end());
   EXPECT_EQ(sent, expected);
+}
+
+// Over HTTP (CurlTransport): the header is read from the wire whatever its case, and the body of
+// the release on the wire names the key.
+TEST(ClientGuardsTest, KeyedReleasesOverHttp) {
+  for (const bool keyed : {false, true}) {
+    testing::HttpPeer peer(testing::HttpPeer::Mode::answer, [keyed](const testing::PeerRequest& request) {
+      testing::PeerResponse r;
+      if (keyed) r.headers.push_back({"x-hf3fs-keyed-release", "1"});
+      if (request.target == "/keys/batch_allocate") {
+        r.body = R"({"rank":0,"results":[["a",5]]})";
+      } else {
+        r.status = 204;
+        r.content_type.clear();
+      }
+      return r;
+    });
+    ClientOptions options;
+    options.base_url = peer.url();
+    Client client(options);
+    auto pages = client.allocate(0, {"a"});
+    ASSERT_TRUE(pages) << pages.error().message();
+    ASSERT_THAT(pages.value(), ElementsAre(5));
+    auto done = client.confirm_write(0, {}, {5});
+    ASSERT_TRUE(done) << done.error().message();
+    const auto seen = peer.requests();
+    ASSERT_EQ(seen.size(), 2u);
+    EXPECT_EQ(seen[1].body, keyed ? R"({"rank":0,"confirmations":[],"pages_to_release":[["a",5]]})"
+                                  : R"({"rank":0,"confirmations":[],"pages_to_release":[5]})");
+  }
 }
 
 TEST(ClientGuardsTest, TheEncoderWritesKeyedAndBareReleases) {
