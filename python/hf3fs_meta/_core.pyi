@@ -77,8 +77,8 @@ class Hf3fsGlobalMetadataClient:
     included, with urllib3's backoff (backoff_factor 0.3: 0, 0.6, 1.2, 2.4 s... between attempts)
     and no retry budget, as vLLM's urllib3 Retry, within 10 s; failures raise MetadataError with the
     server's detail, code and cause. A server started with --auth-token-file gets the bearer token
-    in $HF3FS_META_TOKEN (visible ASCII only, else InvalidArgumentError); an https:// base_url is checked against the CA file in
-    $HF3FS_META_CA_FILE (else the system's CAs).
+    in $HF3FS_META_TOKEN (visible ASCII only, else InvalidArgumentError); an https:// base_url is
+    checked against the CA file in $HF3FS_META_CA_FILE (else the system's CAs).
     """
 
     def __init__(self, base_url: str = "http://localhost:18000", max_retries: int = 3) -> None: ...

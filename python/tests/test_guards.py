@@ -55,7 +55,8 @@ def test_a_token_from_the_environment_is_refused_naming_the_variable(server, mon
 def test_durations_too_long_for_the_clock_are_refused_not_overflowed(server, field):
     with pytest.raises(ValueError) as caught:
         Client(server.url, **{field: 1e30})
-    assert str(caught.value) == f"{field}: at most 3153600000 seconds (100 years, the longest the client measures), got 1e+30"
+    assert str(caught.value) == (f"{field}: at most 3153600000 seconds (100 years, the longest the client "
+                                 "measures), got 1e+30")
     with pytest.raises(ValueError, match=f"{field}: must be a positive number of seconds, got inf"):
         Client(server.url, **{field: float("inf")})
     # Just below the limit: a working client (before, 1e30 failed at once with "deadline of -9... s reached").
