@@ -1,6 +1,8 @@
 // What the client refuses before sending: validation.hpp.
 #include "client/validation.hpp"
 
+#include <cstdint>
+#include <cstring>
 #include <string_view>
 #include <type_traits>
 #include <unordered_map>
@@ -51,6 +53,15 @@ std::optional<std::pair<std::size_t, std::size_t>> first_duplicate(std::size_t n
 std::optional<std::size_t> invalid_utf8_at(std::string_view s) {
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());
   for (std::size_t i = 0; i < s.size();) {
+    // ASCII (every key vLLM makes: hex digests) is skipped eight bytes at a time.
+    if (i + 8 <= s.size()) {
+      std::uint64_t word;
+      std::memcpy(&word, p + i, 8);
+      if ((word & 0x8080808080808080ull) == 0) {
+        i += 8;
+        continue;
+      }
+    }
     const std::size_t length = p[i] < 0x80 ? 1 : utf8_sequence_length(p + i, s.size() - i);
     if (length == 0) return i;
     i += length;
@@ -58,8 +69,11 @@ std::optional<std::size_t> invalid_utf8_at(std::string_view s) {
   return std::nullopt;
 }
 
-std::optional<Error> check_utf8(Operation op, const std::string& where, std::string_view s) {
+// `s` is field[index] (or field[index][1], a prefix key); the name is built only for the error.
+std::optional<Error> check_utf8(Operation op, std::string_view field, std::size_t index, std::string_view s,
+                                bool prefix_key = false) {
   if (auto at = invalid_utf8_at(s)) {
+    const std::string where = prefix_key ? indexed(indexed(field, index), 1) : indexed(field, index);
     return invalid_argument(op, where + ": not valid UTF-8 at byte " + std::to_string(*at));
   }
   return std::nullopt;
@@ -69,7 +83,7 @@ std::optional<Error> check_keys(Operation op, std::string_view field, std::size_
                                 const auto& key_at, bool allow_duplicates) {
   for (std::size_t i = 0; i < n; ++i) {
     if (key_at(i).empty()) return invalid_argument(op, indexed(field, i) + ": empty key");
-    if (auto e = check_utf8(op, indexed(field, i), key_at(i))) return e;
+    if (auto e = check_utf8(op, field, i, key_at(i))) return e;
   }
   if (!allow_duplicates) {
     if (auto dup = first_duplicate(n, key_at)) {
@@ -148,7 +162,7 @@ std::optional<Error> check_confirm_write(const std::vector<Confirmation>& confir
 
 std::optional<Error> check_allocate(const std::vector<BlockKey>& keys) {
   for (std::size_t i = 0; i < keys.size(); ++i) {
-    if (auto e = check_utf8(Operation::allocate, indexed(indexed("keys", i), 1), keys[i].prefix_key)) return e;
+    if (auto e = check_utf8(Operation::allocate, "keys", i, keys[i].prefix_key, true)) return e;
   }
   return check_keys(Operation::allocate, "keys", keys.size(), [&](std::size_t i) { return std::string_view(keys[i].key); },
                     false);

@@ -21,6 +21,7 @@
 #include "hf3fs_meta/routes.hpp"
 
 #include "client/page_keys.hpp"
+#include "client/validation.hpp"
 #include "client/http_peer.hpp"
 #include "internal/token_file.hpp"
 #include "support/fakes.hpp"
@@ -253,6 +254,17 @@ TEST(ClientGuardsTest, FuzzedAllocateAndConfirmKeysAreRefusedOrDecodeBackExactly
   }
   EXPECT_GT(refused, 100);
   EXPECT_GT(sent, 100);
+}
+
+TEST(ClientGuardsTest, KeysThatAreNotUtf8AreRefusedNamingTheirIndexAndByte) {
+  const auto detail = [](const std::optional<Error>& e) { return e ? e->detail : std::string("accepted"); };
+  EXPECT_EQ(detail(internal::check_allocate({{"ok", ""}, {"abcdefghij\xff", ""}})),
+            "keys[1]: not valid UTF-8 at byte 10");
+  EXPECT_EQ(detail(internal::check_allocate({{"ok", ""}, {"k", "p\xc3"}})), "keys[1][1]: not valid UTF-8 at byte 1");
+  EXPECT_EQ(detail(internal::check_lookup(Operation::batch_exists, {"caf\xc3\xa9", "\xed\xa0\x80"})),
+            "keys[1]: not valid UTF-8 at byte 0");  // a surrogate
+  EXPECT_EQ(detail(internal::check_confirm_write({{"a\x80", 0}}, {})), "confirmations[0]: not valid UTF-8 at byte 1");
+  EXPECT_EQ(detail(internal::check_allocate({{"caf\xc3\xa9-0123456789abcdef", "\xf0\x9f\x98\x80"}})), "accepted");
 }
 
 // ---- Durations ---------------------------------------------------------------------------------
