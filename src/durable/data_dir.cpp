@@ -4,6 +4,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -546,6 +547,35 @@ std::vector<fs::path> remove_temporaries(const fs::path& dir) {
   return removed;
 }
 
+namespace {
+
+// The PID holding a flock on the file `fd` refers to, from /proc/locks ("1: FLOCK ADVISORY WRITE
+// <pid> <major>:<minor>:<inode> 0 EOF", the device numbers in hex): what LOCK said, if it was deleted.
+std::optional<std::string> flock_holder(int fd) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return std::nullopt;
+  char device[64];
+  std::snprintf(device, sizeof device, "%02x:%02x:%llu", ::major(st.st_dev), ::minor(st.st_dev),
+                static_cast<unsigned long long>(st.st_ino));
+  std::FILE* locks = std::fopen("/proc/locks", "re");
+  if (locks == nullptr) return std::nullopt;
+  std::optional<std::string> holder;
+  char line[256];
+  while (!holder && std::fgets(line, sizeof line, locks) != nullptr) {
+    char kind[16] = {};
+    char id[64] = {};
+    long pid = 0;
+    if (std::sscanf(line, "%*s %15s %*s %*s %ld %63s", kind, &pid, id) == 3 && std::strcmp(kind, "FLOCK") == 0 &&
+        std::strcmp(id, device) == 0) {
+      holder = std::to_string(pid);
+    }
+  }
+  std::fclose(locks);
+  return holder;
+}
+
+}  // namespace
+
 DirResult<DirLock> DirLock::acquire(const fs::path& dir) {
   // The lock is on the directory: a file in it (LOCK included) can be deleted while a server runs.
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -553,9 +583,11 @@ DirResult<DirLock> DirLock::acquire(const fs::path& dir) {
   const fs::path path = dir / "LOCK";
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
+    const auto listed = err == EWOULDBLOCK ? flock_holder(fd) : std::nullopt;
     ::close(fd);
     if (err != EWOULDBLOCK) return "flock " + dir.string() + ": " + errno_text(err);
-    std::string holder = "unknown (" + path.string() + ", which names it, was deleted)";
+    std::string holder = listed ? *listed + " (" + path.string() + ", which names it, was deleted)"
+                                : "unknown (" + path.string() + ", which names it, was deleted)";
     if (const int pid_fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC); pid_fd >= 0) {
       char pid[32] = {};
       const ssize_t n = ::read(pid_fd, pid, sizeof pid - 1);
