@@ -45,6 +45,12 @@ Store::~Store() {
 
 DirResult<std::uint64_t> Store::snapshot() {
   std::lock_guard one(snapshot_mutex_);
+  // Checked again at the end: a failure may come while the image is written.
+  if (journal_->rollback_pending()) {
+    std::lock_guard lock(mutex_);
+    ++stats_.snapshot_failures;
+    return DirError("a journal failure is not rolled back yet: it is rolled back first");
+  }
   const auto start = std::chrono::steady_clock::now();
   const StateImage image = state_.export_image([&](std::uint64_t seq) { journal_->rotate_at(seq); });
   const std::vector<TaggedPayload> dedup = journal_->tagged_up_to(image.seq);

@@ -165,6 +165,31 @@ TEST_F(InjectedDiskErrors, EverysecKeepsWhatWasWrittenWhenALaterSyncFails) {
   EXPECT_EQ(state.export_image(), written);
 }
 
+// The snapshot writes the records before its instant to the old file first; if that fails, the
+// image holds changes that will be answered 503: the snapshot is not kept.
+TEST_F(InjectedDiskErrors, ASnapshotWhoseImageHoldsAFailedRecordIsNotKept) {
+  MetadataState state;
+  auto store = open(state, FsyncMode::no);
+  Journal::reset_thread_seq();
+  ASSERT_TRUE(state.initialize(0, 4).has_value());
+  ASSERT_FALSE(write(*store));
+  const StateImage acknowledged = state.export_image();
+  ASSERT_EQ(allocate(state, "b"), Pages{0});  // its caller has not written it yet
+  inject_disk_error(DiskOp::journal_write, EIO, 1);
+  const auto snapshot = store->snapshot();
+  ASSERT_FALSE(snapshot.has_value());
+  EXPECT_THAT(snapshot.error().message, HasSubstr("while the snapshot was taken"));
+  EXPECT_TRUE(files_like(dir.path(), "snapshot-").empty());
+  EXPECT_TRUE(write(*store).has_value());  // the caller is told: not acknowledged
+  ASSERT_TRUE(store->settle().has_value());
+  EXPECT_EQ(state.export_image(), acknowledged);
+  ASSERT_TRUE(store->snapshot().has_value());
+  MetadataState again;
+  store.reset();
+  auto reopened = open(again, FsyncMode::no);
+  EXPECT_EQ(again.export_image(), acknowledged);
+}
+
 TEST_F(InjectedDiskErrors, AFailedSnapshotWriteLeavesNoFileAndTheJournalWriting) {
   MetadataState state;
   auto store = open(state, FsyncMode::no);
