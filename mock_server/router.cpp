@@ -238,7 +238,7 @@ void Router::serve_protocol(const Request& request, Exchange& exchange) {
           answer.status = 503;
           answer.content_type = kJson;
           answer.body = not_acknowledged(*error);
-        answer.pages.clear();
+          answer.pages.clear();
           seq = 0;
         }
       }
