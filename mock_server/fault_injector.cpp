@@ -1,9 +1,33 @@
 #include "fault_injector.hpp"
 
+#include <cerrno>
+
 #include "hf3fs_meta/protocol.hpp"
 #include "internal/json.hpp"
 
 namespace hf3fs_meta::server {
+namespace {
+
+struct Named {
+  std::string_view name;
+  int value;
+};
+constexpr Named kDiskErrors[] = {{"ENOSPC", ENOSPC}, {"EIO", EIO}};
+constexpr Named kDiskOps[] = {{"journal_write", static_cast<int>(durable::DiskOp::journal_write)},
+                              {"journal_sync", static_cast<int>(durable::DiskOp::journal_sync)},
+                              {"snapshot_write", static_cast<int>(durable::DiskOp::snapshot_write)}};
+
+template <std::size_t N>
+std::optional<int> find_named(const Named (&table)[N], const rapidjson::Value& value) {
+  if (!value.IsString()) return std::nullopt;
+  const std::string_view text(value.GetString(), value.GetStringLength());
+  for (const Named& n : table) {
+    if (n.name == text) return n.value;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
 
 ParsedFaultRequest parse_fault_request(std::string_view body) {
   auto fail = [](std::string message) { return ParsedFaultRequest{std::nullopt, std::move(message)}; };
@@ -16,6 +40,7 @@ ParsedFaultRequest parse_fault_request(std::string_view body) {
   int actions = 0;
   std::optional<std::string> detail;  // a status rule's detail, to mimic another server's 500s
   std::optional<std::string> answer;  // a status rule's whole body, e.g. a malformed 200
+  std::optional<durable::DiskOp> disk_op;
   for (auto& member : doc.GetObject()) {
     std::string_view name(member.name.GetString(), member.name.GetStringLength());
     const auto& value = member.value;
@@ -54,6 +79,15 @@ ParsedFaultRequest parse_fault_request(std::string_view body) {
         return fail("close_connection must be \"before\" or \"after\"");
       }
       ++actions;
+    } else if (name == "disk_error") {
+      const auto err = find_named(kDiskErrors, value);
+      if (!err) return fail("disk_error must be \"ENOSPC\" or \"EIO\"");
+      request.disk.emplace().err = *err;
+      ++actions;
+    } else if (name == "disk_op") {
+      const auto op = find_named(kDiskOps, value);
+      if (!op) return fail("disk_op must be \"journal_write\", \"journal_sync\" or \"snapshot_write\"");
+      disk_op = static_cast<durable::DiskOp>(*op);
     } else if (name == "exception") {
       if (!value.IsBool() || !value.GetBool()) return fail("exception must be true");
       request.rule.action.kind = FaultAction::Kind::exception;
@@ -66,7 +100,16 @@ ParsedFaultRequest parse_fault_request(std::string_view body) {
     if (actions != 0 || request.rule.path) return fail("forget_state takes no other field");
     return ParsedFaultRequest{request, {}};
   }
-  if (actions != 1) return fail("a fault rule needs exactly one of status, delay_ms, close_connection, exception");
+  if (actions != 1) {
+    return fail("a fault rule needs exactly one of status, delay_ms, close_connection, exception, disk_error");
+  }
+  if (request.disk || disk_op) {
+    if (!request.disk || !disk_op) return fail("disk_error and disk_op go together");
+    if (request.rule.path || detail || answer) return fail("a disk_error rule takes disk_op and times only");
+    request.disk->op = *disk_op;
+    request.disk->times = request.rule.times;
+    return ParsedFaultRequest{request, {}};
+  }
   auto& action = request.rule.action;
   if (action.kind != FaultAction::Kind::status) {
     if (detail || answer) return fail("detail and body go with status only");

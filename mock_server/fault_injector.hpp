@@ -11,6 +11,8 @@
 #include <string_view>
 #include <vector>
 
+#include "durable/data_dir.hpp"
+
 namespace hf3fs_meta::server {
 
 struct FaultAction {
@@ -29,10 +31,20 @@ struct FaultRule {
   long long times = 1;
 };
 
+// A data-dir server's next `times` journal writes, journal syncs or snapshot writes fail with `err`
+// (durable::inject_disk_error): {"disk_error": "ENOSPC"|"EIO", "disk_op": "journal_write"|
+// "journal_sync"|"snapshot_write", "times": n}. DELETE on the faults route ends them.
+struct DiskFault {
+  durable::DiskOp op = durable::DiskOp::journal_write;
+  int err = 0;
+  long long times = 1;
+};
+
 // What a POST to the faults route asked for.
 struct FaultRequest {
   bool forget_state = false;
-  FaultRule rule;  // when !forget_state
+  std::optional<DiskFault> disk;
+  FaultRule rule;  // when !forget_state and !disk
 };
 
 // Parses the body of a POST to the faults route; the error is the detail of a 400.

@@ -56,12 +56,16 @@ int verify(const std::string& dir, const hf3fs_meta::StateOptions& limits) {
     total.orphaned += stats.orphaned;
     total.draining += stats.draining;
   }
-  std::printf("%s: sound. snapshot at change %llu, %zu journal records replayed (%llu bytes), last change %llu%s%s\n"
+  // "sound" only when the server would start from these files as they are.
+  const std::string verdict = r.cut ? "cut " + std::to_string(r.cut_bytes) + " bytes after change " +
+                                          std::to_string(r.seq) + " (the server will cut them)"
+                                    : std::string("sound");
+  std::printf("%s: %s. snapshot at change %llu, %zu journal records replayed (%llu bytes), last change %llu%s%s\n"
               "%zu ranks, %lld pages (%lld free, %lld allocated, %lld mapped, %lld orphaned, %lld draining), %zu keys, "
               "%zu request-id answers; read in %.0f ms\n",
-              dir.c_str(), static_cast<unsigned long long>(r.snapshot_seq), r.records,
+              dir.c_str(), verdict.c_str(), static_cast<unsigned long long>(r.snapshot_seq), r.records,
               static_cast<unsigned long long>(r.journal_bytes), static_cast<unsigned long long>(r.seq),
-              r.cut ? "; the server will " : "", r.cut ? r.cut->c_str() : "", state.rank_count(),
+              r.cut ? "; " : "", r.cut ? r.cut->c_str() : "", state.rank_count(),
               static_cast<long long>(total.num_pages), static_cast<long long>(total.free),
               static_cast<long long>(total.allocated), static_cast<long long>(total.mapped),
               static_cast<long long>(total.orphaned), static_cast<long long>(total.draining), state.key_count(),
@@ -100,6 +104,9 @@ int main(int argc, char** argv) {
         return 2;
       }
       store = std::move(opened).value();
+      for (const auto& path : store->recovered().removed_temporaries) {
+        std::fprintf(stderr, "hf3fs-meta-server: removed %s, left by an interrupted snapshot\n", path.c_str());
+      }
       if (const auto& cut = store->recovered().cut) std::fprintf(stderr, "hf3fs-meta-server: %s\n", cut->c_str());
     }
     const unsigned threads = options.threads ? options.threads : std::max(1u, std::thread::hardware_concurrency());

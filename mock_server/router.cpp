@@ -73,9 +73,10 @@ bool bearer_matches(std::string_view header, std::string_view token) {
   return given.size() == token.size() && CRYPTO_memcmp(given.data(), token.data(), token.size()) == 0;
 }
 
-// The 503 body of a change applied in memory whose journal record could not be written.
+// The 503 body of a change whose journal record could not be written (rolled back since).
 std::string not_acknowledged(const std::string& error) {
-  return protocol::encode_detail("the change could not be written to the data dir (" + error + "): not acknowledged");
+  return protocol::encode_detail("the change could not be written to the data dir (" + error +
+                                 "): not acknowledged, and rolled back");
 }
 
 }  // namespace
@@ -87,6 +88,16 @@ Router::Router(const ServerOptions& options, MetadataState& state, Metrics& metr
       dedup_(DedupCache::Options{options.dedup_max_bytes, options.dedup_ttl, {}}),
       store_(store) {
   if (dedup_.enabled()) dedup_header_ = "x-request-id-dedup: " + std::to_string(dedup_.window().count()) + "\r\n";
+}
+
+bool Router::settle(Reply& reply) {
+  if (!store_) return true;
+  auto settled = store_->settle();
+  if (settled) return true;
+  std::fprintf(stderr, "hf3fs-meta-server: %s\n", settled.error().message.c_str());
+  set_json(reply, 503, protocol::encode_detail("the data dir failed and the changes it did not acknowledge could not be "
+                                               "rolled back (" + settled.error().message + "); nothing is served until they are"));
+  return false;
 }
 
 void Router::await_durable(Exchange& exchange, std::function<void()> wake) {
@@ -143,6 +154,7 @@ void Router::serve_faults(const Request& request, Exchange& exchange) {
   auto& reply = exchange.reply;
   if (request.method == "DELETE") {
     const auto removed = faults_.clear();
+    durable::clear_disk_errors();
     set_json(reply, 200, "{\"removed\":" + std::to_string(removed) + "}");
     return;
   }
@@ -155,16 +167,32 @@ void Router::serve_faults(const Request& request, Exchange& exchange) {
     set_json(reply, 400, protocol::encode_detail(parsed.error));
     return;
   }
+  if (parsed.request->disk) {
+    const auto& disk = *parsed.request->disk;
+    durable::inject_disk_error(disk.op, disk.err, disk.times);
+    set_json(reply, 200, R"({"disk_error":true})");
+    return;
+  }
   if (parsed.request->forget_state) {
-    durable::Journal::reset_thread_seq();
-    service_.state().clear();
-    const auto error = store_ ? store_->journal().write_through(durable::Journal::thread_seq()) : std::nullopt;
-    dedup_.clear();
+    if (!settle(reply)) return;
+    std::optional<std::string> error;
+    {
+      std::shared_lock<std::shared_mutex> gate;
+      if (store_) gate = store_->gate();
+      if (auto failure = store_ ? store_->journal().failure() : std::nullopt) {
+        set_json(reply, 503, protocol::encode_detail("the data dir cannot be written (" + *failure + "): nothing applied"));
+        return;
+      }
+      durable::Journal::reset_thread_seq();
+      service_.state().clear();
+      error = store_ ? store_->journal().write_through(durable::Journal::thread_seq()) : std::nullopt;
+    }
     if (error) {
-      // As for any change whose record failed (serve_protocol): applied here, not acknowledged.
-      set_json(reply, 503, not_acknowledged(*error));
+      // As for any change whose record failed (serve_protocol): rolled back, not acknowledged.
+      if (settle(reply)) set_json(reply, 503, not_acknowledged(*error));
       return;
     }
+    dedup_.clear();
     set_json(reply, 200, R"({"forgotten":true})");
     return;
   }
@@ -178,6 +206,14 @@ void Router::serve_protocol(const Request& request, Exchange& exchange) {
   const bool changes_state = route_info(route).changes_state;
   ServiceAnswer answer;
   std::uint64_t seq = 0;
+  // Nothing is served while a journal failure's unacknowledged changes are still applied.
+  if (store_ && !settle(reply)) {
+    if (exchange.claim) exchange.claim.complete(503, {}, 0);
+    exchange.has_reply = true;
+    return;
+  }
+  std::shared_lock<std::shared_mutex> gate;  // see Store::gate; released before any settle()
+  if (store_) gate = store_->gate();
   if (store_ && changes_state) {
     if (auto failure = store_->journal().failure()) {
       answer.status = 503;
@@ -202,12 +238,20 @@ void Router::serve_protocol(const Request& request, Exchange& exchange) {
           answer.status = 503;
           answer.content_type = kJson;
           answer.body = not_acknowledged(*error);
+          answer.pages.clear();
           seq = 0;
         }
       }
     }
   } else {
     answer = service_.handle(exchange.target, request.body);
+  }
+  if (gate) gate.unlock();
+  // A failed record: the change (and any other not acknowledged) is rolled back before the 503.
+  if (store_ && !settle(exchange.reply)) {
+    if (exchange.claim) exchange.claim.complete(503, {}, 0);
+    exchange.has_reply = true;
+    return;
   }
   if (answer.num_pages_kept != 0) {
     metrics_.count_num_pages_mismatch();
@@ -219,10 +263,18 @@ void Router::serve_protocol(const Request& request, Exchange& exchange) {
                  static_cast<long long>(answer.num_pages_kept), static_cast<int>(drop.method.size()),
                  drop.method.data(), static_cast<int>(drop.name.size()), drop.name.data());
   }
-  // Completed after the record is written: a repeat waiting on the claim is never answered first.
-  if (exchange.claim) exchange.claim.complete(answer.status, answer.pages, seq);
   if (route == Route::clear && answer.status >= 200 && answer.status < 300) dedup_.clear();
-  if (seq != 0 && store_->journal().mode() == durable::FsyncMode::always) exchange.durable_seq = seq;
+  if (seq != 0 && store_->journal().mode() == durable::FsyncMode::always) {
+    exchange.durable_seq = seq;
+    if (exchange.claim) {
+      exchange.claim_status = answer.status;
+      exchange.claim_pages = std::move(answer.pages);
+    }
+  } else if (exchange.claim) {
+    // Completed after the record is written (acknowledged, for everysec and no): a repeat waiting on
+    // the claim is never answered first.
+    exchange.claim.complete(answer.status, answer.pages, seq);
+  }
   reply.status = answer.status;
   reply.content_type = std::move(answer.content_type);
   reply.body = std::move(answer.body);
@@ -329,8 +381,13 @@ Router::Next Router::step(const Request& request, Exchange& exchange) {
   if (!exchange.durable_error.empty()) {
     const std::string error = std::move(exchange.durable_error);
     exchange.durable_error.clear();
-    set_json(reply, 503, protocol::encode_detail("the change was written but not synced to disk (" + error +
-                                                 "): not acknowledged"));
+    if (settle(reply)) {
+      set_json(reply, 503, protocol::encode_detail("the change was written but not synced to disk (" + error +
+                                                   "): not acknowledged, and rolled back"));
+    }
+    if (exchange.claim) exchange.claim.complete(503, {}, 0);
+  } else if (exchange.claim && exchange.durable_seq != 0) {
+    exchange.claim.complete(exchange.claim_status, exchange.claim_pages, exchange.durable_seq);
   }
 
   if (exchange.action.kind == FaultAction::Kind::close_after) return Next::close;

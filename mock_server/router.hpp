@@ -39,6 +39,10 @@ struct Exchange {
   bool durable_waited = false;
   std::uint64_t durable_seq = 0;  // --fsync always: the record the reply waits for
   std::string durable_error;      // set by the journal's syncer before the session is woken
+  // --fsync always: the answer the claim keeps once the record is synced (a repeat is never given
+  // an answer that a failed sync turns into a 503 and a rollback takes back).
+  int claim_status = 0;
+  std::vector<Page> claim_pages;
   FaultAction action;
   DedupCache::Claim claim;
   std::shared_ptr<DedupCache::Entry> wait_entry;
@@ -50,6 +54,7 @@ struct Exchange {
     started = dedup_done = delayed = has_reply = durable_waited = false;
     durable_seq = 0;
     durable_error.clear();
+    claim_pages.clear();
     action = {};
     claim.reset();
     wait_entry.reset();
@@ -88,6 +93,8 @@ class Router {
   bool serve_server_route(const Request& request, std::string_view path, Exchange& exchange);
   void serve_faults(const Request& request, Exchange& exchange);
   void serve_protocol(const Request& request, Exchange& exchange);
+  // Store::settle; false (the reply set to 503) when the rollback failed.
+  bool settle(Reply& reply);
 
   const ServerOptions& options_;
   Service service_;

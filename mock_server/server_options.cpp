@@ -135,8 +135,8 @@ void define(CLI::App& app, ServerOptions& o) {
       ->capture_default_str()
       ->check(CLI::Range(std::uint64_t{0}, std::uint64_t{1} << 50));
   app.add_option("--verify-data-dir", o.verify_data_dir,
-                 "check this data dir offline (without its lock, writing nothing), print a summary, and exit: 0 if "
-                 "it recovers, 2 if not")
+                 "check this data dir offline (without its lock, writing nothing), print a summary ('sound', or "
+                 "'cut N bytes after change S' for a torn end a start would cut), and exit: 0 if it recovers, 2 if not")
       ->check(not_empty("DIR"));
   app.add_flag("--enable-fault-injection", o.enable_fault_injection, "serve the fault-injection route (tests only)");
   app.add_flag("--log-requests", o.log_requests, "log every request on stderr");

@@ -4,9 +4,11 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -25,6 +27,37 @@ int write_all(int fd, std::string_view bytes) {
     if (n < 0) return errno;
     if (n == 0) return EIO;
     bytes.remove_prefix(static_cast<std::size_t>(n));
+  }
+  return 0;
+}
+
+namespace {
+
+struct InjectedError {
+  std::atomic<std::int64_t> times{0};
+  std::atomic<int> err{0};
+};
+InjectedError g_injected[3];
+
+}  // namespace
+
+void inject_disk_error(DiskOp op, int err, std::int64_t times) {
+  auto& slot = g_injected[static_cast<int>(op)];
+  slot.err.store(err, std::memory_order_relaxed);
+  slot.times.store(times, std::memory_order_release);
+}
+
+void clear_disk_errors() noexcept {
+  for (auto& slot : g_injected) slot.times.store(0, std::memory_order_release);
+}
+
+int take_injected_error(DiskOp op) noexcept {
+  auto& slot = g_injected[static_cast<int>(op)];
+  std::int64_t left = slot.times.load(std::memory_order_relaxed);
+  while (left > 0) {
+    if (slot.times.compare_exchange_weak(left, left - 1, std::memory_order_acq_rel)) {
+      return slot.err.load(std::memory_order_relaxed);
+    }
   }
   return 0;
 }
@@ -236,7 +269,11 @@ DirResult<void> replay_journal(const fs::path& path, std::string_view all, bool 
   Record record;  // decoded in place, one record after another
   if (all.size() < kFileHeaderSize && last) {
     // An empty file (a crash right after it was created) has nothing to cut: nothing to report.
-    if (!all.empty()) out.cut = "cut a torn file header (" + std::to_string(all.size()) + " bytes) of " + path.string();
+    if (!all.empty()) {
+      out.cut_bytes = all.size();
+      out.cut = "cut " + std::to_string(all.size()) + " bytes after change " + std::to_string(out.seq) +
+                ": a torn file header of " + path.string();
+    }
     at = 0;
   } else if (auto error = check_file_header(all, kJournalMagic)) {
     return where(0) + ": " + *error;
@@ -251,7 +288,9 @@ DirResult<void> replay_journal(const fs::path& path, std::string_view all, bool 
       if (whole_header && crc != crc32c(all.substr(at, 12))) return where(at) + ": record header checksum mismatch";
       if (!whole_header || left < kRecordHeaderSize + std::size_t{len} + kRecordTrailerSize) {
         if (!last) return where(at) + ": torn record in a journal that is not the last";
-        out.cut = "cut a torn record (" + std::to_string(left) + " bytes) at " + where(at);
+        out.cut_bytes = left;
+        out.cut = "cut " + std::to_string(left) + " bytes after change " + std::to_string(out.seq) +
+                  ": a torn record at " + where(at);
         break;
       }
       if (seq != out.seq + 1) {
@@ -322,8 +361,11 @@ DirResult<Recovered> recover(const fs::path& dir, MetadataState& state) {
     const auto& [first, path] = chain[f];
     const bool last = f + 1 == chain.size();
     if (first != out.seq + 1) {
+      // The file before ends at a record boundary short of this one: changes were lost (a file or
+      // the end of one was removed), which recovery cannot make up for.
       return "journal " + path.string() + " starts at record " + std::to_string(first) + ", expected " +
-             std::to_string(out.seq + 1) + " (a journal file is missing)";
+             std::to_string(out.seq + 1) + ": changes " + std::to_string(out.seq + 1) + " to " +
+             std::to_string(first - 1) + " are missing (a journal file is missing or was cut)";
     }
     auto bytes = read_file(path);
     if (!bytes) return std::move(bytes).error();
@@ -372,7 +414,9 @@ class FileWriter {
   static constexpr std::uint64_t kWritebackEvery = std::uint64_t{8} << 20;
   void write_all(std::string_view bytes) {
     if (error_) return;
-    if (const int err = durable::write_all(fd_, bytes)) {
+    int err = take_injected_error(DiskOp::snapshot_write);
+    if (err == 0) err = durable::write_all(fd_, bytes);
+    if (err != 0) {
       error_ = "write " + path_ + ": " + errno_text(err);
       return;
     }
@@ -492,25 +536,73 @@ void remove_before(const fs::path& dir, std::uint64_t seq) {
   }
 }
 
+std::vector<fs::path> remove_temporaries(const fs::path& dir) {
+  std::vector<fs::path> removed;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!name.ends_with(".tmp") || !number_of(name.substr(0, name.size() - 4), "snapshot-", ".snap")) continue;
+    if (::unlink(entry.path().c_str()) == 0) removed.push_back(entry.path());
+  }
+  return removed;
+}
+
+namespace {
+
+// The PID holding a flock on the file `fd` refers to, from /proc/locks ("1: FLOCK ADVISORY WRITE
+// <pid> <major>:<minor>:<inode> 0 EOF", the device numbers in hex): what LOCK said, if it was deleted.
+std::optional<std::string> flock_holder(int fd) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return std::nullopt;
+  char device[64];
+  std::snprintf(device, sizeof device, "%02x:%02x:%llu", ::major(st.st_dev), ::minor(st.st_dev),
+                static_cast<unsigned long long>(st.st_ino));
+  std::FILE* locks = std::fopen("/proc/locks", "re");
+  if (locks == nullptr) return std::nullopt;
+  std::optional<std::string> holder;
+  char line[256];
+  while (!holder && std::fgets(line, sizeof line, locks) != nullptr) {
+    char kind[16] = {};
+    char id[64] = {};
+    long pid = 0;
+    if (std::sscanf(line, "%*s %15s %*s %*s %ld %63s", kind, &pid, id) == 3 && std::strcmp(kind, "FLOCK") == 0 &&
+        std::strcmp(id, device) == 0) {
+      holder = std::to_string(pid);
+    }
+  }
+  std::fclose(locks);
+  return holder;
+}
+
+}  // namespace
+
 DirResult<DirLock> DirLock::acquire(const fs::path& dir) {
+  // The lock is on the directory: a file in it (LOCK included) can be deleted while a server runs.
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return dir.string() + ": " + errno_text(errno);
   const fs::path path = dir / "LOCK";
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return path.string() + ": " + errno_text(errno);
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
-    char pid[32] = {};
-    const ssize_t n = ::pread(fd, pid, sizeof pid - 1, 0);
+    const auto listed = err == EWOULDBLOCK ? flock_holder(fd) : std::nullopt;
     ::close(fd);
-    if (err == EWOULDBLOCK) {
-      std::string holder = n > 0 ? std::string(pid, static_cast<std::size_t>(n)) : "unknown";
+    if (err != EWOULDBLOCK) return "flock " + dir.string() + ": " + errno_text(err);
+    std::string holder = listed ? *listed + " (" + path.string() + ", which names it, was deleted)"
+                                : "unknown (" + path.string() + ", which names it, was deleted)";
+    if (const int pid_fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC); pid_fd >= 0) {
+      char pid[32] = {};
+      const ssize_t n = ::read(pid_fd, pid, sizeof pid - 1);
+      ::close(pid_fd);
+      holder = n > 0 ? std::string(pid, static_cast<std::size_t>(n)) : "unknown (" + path.string() + " is empty)";
       while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
-      return "data dir " + dir.string() + " is in use by process " + holder + " (lock " + path.string() + ")";
     }
-    return "flock " + path.string() + ": " + errno_text(err);
+    return "data dir " + dir.string() + " is in use by process " + holder;
   }
   const std::string pid = std::to_string(::getpid()) + "\n";
-  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
-    const int err = errno;
+  const int pid_fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const bool written = pid_fd >= 0 && ::write(pid_fd, pid.data(), pid.size()) == static_cast<ssize_t>(pid.size());
+  const int err = errno;
+  if (pid_fd >= 0) ::close(pid_fd);
+  if (!written) {
     ::close(fd);
     return "write " + path.string() + ": " + errno_text(err);
   }

@@ -48,6 +48,15 @@ inline constexpr std::uint32_t kSnapshotLifecycleVersion = 2;
 std::string errno_text(int err);
 int write_all(int fd, std::string_view bytes);
 
+// Disk errors on demand, so that the error paths run in every test run (unit tests, and the server's
+// fault route with --enable-fault-injection): the next `times` operations `op` fail with `err`
+// (ENOSPC, EIO...) without touching the disk. Process-wide.
+enum class DiskOp { journal_write, journal_sync, snapshot_write };
+void inject_disk_error(DiskOp op, int err, std::int64_t times);
+void clear_disk_errors() noexcept;
+// 0, or the errno the operation is to fail with (counted down). One relaxed load when none is set.
+int take_injected_error(DiskOp op) noexcept;
+
 std::string journal_name(std::uint64_t first_seq);
 std::string snapshot_name(std::uint64_t seq);
 
@@ -67,6 +76,8 @@ struct Recovered {
   std::uint64_t journal_first_seq = 0;
   std::uint64_t journal_valid_bytes = 0;  // where the next record goes
   std::optional<std::string> cut;   // a torn last record: what was cut, where
+  std::uint64_t cut_bytes = 0;      // how many bytes that was
+  std::vector<std::filesystem::path> removed_temporaries;  // by Store::open: interrupted snapshots
   std::uint64_t journal_bytes = 0;  // journal bytes replayed (all files)
 };
 
@@ -98,10 +109,14 @@ DirResult<std::uint64_t> write_snapshot(const std::filesystem::path& dir, const 
 // Removes the snapshots older than `seq` and the journal files whose records all come before it.
 void remove_before(const std::filesystem::path& dir, std::uint64_t seq);
 
+// Removes what an interrupted snapshot left (snapshot-*.snap.tmp); returns the files removed.
+std::vector<std::filesystem::path> remove_temporaries(const std::filesystem::path& dir);
+
 // fsync of a directory (after creating, renaming or removing a file in it).
 std::optional<std::string> sync_dir(const std::filesystem::path& dir);
 
-// flock() on DIR/LOCK, which then holds our PID. Held until destroyed.
+// flock() on the directory itself (deleting a file cannot break it); DIR/LOCK holds our PID, for the
+// message a second server gets. Held until destroyed.
 class DirLock {
  public:
   static DirResult<DirLock> acquire(const std::filesystem::path& dir);

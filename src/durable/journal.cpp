@@ -13,6 +13,15 @@ namespace {
 thread_local const DedupTag* t_tag = nullptr;
 thread_local std::uint64_t t_seq = 0;
 
+// The journal's write(2) and fdatasync, unless a disk error was injected (data_dir.hpp).
+int journal_write(int fd, std::string_view bytes) {
+  if (const int err = take_injected_error(DiskOp::journal_write)) return err;
+  return write_all(fd, bytes);
+}
+int journal_sync(int fd) {
+  if (const int err = take_injected_error(DiskOp::journal_sync)) return err;
+  return ::fdatasync(fd) == 0 ? 0 : errno;
+}
 
 }  // namespace
 
@@ -69,6 +78,7 @@ DirResult<std::unique_ptr<Journal>> Journal::open(Options options, const Recover
     if (::fsync(j->fd_) != 0) return "fsync " + (j->options_.dir / journal_name(first)).string() + ": " + errno_text(errno);
     if (auto error = sync_dir(j->options_.dir)) return std::move(*error);
   }
+  j->acked_ = Acked{recovered.seq, j->file_first_seq_, j->file_bytes_};
   for (const Record& r : recovered.dedup) {
     j->retain_tagged(TaggedPayload{r.seq(), std::string(r.payload())});
   }
@@ -148,7 +158,13 @@ void Journal::retain_tagged(TaggedPayload tagged) {
 void Journal::fail_locked(std::string error) {
   ++stats_.disk_errors;
   if (!failure_) failure_ = std::move(error);
+  // Memory may now hold changes whose records will not be acknowledged (their callers get 503).
+  rollback_pending_.store(true, std::memory_order_release);
   failed_.store(true, std::memory_order_release);
+}
+
+void Journal::ack_written_locked() {
+  if (options_.mode != FsyncMode::always) acked_ = Acked{written_, file_first_seq_, file_bytes_};
 }
 
 void Journal::fail(std::string error) {
@@ -181,7 +197,7 @@ std::optional<std::string> Journal::write_through(std::uint64_t seq) {
       fd = fd_;
       offset = file_bytes_;
     }
-    if (const int err = write_all(fd, out)) {
+    if (const int err = journal_write(fd, out)) {
       // Cut what part of the batch got out, so that the file ends with a whole record.
       [[maybe_unused]] const int ignored = ::ftruncate(fd, static_cast<off_t>(offset));
       fail("journal write failed: " + errno_text(err));
@@ -192,6 +208,7 @@ std::optional<std::string> Journal::write_through(std::uint64_t seq) {
       file_bytes_ += out.size();
       stats_.bytes += out.size();
       written_ = std::max(written_, upto);
+      ack_written_locked();
     }
     if (switch_after) {
       if (auto error = switch_file()) return error;
@@ -223,12 +240,15 @@ void Journal::when_durable(std::uint64_t seq, Done done) {
   std::optional<std::string> failure;
   {
     std::lock_guard lock(mutex_);
-    if (!failure_ && durable_ < seq) {
+    if (durable_ >= seq) {
+      failure.reset();  // acknowledged before any failure: a failure since takes nothing back
+    } else if (!failure_) {
       waiters_.emplace(seq, std::move(done));
       wake_syncer_.notify_all();
       return;
+    } else {
+      failure = failure_;
     }
-    failure = failure_;
   }
   done(failure);
 }
@@ -281,7 +301,7 @@ DirResult<Journal::FileName> Journal::finish_rotation() {
   // The records up to the rotation point go to the old file; if the journal failed, the snapshot
   // being written holds them instead.
   if (!failed) {
-    if (const int err = write_all(fd, out)) {
+    if (const int err = journal_write(fd, out)) {
       [[maybe_unused]] const int ignored = ::ftruncate(fd, static_cast<off_t>(offset));
       fail("journal write failed: " + errno_text(err));
     } else {
@@ -289,6 +309,7 @@ DirResult<Journal::FileName> Journal::finish_rotation() {
       file_bytes_ += out.size();
       stats_.bytes += out.size();
       written_ = std::max(written_, upto);
+      ack_written_locked();
     }
   }
   if (auto error = switch_file()) return DirError(std::move(*error));
@@ -313,14 +334,55 @@ void Journal::abandon_rotation() {
   if (failure_ && file_bytes_ == kFileHeaderSize) ::unlink((options_.dir / journal_name(file_first_seq_)).c_str());
 }
 
-void Journal::clear_failure() {
+void Journal::clear_failure(std::uint64_t snapshot_seq) {
+  std::multimap<std::uint64_t, Done> woken;
+  {
+    std::lock_guard lock(mutex_);
+    // The snapshot holds every change up to it; the current file follows it (finish_rotation).
+    written_ = std::max(written_, snapshot_seq);
+    durable_ = std::max(durable_, snapshot_seq);
+    if (acked_.seq < snapshot_seq && file_first_seq_ == snapshot_seq + 1) {
+      acked_ = Acked{snapshot_seq, file_first_seq_, kFileHeaderSize};
+    }
+    woken.insert(waiters_.begin(), waiters_.upper_bound(durable_));
+    waiters_.erase(waiters_.begin(), waiters_.upper_bound(durable_));
+    failure_.reset();
+    failed_.store(false, std::memory_order_release);
+  }
+  for (auto& [seq, done] : woken) done(std::nullopt);
+}
+
+DirResult<std::uint64_t> Journal::roll_back() {
+  std::lock_guard writer(write_mutex_);
   std::lock_guard lock(mutex_);
-  if (!failure_) return;
-  failure_.reset();
-  failed_.store(false, std::memory_order_release);
-  // The snapshot holds every change before the current file.
-  written_ = std::max(written_, file_first_seq_ - 1);
-  durable_ = std::max(durable_, file_first_seq_ - 1);
+  const Acked a = acked_;
+  const auto current = options_.dir / journal_name(file_first_seq_);
+  std::uint64_t keep = a.bytes;
+  if (a.file_first_seq != file_first_seq_) {
+    // Acknowledged up to a point in an earlier file (a rotation happened since): that file is cut
+    // there; the current one holds only records after it, and is emptied (or goes, when its name no
+    // longer follows the last record kept).
+    const auto earlier = options_.dir / journal_name(a.file_first_seq);
+    if (::truncate(earlier.c_str(), static_cast<off_t>(a.bytes)) != 0) {
+      return "truncate " + earlier.string() + ": " + errno_text(errno);
+    }
+    keep = kFileHeaderSize;
+    if (file_first_seq_ != a.seq + 1 && ::unlink(current.c_str()) != 0 && errno != ENOENT) {
+      return "unlink " + current.string() + ": " + errno_text(errno);
+    }
+  }
+  // ftruncate needs no free block: it works on a full disk.
+  if (::ftruncate(fd_, static_cast<off_t>(keep)) != 0) return "truncate " + current.string() + ": " + errno_text(errno);
+  file_bytes_ = keep;
+  buffer_.clear();
+  next_buffer_.clear();
+  rotation_.reset();
+  appended_ = written_ = durable_ = a.seq;
+  while (!tagged_.empty() && tagged_.back().seq > a.seq) {
+    tagged_bytes_ -= tagged_.back().payload.size();
+    tagged_.pop_back();
+  }
+  return a.seq;
 }
 
 void Journal::sync_loop() {
@@ -338,6 +400,7 @@ void Journal::sync_loop() {
     }
     if (stopping_) return;
     const std::uint64_t target = written_;
+    const Acked synced{target, file_first_seq_, file_bytes_};  // what the sync of the current file covers
     const bool sync_current = !failure_ && target > durable_ && options_.mode != FsyncMode::no;
     std::vector<int> fds;
     fds.swap(retired_fds_);
@@ -349,7 +412,7 @@ void Journal::sync_loop() {
     std::uint64_t ns_max = 0;
     auto sync = [&](int fd) {
       const auto start = std::chrono::steady_clock::now();
-      if (::fdatasync(fd) != 0 && !error) error = "journal fdatasync failed: " + errno_text(errno);
+      if (const int err = journal_sync(fd); err != 0 && !error) error = "journal fdatasync failed: " + errno_text(err);
       const auto ns = static_cast<std::uint64_t>(
           std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
       ++syncs;
@@ -367,8 +430,10 @@ void Journal::sync_loop() {
     if (error) {
       fail_locked(std::move(*error));
       woken.swap(waiters_);
-    } else if (sync_current || options_.mode == FsyncMode::no) {
+    } else if (!failure_ && (sync_current || options_.mode == FsyncMode::no)) {
+      // (After a failure its waiters were told so: what this sync covered stays unacknowledged.)
       durable_ = std::max(durable_, target);
+      if (options_.mode == FsyncMode::always && synced.seq > acked_.seq) acked_ = synced;
       woken.insert(waiters_.begin(), waiters_.upper_bound(durable_));
       waiters_.erase(waiters_.begin(), waiters_.upper_bound(durable_));
     }

@@ -7,6 +7,12 @@
 // commit: one fdatasync for all the records written meanwhile; nobody waits on a timer), `everysec`
 // syncs at most a second after a write, `no` leaves it to the OS. A failed write or sync sticks:
 // the journal refuses further writes until a snapshot has put memory and disk in agreement again.
+//
+// What is acknowledged: with `always`, a record once an fdatasync covered it; with `everysec` and
+// `no`, a record once its write(2) succeeded (a later failed sync takes nothing back: those changes
+// were answered, and the next snapshot makes them durable). After a failure, roll_back() cuts the
+// files back to the end of the last acknowledged record, so that recovering from them gives the
+// state every acknowledged change made and no other (Store::roll_back).
 #pragma once
 
 #include <atomic>
@@ -108,8 +114,17 @@ class Journal {
   DirResult<FileName> finish_rotation();
   // The snapshot covering everything up to the rotation failed: forget an unused new file.
   void abandon_rotation();
-  // The snapshot is durable: a failed journal may write again.
-  void clear_failure();
+  // The snapshot of every change up to `snapshot_seq` is durable: those changes are acknowledged
+  // (waiters woken), and a failed journal may write again.
+  void clear_failure(std::uint64_t snapshot_seq);
+
+  // After a failure, until roll_back() and the Store's rebuild are done: memory may hold changes
+  // that were not acknowledged.
+  bool rollback_pending() const noexcept { return rollback_pending_.load(std::memory_order_acquire); }
+  // With every change to the state stopped: cuts the files back to the last acknowledged record,
+  // forgets every record after it, and returns its seq. Repeatable until rollback_done().
+  DirResult<std::uint64_t> roll_back();
+  void rollback_done() noexcept { rollback_pending_.store(false, std::memory_order_release); }
 
   std::uint64_t bytes_since_rotation() const;
   std::optional<std::string> failure() const;
@@ -132,9 +147,17 @@ class Journal {
   std::uint64_t appended_ = 0;
   std::uint64_t written_ = 0;
   std::uint64_t durable_ = 0;
+  // The end of the last acknowledged record (see the top): its seq, its file, the offset after it.
+  struct Acked {
+    std::uint64_t seq = 0;
+    std::uint64_t file_first_seq = 0;
+    std::uint64_t bytes = 0;
+  } acked_;
+  void ack_written_locked();  // everysec, no: what was written is acknowledged
   std::uint64_t bytes_since_rotation_ = 0;
   std::optional<std::string> failure_;
   std::atomic<bool> failed_{false};  // failure_ is set: read without the lock by failure()
+  std::atomic<bool> rollback_pending_{false};
   JournalStats stats_;
   int fd_ = -1;
   std::uint64_t file_first_seq_ = 0;

@@ -1,5 +1,7 @@
 #include "durable/store.hpp"
 
+#include <unistd.h>
+
 #include <system_error>
 
 namespace hf3fs_meta::durable {
@@ -14,10 +16,13 @@ DirResult<std::unique_ptr<Store>> Store::open(Options options, MetadataState& st
   auto lock = DirLock::acquire(options.dir);
   if (!lock) return std::move(lock).error();
   std::unique_ptr<Store> store(new Store(options, state, std::move(lock).value()));
+  // A snapshot a crash interrupted never became one (rename is its last step): only its bytes remain.
+  auto removed = remove_temporaries(options.dir);
   const auto start = std::chrono::steady_clock::now();
   auto recovered = recover(options.dir, state);
   if (!recovered) return std::move(recovered).error();
   store->recovered_ = std::move(recovered).value();
+  store->recovered_.removed_temporaries = std::move(removed);
   auto journal = Journal::open(Journal::Options{options.dir, options.mode, options.dedup_retained_bytes}, store->recovered_);
   if (!journal) return std::move(journal).error();
   store->journal_ = std::move(journal).value();
@@ -40,6 +45,12 @@ Store::~Store() {
 
 DirResult<std::uint64_t> Store::snapshot() {
   std::lock_guard one(snapshot_mutex_);
+  // Checked again at the end: a failure may come while the image is written.
+  if (journal_->rollback_pending()) {
+    std::lock_guard lock(mutex_);
+    ++stats_.snapshot_failures;
+    return DirError("a journal failure is not rolled back yet: it is rolled back first");
+  }
   const auto start = std::chrono::steady_clock::now();
   const StateImage image = state_.export_image([&](std::uint64_t seq) { journal_->rotate_at(seq); });
   const std::vector<TaggedPayload> dedup = journal_->tagged_up_to(image.seq);
@@ -47,19 +58,51 @@ DirResult<std::uint64_t> Store::snapshot() {
   DirResult<std::uint64_t> written = next ? write_snapshot(options_.dir, image, dedup, next.value().name)
                                           : DirResult<std::uint64_t>(std::move(next).error());
   std::lock_guard lock(mutex_);
+  if (written && journal_->rollback_pending()) {
+    // A journal failure since the image was taken: it may hold changes answered 503, which must
+    // not become durable. settle() first, then a snapshot.
+    ::unlink((options_.dir / snapshot_name(image.seq)).c_str());
+    written = DirError("a journal failure while the snapshot was taken: it is rolled back first");
+  }
   if (!written) {
     journal_->abandon_rotation();
     ++stats_.snapshot_failures;
     return written;
   }
   remove_before(options_.dir, image.seq);
-  journal_->clear_failure();
+  journal_->clear_failure(image.seq);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ++stats_.snapshots;
   stats_.last_snapshot_bytes = written.value();
   stats_.last_snapshot_seconds = seconds;
   stats_.snapshot_seconds_total += seconds;
   return written;
+}
+
+DirResult<std::uint64_t> Store::settle() {
+  if (!journal_->rollback_pending()) return state_.seq();
+  std::unique_lock gate(gate_);
+  std::lock_guard one(snapshot_mutex_);
+  if (!journal_->rollback_pending()) return state_.seq();  // another caller did it meanwhile
+  auto kept = journal_->roll_back();
+  if (!kept) return kept;
+  // The files now end at the last acknowledged change: recovered as at startup, into a state of
+  // its own, then moved in whole (recovery needs an empty state; import_image records nothing).
+  MetadataState fresh(state_.options());
+  auto recovered = recover(options_.dir, fresh);
+  if (!recovered) return DirError("rolling back after a journal failure: " + recovered.error().message);
+  if (recovered.value().seq != kept.value()) {
+    return DirError("rolling back after a journal failure: recovered change " +
+                    std::to_string(recovered.value().seq) + ", expected " + std::to_string(kept.value()));
+  }
+  if (auto imported = state_.import_image(fresh.export_image()); !imported) {
+    return DirError("rolling back after a journal failure: " + imported.error().message);
+  }
+  state_.restarted();  // leases were not kept: every key counts as leased, as after a restart
+  journal_->rollback_done();
+  std::lock_guard lock(mutex_);
+  ++stats_.rollbacks;
+  return kept;
 }
 
 DirResult<std::uint64_t> Store::shutdown() {
@@ -69,6 +112,7 @@ DirResult<std::uint64_t> Store::shutdown() {
   }
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
+  if (auto settled = settle(); !settled) return settled;
   return snapshot();
 }
 
@@ -87,7 +131,8 @@ void Store::background() {
     if (!full && !(failed && now - last_retry >= std::chrono::seconds(1))) continue;
     last_retry = now;
     lock.unlock();
-    [[maybe_unused]] auto result = snapshot();
+    // A failure no request settled yet is rolled back first: a snapshot would be refused.
+    if (auto settled = settle()) [[maybe_unused]] auto result = snapshot();
     lock.lock();
   }
 }

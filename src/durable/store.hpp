@@ -2,6 +2,11 @@
 // subscribes a Journal to the state's changes, and takes snapshots (on demand, when the journal has
 // grown past a size, and again every second while the journal is failed, since a snapshot is what
 // lets it write again).
+//
+// A failed journal write or sync: every call that touches the state holds a Gate; settle() waits
+// for them all, cuts the journal back to its last acknowledged record and rebuilds the state from
+// the data dir (as a restart would), so that no change answered 503 stays applied. Callers settle
+// before answering a failure and before serving anything while one is pending.
 #pragma once
 
 #include <chrono>
@@ -10,6 +15,7 @@
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <thread>
 
 #include "durable/data_dir.hpp"
@@ -21,6 +27,7 @@ namespace hf3fs_meta::durable {
 struct StoreStats {
   std::uint64_t snapshots = 0;
   std::uint64_t snapshot_failures = 0;
+  std::uint64_t rollbacks = 0;  // journal failures rolled back (settle)
   std::uint64_t last_snapshot_bytes = 0;
   double last_snapshot_seconds = 0;
   double snapshot_seconds_total = 0;
@@ -45,6 +52,14 @@ class Store {
   // The clean-shutdown snapshot, then the background thread stops.
   DirResult<std::uint64_t> shutdown();
 
+  // Held (shared) by every call into the state, from the journal-failure check to its write_through.
+  std::shared_lock<std::shared_mutex> gate() { return std::shared_lock(gate_); }
+  // If a journal failure left changes that were not acknowledged: waits for every Gate, rolls them
+  // back (Journal::roll_back, then recovery into the state) and returns the seq kept; an error
+  // leaves it pending (the caller answers 503 and the next call tries again). Without a failure,
+  // at once. Not under a Gate.
+  DirResult<std::uint64_t> settle();
+
   Recovered& recovered() noexcept { return recovered_; }
   Journal& journal() noexcept { return *journal_; }
   StoreStats stats() const;
@@ -59,7 +74,8 @@ class Store {
   DirLock lock_;
   Recovered recovered_;
   std::unique_ptr<Journal> journal_;
-  std::mutex snapshot_mutex_;  // one snapshot at a time
+  std::shared_mutex gate_;     // see gate(); taken before snapshot_mutex_
+  std::mutex snapshot_mutex_;  // one snapshot (or rollback) at a time
   mutable std::mutex mutex_;
   StoreStats stats_;
   bool stopping_ = false;
