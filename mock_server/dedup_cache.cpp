@@ -75,6 +75,7 @@ DedupCache::Acquired DedupCache::acquire(int route, std::string_view id, std::st
     }
     return Acquired{Kind::wait, {}, {}, entry, {}};
   }
+  if (reserve > options_.max_bytes) return Acquired{Kind::too_large, {}, {}, {}, {}};
   if (reserve > options_.max_bytes - std::min(bytes_, options_.max_bytes)) {
     // Every byte is promised to an answer still inside its window (or in flight): forgetting one
     // would break a promise, so the new request waits instead.

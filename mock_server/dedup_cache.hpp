@@ -10,7 +10,9 @@
 // bytes and the cache never holds more than `max_bytes`: a new entry reserves, before anything is
 // applied, the most its answer can weigh, and gives back the excess when it is kept. A promise is
 // never forgotten inside its window: when the budget is full of entries still inside it, acquire()
-// refuses (`full`, with the time until the oldest leaves), and the server answers 503.
+// refuses (`full`, with the time until the oldest leaves), and the server answers 503. An answer
+// that could not fit even in an empty cache is refused at once (`too_large`: 413), since waiting
+// would never help.
 #pragma once
 
 #include <chrono>
@@ -70,7 +72,7 @@ class DedupCache {
     std::shared_ptr<Entry> entry_;
   };
 
-  enum class Kind { owner, hit, conflict, wait, full };
+  enum class Kind { owner, hit, conflict, wait, full, too_large };
   struct Acquired {
     Kind kind = Kind::owner;
     Claim claim;                      // owner

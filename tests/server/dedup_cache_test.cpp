@@ -1,5 +1,6 @@
-// DedupCache on its own, with an injected clock: the window, the byte budget, and the 503 rule
-// (a full budget of answers still inside their window refuses new ids; it never forgets one).
+// DedupCache on its own, with an injected clock: the window, the byte budget, the 503 rule (a full
+// budget of answers still inside their window refuses new ids; it never forgets one), and the 413
+// rule (an answer larger than the whole budget).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -112,6 +113,18 @@ TEST_F(DedupCacheTest, ClearForgetsKeptAnswersAndReleasesTheirBytes) {
   EXPECT_EQ(cache.stats().bytes, 0u);
   EXPECT_EQ(cache.acquire(kAllocate, "a", "body", 1).kind, Kind::owner);
   EXPECT_EQ(cache.acquire(kAllocate, "b", "body", 1).kind, Kind::owner);
+}
+
+TEST_F(DedupCacheTest, AnAnswerThatCouldNeverFitIsTooLargeAtOnceNotFull) {
+  auto cache = make(weight(10));
+  EXPECT_EQ(cache.acquire(kAllocate, "a", "body", 11).kind, Kind::too_large);
+  EXPECT_EQ(cache.stats().entries, 0u);  // nothing reserved, nothing counted as refused-for-now
+  EXPECT_EQ(cache.stats().bytes, 0u);
+  EXPECT_EQ(cache.stats().refused, 0u);
+  auto fits = cache.acquire(kAllocate, "a", "body", 10);  // exactly the budget
+  ASSERT_EQ(fits.kind, Kind::owner);
+  // Full only for now: 503's case, not 413's.
+  EXPECT_EQ(cache.acquire(kAllocate, "b", "body", 1).kind, Kind::full);
 }
 
 TEST_F(DedupCacheTest, ZeroBytesIsOff) {

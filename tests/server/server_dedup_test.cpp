@@ -236,6 +236,62 @@ TEST_F(ServerDedupBoundsTest, AFullBudgetRefusesNewIdsWith503AndForgetsNoPromise
   EXPECT_EQ(allocate(0, "e").body, allocate_answer(0, "e", 3));
 }
 
+// An answer larger than the whole budget can never be kept: 413 at once, naming the flag, nothing
+// applied (not the 503 of a budget full for now, which a client would retry forever).
+TEST_F(ServerDedupBoundsTest, AnAnswerThatCouldNeverFitIs413AndNothingIsApplied) {
+  initialize(0, 300);
+  std::string body = R"({"rank":0,"keys":[)";
+  for (int k = 0; k < 200; ++k) body += (k ? ",[\"k" : "[\"k") + std::to_string(k) + "\",\"\"]";
+  body += "]}";
+  auto refused = post("/keys/batch_allocate", body, {{"X-Request-Id", "huge"}});
+  EXPECT_EQ(refused.status, 413);
+  EXPECT_EQ(refused.body,
+            R"({"detail":"the answer to this X-Request-Id could never fit --dedup-max-bytes (1000 bytes); nothing )"
+            R"(was applied: send it without X-Request-Id or in smaller batches"})");
+  EXPECT_FALSE(refused.header("retry-after"));
+  EXPECT_THAT(metric("hf3fs_meta_request_id_cache_refused_total"), Optional(std::string("0")));
+  EXPECT_EQ(allocate(0, "k0").body, allocate_answer(0, "k0", 0));  // nothing was taken
+  // The budget is untouched: small answers are still kept.
+  EXPECT_EQ(allocate(0, "A", {{"X-Request-Id", "A"}}).body, allocate_answer(0, "A", 1));
+  EXPECT_EQ(allocate(0, "A", {{"X-Request-Id", "A"}}).body, allocate_answer(0, "A", 1));
+  // Without an id it is applied.
+  EXPECT_EQ(post("/keys/batch_allocate", body).status, 200);
+}
+
+// A repeated id never hands out a page that was taken back since its first answer: the rank was
+// dropped and initialized again, and the page now belongs to another key.
+TEST_F(ServerDedupTest, ARepeatWhosePagesWereDroppedIs409NeverTheOldPages) {
+  initialize(0, 4);
+  ASSERT_EQ(allocate(0, "k1", id("req-1")).body, allocate_answer(0, "k1", 0));
+  ASSERT_EQ(post("/rank/0/drop", "").status, 200);
+  initialize(0, 4);
+  ASSERT_EQ(allocate(0, "k2").body, allocate_answer(0, "k2", 0));
+  ASSERT_EQ(post("/keys/confirm_write", R"({"rank":0,"confirmations":[["k2",0]]})").status, 204);
+  auto repeat = allocate(0, "k1", id("req-1"));
+  EXPECT_EQ(repeat.status, 409);
+  EXPECT_EQ(repeat.body,
+            R"({"detail":"X-Request-Id req-1: the pages of its answer were taken back since (reclaimed, dropped, )"
+            R"(deleted, evicted or cleared); allocate again under a new request id, on rank 0"})");
+  // Not applied again either: the next key gets the next page, and "k2" keeps page 0.
+  EXPECT_EQ(allocate(0, "k3").body, allocate_answer(0, "k3", 1));
+  EXPECT_THAT(metric(R"(hf3fs_meta_rank_pages{rank="0",state="mapped"})"), Optional(std::string("1")));
+  EXPECT_THAT(metric(R"(hf3fs_meta_rank_pages{rank="0",state="allocated"})"), Optional(std::string("1")));
+  // Still 409 on the rank being dropped again with nothing on it.
+  ASSERT_EQ(post("/rank/0/drop", "").status, 200);
+  EXPECT_EQ(allocate(0, "k1", id("req-1")).status, 409);
+}
+
+// Deleted: the same. A page still mapped to its key (confirmed since) is still the key's: answered.
+TEST_F(ServerDedupTest, ARepeatIsAnsweredWhileItsPagesAreTheKeysAnd409OnceDeleted) {
+  initialize(0, 4);
+  const auto first = allocate(0, "k1", id("req-1"));
+  ASSERT_EQ(first.body, allocate_answer(0, "k1", 0));
+  ASSERT_EQ(post("/keys/confirm_write", R"({"rank":0,"confirmations":[["k1",0]]})").status, 204);
+  EXPECT_EQ(allocate(0, "k1", id("req-1")).body, first.body);  // mapped to k1: still its
+  ASSERT_EQ(post("/keys/delete", R"({"keys":["k1"]})").body, R"({"deleted":[true]})");
+  EXPECT_EQ(allocate(0, "k1", id("req-1")).status, 409);
+}
+
 class ServerNoDedupTest : public ServerTestBase {
  protected:
   ServerNoDedupTest() : ServerTestBase({"--threads", "2", "--dedup-max-bytes", "0"}) {}
