@@ -28,6 +28,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "durable/record.hpp"
+
 namespace hf3fs_meta::server {
 
 // What answering a repeat again needs.
@@ -50,7 +52,7 @@ class DedupCache {
 
   // Bytes an entry weighs besides its id and pages: the entry, its map node and its place in the
   // expiry queue, rounded up. Public so that tests can state bounds in entries.
-  static constexpr std::size_t kEntryOverhead = 256;
+  static constexpr std::size_t kEntryOverhead = durable::kDedupEntryOverhead;
 
   // Owning the entry obliges the holder to complete() it; an owner dropped without completing (the
   // connection went away) abandons it, and those waiting handle their request themselves.
@@ -103,9 +105,13 @@ class DedupCache {
 
   void clear();
 
-  // An answer recovered from a durable server's journal or snapshot, kept as if just given (its
-  // window starts now); left out if the budget has no room for it.
-  void restore(int route, std::string_view id, std::uint64_t body_hash, std::size_t body_size, KeptAnswer answer);
+  // An answer recovered from a durable server's journal or snapshot, kept as if given `age` ago (what
+  // is left of its window); left out if its window is over or the budget has no room for it.
+  void restore(int route, std::string_view id, std::uint64_t body_hash, std::size_t body_size, KeptAnswer answer,
+               std::chrono::milliseconds age = std::chrono::milliseconds(0));
+  // The same, for an answer recovery found (durable::Recovered::dedup): its age is the time since it
+  // was recorded (`now_ms`: the system clock, as DedupEntry::at_ms), none when that is unknown.
+  void restore(const durable::DedupEntry& entry, std::int64_t now_ms);
   // The body's fingerprint kept with an entry (and journaled): libstdc++'s hash of a string is a
   // fixed-seed MurmurHash, the same in every run, so journaled fingerprints match after a restart.
   static std::uint64_t body_hash(std::string_view body);

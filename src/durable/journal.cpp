@@ -69,9 +69,7 @@ DirResult<std::unique_ptr<Journal>> Journal::open(Options options, const Recover
     if (::fsync(j->fd_) != 0) return "fsync " + (j->options_.dir / journal_name(first)).string() + ": " + errno_text(errno);
     if (auto error = sync_dir(j->options_.dir)) return std::move(*error);
   }
-  for (const Record& r : recovered.dedup) {
-    j->retain_tagged(TaggedPayload{r.seq(), std::string(r.payload())});
-  }
+  for (const DedupEntry& e : recovered.dedup) j->retain_tagged(e);
   j->syncer_ = std::thread([p = j.get()] { p->sync_loop(); });
   return j;
 }
@@ -131,16 +129,17 @@ void Journal::append(const Change& change) {
     tagged_bytes_ = 0;
   }
   if (tag) {
-    retain_tagged(TaggedPayload{change.seq,
-                                out.substr(at + kRecordHeaderSize, size - kRecordHeaderSize - kRecordTrailerSize)});
+    // The time lets a restart give the answer only what is left of its window.
+    const auto now = std::chrono::system_clock::now().time_since_epoch();
+    retain_tagged(dedup_entry(change.seq, *tag, change, std::chrono::duration_cast<std::chrono::milliseconds>(now).count()));
   }
 }
 
-void Journal::retain_tagged(TaggedPayload tagged) {
-  tagged_bytes_ += tagged.payload.size();
+void Journal::retain_tagged(DedupEntry tagged) {
+  tagged_bytes_ += dedup_weight(tagged.tag.id.size(), tagged.pages.size());
   tagged_.push_back(std::move(tagged));
   while (tagged_bytes_ > options_.dedup_retained_bytes) {
-    tagged_bytes_ -= tagged_.front().payload.size();
+    tagged_bytes_ -= dedup_weight(tagged_.front().tag.id.size(), tagged_.front().pages.size());
     tagged_.pop_front();
   }
 }
@@ -245,16 +244,16 @@ void Journal::rotate_at(std::uint64_t seq) {
   bytes_since_rotation_ = 0;
 }
 
-std::vector<TaggedPayload> Journal::tagged_up_to(std::uint64_t seq) const {
+std::vector<DedupEntry> Journal::tagged_up_to(std::uint64_t seq) const {
   constexpr std::size_t kChunk = 4096;
-  std::vector<TaggedPayload> out;
+  std::vector<DedupEntry> out;
   for (;;) {
     std::lock_guard lock(mutex_);
     // The kept records are in seq order; the front may have gone since the last chunk.
     auto it = tagged_.begin();
     if (!out.empty()) {
       it = std::upper_bound(tagged_.begin(), tagged_.end(), out.back().seq,
-                            [](std::uint64_t s, const TaggedPayload& t) { return s < t.seq; });
+                            [](std::uint64_t s, const DedupEntry& t) { return s < t.seq; });
     }
     std::size_t copied = 0;
     for (; it != tagged_.end() && it->seq <= seq && copied < kChunk; ++it, ++copied) out.push_back(*it);

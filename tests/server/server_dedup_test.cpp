@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "server/server_test_support.hpp"
+#include "support/temp_dir.hpp"
 
 namespace hf3fs_meta::testing {
 namespace {
@@ -290,6 +291,54 @@ TEST_F(ServerDedupTest, ARepeatIsAnsweredWhileItsPagesAreTheKeysAnd409OnceDelete
   EXPECT_EQ(allocate(0, "k1", id("req-1")).body, first.body);  // mapped to k1: still its
   ASSERT_EQ(post("/keys/delete", R"({"keys":["k1"]})").body, R"({"deleted":[true]})");
   EXPECT_EQ(allocate(0, "k1", id("req-1")).status, 409);
+}
+
+// Constructed before ServerTestBase, which starts the server on it.
+struct DedupDataDir {
+  TempDir dir_;
+};
+
+// The issue's scenario through the real server: request ids survive a clean restart (SIGTERM, the
+// snapshot) as they survive in memory. Each answer weighs 8 kB as the cache keeps it, its record
+// 3 MB: the snapshot used to keep whole records within --dedup-max-bytes, so it kept one of five.
+class ServerDedupRestartTest : protected DedupDataDir, public ServerTestBase {
+ protected:
+  ServerDedupRestartTest()
+      : ServerTestBase({"--threads", "2", "--data-dir", dir_.str() + "/data", "--dedup-max-bytes",
+                        std::to_string(4 << 20)}) {}
+};
+
+TEST_F(ServerDedupRestartTest, EveryIdKeptInMemoryIsKeptAcrossACleanRestart) {
+  constexpr int kRequests = 5;
+  constexpr int kKeys = 2000;
+  initialize(0, kRequests * kKeys + 10);
+  std::vector<std::string> bodies;
+  std::vector<std::string> answers;
+  for (int r = 0; r < kRequests; ++r) {
+    std::string body = R"({"rank":0,"keys":[)";
+    for (int k = 0; k < kKeys; ++k) {
+      std::string key = std::to_string(r) + "-" + std::to_string(k) + "-";
+      key.resize(1500, 'k');
+      body += (k ? ",[\"" : "[\"") + key + "\",\"\"]";
+    }
+    body += "]}";
+    auto answer = post("/keys/batch_allocate", body, {{"X-Request-Id", "big-" + std::to_string(r)}});
+    ASSERT_EQ(answer.status, 200);
+    bodies.push_back(std::move(body));
+    answers.push_back(std::move(answer.body));
+  }
+  ASSERT_EQ(server_.terminate(), 0);  // SIGTERM: the clean-shutdown snapshot
+  server_.restart();
+  for (int r = 0; r < kRequests; ++r) {
+    auto repeat = post("/keys/batch_allocate", bodies[r], {{"X-Request-Id", "big-" + std::to_string(r)}});
+    ASSERT_EQ(repeat.status, 200) << r;
+    EXPECT_EQ(repeat.body, answers[r]) << r;
+  }
+  // Every repeat answered from the cache, nothing applied twice.
+  EXPECT_THAT(metric("hf3fs_meta_request_id_cache_hits_total"), Optional(std::to_string(kRequests)));
+  EXPECT_THAT(metric(R"(hf3fs_meta_rank_pages{rank="0",state="allocated"})"),
+              Optional(std::to_string(kRequests * kKeys)));
+  EXPECT_THAT(metric(R"(hf3fs_meta_rank_pages{rank="0",state="free"})"), Optional(std::string("10")));
 }
 
 class ServerNoDedupTest : public ServerTestBase {
