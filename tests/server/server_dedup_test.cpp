@@ -15,6 +15,15 @@ class ServerDedupTest : public ServerTestBase {
  protected:
   ServerDedupTest() : ServerTestBase({"--threads", "2", "--enable-fault-injection"}) {}
   static Headers id(std::string value) { return {{"X-Request-Id", std::move(value)}}; }
+  // Until the server holds one request id (the first request's claim, taken as it arrives, before
+  // its delay): the event that orders a second request after it, instead of a sleep.
+  void await_claim() {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (metric("hf3fs_meta_request_id_cache_entries") != "1") {
+      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the first request never reached the server";
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
 };
 
 TEST_F(ServerDedupTest, RepeatGetsTheSameAnswerWithoutApplyingAgain) {
@@ -100,12 +109,14 @@ TEST_F(ServerDedupTest, ForgetStateEmptiesTheCache) {
 
 TEST_F(ServerDedupTest, RepeatWhileTheFirstIsInFlightWaitsForItsAnswer) {
   initialize(0, 10);
-  ASSERT_EQ(post("/_faults", R"({"path":"/keys/batch_allocate","delay_ms":500})").status, 200);
+  // The delay only has to outlast the wait below for the first request's claim and the second's
+  // trip: wide, since two loaded cores may stall either.
+  ASSERT_EQ(post("/_faults", R"({"path":"/keys/batch_allocate","delay_ms":2000})").status, 200);
   const std::string body = R"({"rank":0,"keys":[["k1",""]]})";
   RawConnection first(server_.host(), server_.port());
   RawConnection second(server_.host(), server_.port());
   first.send(format_request("POST", "/keys/batch_allocate", first.host_header(), body, id("slow")));
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  await_claim();
   second.send(format_request("POST", "/keys/batch_allocate", second.host_header(), body, id("slow")));
   auto a = first.read_response();
   auto b = second.read_response();
@@ -119,11 +130,11 @@ TEST_F(ServerDedupTest, RepeatWhileTheFirstIsInFlightWaitsForItsAnswer) {
 
 TEST_F(ServerDedupTest, ADifferentBodyWhileTheFirstIsInFlightIs400AtOnce) {
   initialize(0, 10);
-  ASSERT_EQ(post("/_faults", R"({"path":"/keys/batch_allocate","delay_ms":1000})").status, 200);
+  ASSERT_EQ(post("/_faults", R"({"path":"/keys/batch_allocate","delay_ms":2000})").status, 200);
   RawConnection first(server_.host(), server_.port());
   first.send(format_request("POST", "/keys/batch_allocate", first.host_header(), R"({"rank":0,"keys":[["k1",""]]})",
                             id("slow")));
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  await_claim();
   auto conflicting = allocate(0, "k2", id("slow"));
   EXPECT_EQ(conflicting.status, 400);
   EXPECT_EQ(first.read_response().body, allocate_answer(0, "k1", 0));
@@ -207,9 +218,10 @@ TEST_F(ServerDedupTest, KeptAnswersWeighTheirPagesNotTheirKeys) {
 class ServerDedupBoundsTest : public ServerTestBase {
  protected:
   // Room for three one-key allocate answers (each entry weighs about 256 bytes plus its id, and
-  // reserves a page per 7 body bytes until answered).
+  // reserves a page per '[' of its body until answered). The window is far longer than the test:
+  // nothing here may leave it (the window's end is tested with a fake clock in dedup_cache_test).
   ServerDedupBoundsTest()
-      : ServerTestBase({"--threads", "2", "--dedup-max-bytes", "1000", "--dedup-ttl-ms", "2000"}) {}
+      : ServerTestBase({"--threads", "2", "--dedup-max-bytes", "1000", "--dedup-ttl-ms", "600000"}) {}
 };
 
 TEST_F(ServerDedupBoundsTest, AFullBudgetRefusesNewIdsWith503AndForgetsNoPromise) {
@@ -217,17 +229,17 @@ TEST_F(ServerDedupBoundsTest, AFullBudgetRefusesNewIdsWith503AndForgetsNoPromise
   for (const char* name : {"A", "B", "C"}) {
     auto r = allocate(0, name, {{"X-Request-Id", name}});
     ASSERT_EQ(r.status, 200);
-    EXPECT_THAT(r.header("x-request-id-dedup"), Optional(std::string("2000")));
+    EXPECT_THAT(r.header("x-request-id-dedup"), Optional(std::string("600000")));
   }
   auto refused = allocate(0, "d", {{"X-Request-Id", "D"}});
   EXPECT_EQ(refused.status, 503);
   EXPECT_EQ(refused.body,
-            R"({"detail":"Request-id deduplication is full: every kept answer is inside its 2000 ms window; nothing )"
-            R"(was applied, retry later"})");
-  // Until the oldest answer leaves its window (--dedup-ttl-ms 2000): the window the server keeps.
+            R"({"detail":"Request-id deduplication is full: every kept answer is inside its 600000 ms window; )"
+            R"(nothing was applied, retry later"})");
+  // Until the oldest answer leaves its window (--dedup-ttl-ms 600000): the window the server keeps.
   ASSERT_TRUE(refused.header("retry-after"));
   EXPECT_GE(std::stoi(*refused.header("retry-after")), 1);
-  EXPECT_LE(std::stoi(*refused.header("retry-after")), 2);
+  EXPECT_LE(std::stoi(*refused.header("retry-after")), 600);
   EXPECT_THAT(metric("hf3fs_meta_request_id_cache_refused_total"), Optional(std::string("1")));
   EXPECT_LE(std::stoull(metric("hf3fs_meta_request_id_cache_bytes").value_or("0")), 1000u);
   // Nothing applied for D, and every promise kept: A, B, C still get their pages.
