@@ -69,7 +69,13 @@ DirResult<std::unique_ptr<Journal>> Journal::open(Options options, const Recover
     if (::fsync(j->fd_) != 0) return "fsync " + (j->options_.dir / journal_name(first)).string() + ": " + errno_text(errno);
     if (auto error = sync_dir(j->options_.dir)) return std::move(*error);
   }
-  for (const DedupEntry& e : recovered.dedup) j->retain_tagged(e);
+  // An answer replayed from a journal has no time: its window starts now, in the cache as here.
+  const std::int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                  std::chrono::system_clock::now().time_since_epoch()).count();
+  for (DedupEntry e : recovered.dedup) {
+    if (e.at_ms == 0) e.at_ms = now_ms;
+    j->retain_tagged(std::move(e));
+  }
   j->syncer_ = std::thread([p = j.get()] { p->sync_loop(); });
   return j;
 }

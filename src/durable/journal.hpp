@@ -69,8 +69,9 @@ class Journal {
     std::filesystem::path dir;
     FsyncMode mode = FsyncMode::everysec;
     // The last request-id answers are kept for the next snapshot, in the dedup cache's compact form,
-    // up to the weight the cache may hold (the server's --dedup-max-bytes, dedup_weight()): the
-    // newest first, so every answer the cache still holds is among them.
+    // up to the weight the cache may hold (the server's --dedup-max-bytes, dedup_weight()), the
+    // oldest dropped first: the answers the cache still holds are the newest, and weigh no more.
+    // (Only a record whose answer the cache did not keep, a 503's, also weighs here.)
     std::size_t dedup_retained_bytes = std::size_t{256} << 20;
   };
   using Done = std::function<void(const std::optional<std::string>& error)>;

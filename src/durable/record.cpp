@@ -168,10 +168,6 @@ std::optional<Record> Record::decode(std::uint64_t seq, std::string_view payload
   return record;
 }
 
-bool Record::tagged(std::string_view payload) noexcept {
-  return payload.size() >= 2 && (static_cast<std::uint8_t>(payload[1]) & kHasTag) != 0;  // u8 kind, u8 flags
-}
-
 bool Record::decode_view(std::uint64_t seq, std::string_view payload, std::string& error) {
   return decode_into(*this, seq, payload, error);
 }

@@ -74,13 +74,11 @@ class Record {
   const std::optional<DedupTag>& tag() const noexcept { return tag_; }
   std::string_view payload() const noexcept { return payload_view_; }
 
-  // Whether a payload carries a DedupTag (its flags say so; decode checks the rest).
-  static bool tagged(std::string_view payload) noexcept;
   // Decodes a payload into a record that owns a copy of it; an error names what is wrong (the caller
   // adds file and offset).
   static std::optional<Record> decode(std::uint64_t seq, std::string_view payload, std::string& error);
   // Decodes a payload into this record, reusing its storage; its views then point into `payload`
-  // (not copied: replay decodes each record once and keeps only the tagged ones, with decode()).
+  // (not copied: replay decodes each record once, keeping of a tagged one only its DedupEntry).
   // false: an error, in `error`.
   bool decode_view(std::uint64_t seq, std::string_view payload, std::string& error);
 
