@@ -2,7 +2,9 @@
 // The key is (route, id). A 2xx answer is kept for the window (`ttl`) and given again to a repeat
 // without applying anything; a repeat that arrives while the first is still being handled waits for
 // it; the same id with another body is refused; errors are not kept, so a repeat is applied again.
-// clear() (on the clear route and forget_state) starts a new generation: nothing from before it is kept.
+// clear() (forget_state, which plays a server that lost its memory) starts a new generation: nothing
+// from before it is kept. The clear route forgets no id: the server checks a kept allocate answer's
+// pages before giving it again (router.cpp), and /clear took them all back.
 //
 // An entry keeps what answering again needs, not the rendered answer: the route and id, a hash and
 // the size of the body (which detect a reused id), the status and, for an allocate, its pages (4

@@ -27,6 +27,7 @@ void set_json(Reply& reply, int status, std::string body) {
 // conflict before this). An allocate's pages are given again only while each is still held for its
 // key: one taken back since (reclaimed, dropped, deleted, evicted, cleared) may be another key's now,
 // and the repeat's writer would write over it. Such a repeat gets 409, which the SDK does not repeat.
+// (So /clear forgets no id: a repeat of one from before it is 409 too, never executed afresh.)
 // (A confirm's answer names no page: giving its 204 again hands nothing out.)
 void answer_again(const Request& request, Dedup what, const KeptAnswer& kept, const MetadataState& state,
                   Reply& reply) {
@@ -238,7 +239,6 @@ void Router::serve_protocol(const Request& request, Exchange& exchange) {
   }
   // Completed after the record is written: a repeat waiting on the claim is never answered first.
   if (exchange.claim) exchange.claim.complete(answer.status, answer.pages, seq);
-  if (route == Route::clear && answer.status >= 200 && answer.status < 300) dedup_.clear();
   if (seq != 0 && store_->journal().mode() == durable::FsyncMode::always) exchange.durable_seq = seq;
   reply.status = answer.status;
   reply.content_type = std::move(answer.content_type);

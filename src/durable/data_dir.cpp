@@ -301,7 +301,6 @@ DirResult<void> replay_journal(const fs::path& path, std::string_view all, bool 
       if (!record.decode_view(seq, payload, error)) return where(at) + ": " + error;
       const Change& change = record.change();
       if (auto applied = state.apply(change); !applied) return where(at) + ": " + applied.error().message;
-      if (change.kind == ChangeKind::cleared) out.dedup.clear();
       if (record.tag()) out.dedup.push_back(dedup_entry(seq, *record.tag(), change));
       out.seq = seq;
       ++out.records;

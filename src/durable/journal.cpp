@@ -130,10 +130,6 @@ void Journal::append(const Change& change) {
   t_seq = change.seq;
   ++stats_.records;
   bytes_since_rotation_ += size;
-  if (change.kind == ChangeKind::cleared) {
-    tagged_.clear();
-    tagged_bytes_ = 0;
-  }
   if (tag) {
     // The time lets a restart give the answer only what is left of its window.
     const auto now = std::chrono::system_clock::now().time_since_epoch();

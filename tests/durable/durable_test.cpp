@@ -772,6 +772,36 @@ TEST(DurableRecovery, DedupTagsSurviveInTheJournalAndInSnapshots) {
   EXPECT_GT(reopened->recovered().dedup[1].at_ms, 0);
 }
 
+// A clear forgets no request id (the server answers a repeat of one from before it 409, its pages
+// taken back): neither the journal's replay nor the snapshot after it drops them.
+TEST(DurableRecovery, AClearForgetsNoRequestId) {
+  for (const bool snapshot : {false, true}) {
+    TempDir dir;
+    const DedupTag tag{1, "req-before", 5, 20};
+    {
+      MetadataState state;
+      auto store = open_store(dir.path(), state);
+      ASSERT_TRUE(state.initialize(0, 2).has_value());
+      {
+        TagScope scope(&tag);
+        const std::vector<BlockKey> keys{{"k", ""}};
+        ASSERT_TRUE(state.allocate(0, keys).has_value());
+      }
+      state.clear();
+      if (snapshot) {
+        ASSERT_TRUE(store->shutdown().has_value());
+      } else {
+        ASSERT_FALSE(store->journal().write_through(state.seq()).has_value());
+      }
+    }
+    MetadataState state;
+    auto store = open_store(dir.path(), state);
+    ASSERT_EQ(store->recovered().dedup.size(), 1u) << (snapshot ? "snapshot" : "journal");
+    EXPECT_EQ(store->recovered().dedup[0].tag, tag);
+    EXPECT_EQ(state.rank_count(), 0u);
+  }
+}
+
 // The journal keeps the newest answers within --dedup-max-bytes, weighed as the cache weighs them
 // (pages, not key names): a key of 1,000 bytes costs nothing, and the oldest go first.
 TEST(DurableRecovery, ASnapshotKeepsTheNewestAnswersWithinTheBudgetAsTheCacheWeighsThem) {
