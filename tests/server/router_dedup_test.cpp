@@ -155,10 +155,10 @@ TEST(StateHolds, APageIsHeldWhileAllocatedForOrMappedToItsKey) {
   EXPECT_FALSE(state.holds(0, P{1}, K{"b"}));
 }
 
-// Random allocates with ids, their repeats, confirms, deletions, drops, lookups and the clock moving
-// past the TTL, with eviction on. The model remembers, per page, the key a fresh answer or a confirm
-// last gave it to; a repeat answered 200 must name only pages held now (allocated or mapped) by
-// that same key.
+// Random allocates with ids, their repeats, confirms, deletions, drops, clears, lookups and the
+// clock moving past the TTL, with eviction on. The model remembers, per page, the key a fresh answer
+// or a confirm last gave it to; a repeat answered 200 must name only pages held now (allocated or
+// mapped) by that same key.
 TEST_F(RouterDedupTest, RandomizedRepeatsNeverAnswerAPageHeldByAnotherKey) {
   constexpr int kRanks = 2;
   constexpr int kPages = 6;
@@ -222,10 +222,14 @@ TEST_F(RouterDedupTest, RandomizedRepeatsNeverAnswerAPageHeldByAnotherKey) {
       send("/keys/batch_exists", R"({"keys":["k)" + std::to_string(pick(12)) + R"("]})");
     } else if (op < 97) {
       send("/keys/delete", R"({"keys":["k)" + std::to_string(pick(12)) + R"("]})");
-    } else {
+    } else if (op < 99) {
       ASSERT_EQ(send("/rank/" + std::to_string(rank) + "/drop", "").status, 200);
       std::erase_if(holder, [&](const auto& e) { return e.first.first == rank; });
       initialize(rank, kPages);
+    } else {
+      ASSERT_EQ(send("/clear", "").status, 204);  // forgets no id: their repeats must be refused
+      holder.clear();
+      for (int r = 0; r < kRanks; ++r) initialize(r, kPages);
     }
   }
   // Both outcomes were reached: the test saw repeats of live answers and of taken-back ones.
