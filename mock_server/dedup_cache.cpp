@@ -1,6 +1,7 @@
 #include "dedup_cache.hpp"
 
 #include <algorithm>
+#include <iterator>
 #include <utility>
 
 namespace hf3fs_meta::server {
@@ -28,9 +29,8 @@ std::string make_key(int route, std::string_view id) {
   return key;
 }
 
-std::size_t weight(std::size_t key_size, std::size_t pages) {
-  return DedupCache::kEntryOverhead + key_size + pages * sizeof(std::uint32_t);
-}
+// The key is the route's letter and the id: weighed as the journal and the snapshot weigh an entry.
+std::size_t weight(std::size_t key_size, std::size_t pages) { return durable::dedup_weight(key_size - 1, pages); }
 
 }  // namespace
 
@@ -75,6 +75,7 @@ DedupCache::Acquired DedupCache::acquire(int route, std::string_view id, std::st
     }
     return Acquired{Kind::wait, {}, {}, entry, {}};
   }
+  if (reserve > options_.max_bytes) return Acquired{Kind::too_large, {}, {}, {}, {}};
   if (reserve > options_.max_bytes - std::min(bytes_, options_.max_bytes)) {
     // Every byte is promised to an answer still inside its window (or in flight): forgetting one
     // would break a promise, so the new request waits instead.
@@ -99,7 +100,8 @@ DedupCache::Acquired DedupCache::acquire(int route, std::string_view id, std::st
 std::uint64_t DedupCache::body_hash(std::string_view body) { return std::hash<std::string_view>{}(body); }
 
 void DedupCache::restore(int route, std::string_view id, std::uint64_t body_hash, std::size_t body_size,
-                         KeptAnswer answer) {
+                         KeptAnswer answer, std::chrono::milliseconds age) {
+  if (age >= options_.ttl) return;
   auto entry = std::make_shared<Entry>();
   entry->key = make_key(route, id);
   entry->body_hash = body_hash;
@@ -111,14 +113,23 @@ void DedupCache::restore(int route, std::string_view id, std::uint64_t body_hash
   std::lock_guard lock(mutex_);
   if (entry->bytes > options_.max_bytes - std::min(bytes_, options_.max_bytes)) return;
   entry->generation = generation_;
-  entry->stored_at = now();
+  entry->stored_at = now() - age;
   if (auto it = entries_.find(entry->key); it != entries_.end()) {
     const auto older = it->second;  // the same id used again after its window: the later one counts
     erase_locked(older);
   }
   bytes_ += entry->bytes;
   entries_.emplace(entry->key, entry);
-  kept_.push_back(entry);
+  // In expiry order (evict_locked), which entries restored with their ages need not come in.
+  auto at = kept_.end();
+  while (at != kept_.begin() && (*std::prev(at))->stored_at > entry->stored_at) --at;
+  kept_.insert(at, entry);
+}
+
+void DedupCache::restore(const durable::DedupEntry& e, std::int64_t now_ms) {
+  const auto age = std::chrono::milliseconds(e.at_ms == 0 ? 0 : std::max<std::int64_t>(now_ms - e.at_ms, 0));
+  restore(e.tag.route, e.tag.id, e.tag.body_hash, e.tag.body_size,
+          KeptAnswer{static_cast<int>(e.status), e.pages, e.seq}, age);
 }
 
 void DedupCache::settle(const std::shared_ptr<Entry>& entry, bool keep, int status,

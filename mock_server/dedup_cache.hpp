@@ -2,7 +2,9 @@
 // The key is (route, id). A 2xx answer is kept for the window (`ttl`) and given again to a repeat
 // without applying anything; a repeat that arrives while the first is still being handled waits for
 // it; the same id with another body is refused; errors are not kept, so a repeat is applied again.
-// clear() (on the clear route and forget_state) starts a new generation: nothing from before it is kept.
+// clear() (forget_state, which plays a server that lost its memory) starts a new generation: nothing
+// from before it is kept. The clear route forgets no id: the server checks a kept allocate answer's
+// pages before giving it again (router.cpp), and /clear took them all back.
 //
 // An entry keeps what answering again needs, not the rendered answer: the route and id, a hash and
 // the size of the body (which detect a reused id), the status and, for an allocate, its pages (4
@@ -10,7 +12,9 @@
 // bytes and the cache never holds more than `max_bytes`: a new entry reserves, before anything is
 // applied, the most its answer can weigh, and gives back the excess when it is kept. A promise is
 // never forgotten inside its window: when the budget is full of entries still inside it, acquire()
-// refuses (`full`, with the time until the oldest leaves), and the server answers 503.
+// refuses (`full`, with the time until the oldest leaves), and the server answers 503. An answer
+// that could not fit even in an empty cache is refused at once (`too_large`: 413), since waiting
+// would never help.
 #pragma once
 
 #include <chrono>
@@ -25,6 +29,8 @@
 #include <string_view>
 #include <unordered_map>
 #include <vector>
+
+#include "durable/record.hpp"
 
 namespace hf3fs_meta::server {
 
@@ -48,7 +54,7 @@ class DedupCache {
 
   // Bytes an entry weighs besides its id and pages: the entry, its map node and its place in the
   // expiry queue, rounded up. Public so that tests can state bounds in entries.
-  static constexpr std::size_t kEntryOverhead = 256;
+  static constexpr std::size_t kEntryOverhead = durable::kDedupEntryOverhead;
 
   // Owning the entry obliges the holder to complete() it; an owner dropped without completing (the
   // connection went away) abandons it, and those waiting handle their request themselves.
@@ -70,7 +76,7 @@ class DedupCache {
     std::shared_ptr<Entry> entry_;
   };
 
-  enum class Kind { owner, hit, conflict, wait, full };
+  enum class Kind { owner, hit, conflict, wait, full, too_large };
   struct Acquired {
     Kind kind = Kind::owner;
     Claim claim;                      // owner
@@ -101,9 +107,13 @@ class DedupCache {
 
   void clear();
 
-  // An answer recovered from a durable server's journal or snapshot, kept as if just given (its
-  // window starts now); left out if the budget has no room for it.
-  void restore(int route, std::string_view id, std::uint64_t body_hash, std::size_t body_size, KeptAnswer answer);
+  // An answer recovered from a durable server's journal or snapshot, kept as if given `age` ago (what
+  // is left of its window); left out if its window is over or the budget has no room for it.
+  void restore(int route, std::string_view id, std::uint64_t body_hash, std::size_t body_size, KeptAnswer answer,
+               std::chrono::milliseconds age = std::chrono::milliseconds(0));
+  // The same, for an answer recovery found (durable::Recovered::dedup): its age is the time since it
+  // was recorded (`now_ms`: the system clock, as DedupEntry::at_ms), none when that is unknown.
+  void restore(const durable::DedupEntry& entry, std::int64_t now_ms);
   // The body's fingerprint kept with an entry (and journaled): libstdc++'s hash of a string is a
   // fixed-seed MurmurHash, the same in every run, so journaled fingerprints match after a restart.
   static std::uint64_t body_hash(std::string_view body);

@@ -25,16 +25,6 @@ std::string url_host(const std::string& host) {
   return host.find(':') != std::string::npos ? "[" + host + "]" : host;
 }
 
-// What a repeat of a journaled request's id gets, from its record (what the dedup cache keeps).
-hf3fs_meta::server::KeptAnswer answer_of(const hf3fs_meta::durable::Record& record) {
-  using namespace hf3fs_meta;
-  const Change& change = record.change();
-  if (change.kind != ChangeKind::allocated) return server::KeptAnswer{204, {}, record.seq()};
-  server::KeptAnswer answer{200, {}, record.seq()};
-  for (const AllocatedItem& item : change.allocated) answer.pages.push_back(item.page);
-  return answer;
-}
-
 // --verify-data-dir: recovery without the lock and without writing anything, under the limits the
 // server would have with the same --max-* flags.
 int verify(const std::string& dir, const hf3fs_meta::StateOptions& limits) {
@@ -113,10 +103,9 @@ int main(int argc, char** argv) {
     Metrics metrics(threads);
     Router router(options, state, metrics, store.get());
     if (store) {
-      for (const auto& record : store->recovered().dedup) {
-        const auto& tag = *record.tag();
-        router.dedup().restore(tag.route, tag.id, tag.body_hash, tag.body_size, answer_of(record));
-      }
+      const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                              std::chrono::system_clock::now().time_since_epoch()).count();
+      for (const auto& e : store->recovered().dedup) router.dedup().restore(e, now_ms);
       store->recovered().dedup.clear();
       std::fprintf(stderr, "hf3fs-meta-server: recovered %zu ranks, %zu keys from %s in %.0f ms\n", state.rank_count(),
                    state.key_count(), options.data_dir.c_str(), store->stats().recovery_seconds * 1000);

@@ -24,8 +24,13 @@ void set_json(Reply& reply, int status, std::string body) {
 
 // A repeat gets the answer its first request got, rendered again from what the route keeps
 // (routes.hpp, Dedup) and the repeat's body (the same body as the first's; a differing one is a
-// conflict before this).
-void answer_again(const Request& request, Dedup what, const KeptAnswer& kept, Reply& reply) {
+// conflict before this). An allocate's pages are given again only while each is still held for its
+// key: one taken back since (reclaimed, dropped, deleted, evicted, cleared) may be another key's now,
+// and the repeat's writer would write over it. Such a repeat gets 409, which the SDK does not repeat.
+// (So /clear forgets no id: a repeat of one from before it is 409 too, never executed afresh.)
+// (A confirm's answer names no page: giving its 204 again hands nothing out.)
+void answer_again(const Request& request, Dedup what, const KeptAnswer& kept, const MetadataState& state,
+                  Reply& reply) {
   if (what != Dedup::pages) {
     reply.status = kept.status;
     reply.content_type.clear();
@@ -44,6 +49,16 @@ void answer_again(const Request& request, Dedup what, const KeptAnswer& kept, Re
   std::vector<Page> pages(kept.pages.size());
   std::transform(kept.pages.begin(), kept.pages.end(), pages.begin(),
                  [](std::uint32_t p) { return p == 0xFFFFFFFFu ? kNoPage : Page{p}; });
+  const Rank rank = decoded.value().rank;
+  if (!state.holds(rank, pages, decoded.value().keys)) {
+    // Ends "on rank R", as the state's own 409s do (the SDK's classifier reads the rank there).
+    set_json(reply, 409,
+             protocol::encode_detail("X-Request-Id " + request.request_id +
+                                     ": the pages of its answer were taken back since (reclaimed, dropped, deleted, "
+                                     "evicted or cleared); allocate again under a new request id, on rank " +
+                                     std::to_string(rank)));
+    return;
+  }
   set_json(reply, kept.status,
            protocol::encode_allocate_response(decoded.value().rank, decoded.value().keys, pages));
 }
@@ -55,8 +70,11 @@ bool valid_request_id(std::string_view id) noexcept {
          std::all_of(id.begin(), id.end(), [](char c) { return c > 0x20 && c < 0x7f; });
 }
 
-// The most pages an allocate body can ask for: every key is a pair of strings, at least `["",""]`.
-constexpr std::size_t kSmallestKeyPair = 7;
+// The most pages an allocate body can ask for: every key is a `[key, prefix_key]` pair, so it opens
+// a '[' of its own (brackets inside strings only make the bound looser).
+std::size_t most_pages(std::string_view body) noexcept {
+  return static_cast<std::size_t>(std::count(body.begin(), body.end(), '['));
+}
 
 void set_method_not_allowed(Reply& reply, std::string_view allow) {
   set_json(reply, 405, protocol::encode_detail("Method Not Allowed"));
@@ -263,7 +281,6 @@ void Router::serve_protocol(const Request& request, Exchange& exchange) {
                  static_cast<long long>(answer.num_pages_kept), static_cast<int>(drop.method.size()),
                  drop.method.data(), static_cast<int>(drop.name.size()), drop.name.data());
   }
-  if (route == Route::clear && answer.status >= 200 && answer.status < 300) dedup_.clear();
   if (seq != 0 && store_->journal().mode() == durable::FsyncMode::always) {
     exchange.durable_seq = seq;
     if (exchange.claim) {
@@ -331,16 +348,18 @@ Router::Next Router::step(const Request& request, Exchange& exchange) {
       exchange.has_reply = true;
     } else if (deduplicated) {
       auto acquired = dedup_.acquire(static_cast<int>(exchange.target.route), request.request_id, request.body,
-                                     kept == Dedup::pages ? request.body.size() / kSmallestKeyPair : 0);
+                                     kept == Dedup::pages ? most_pages(request.body) : 0);
       switch (acquired.kind) {
         case DedupCache::Kind::owner:
           exchange.claim = std::move(acquired.claim);
           break;
         case DedupCache::Kind::hit:
-          answer_again(request, route_info(exchange.target.route).dedup, acquired.answer, reply);
+          answer_again(request, route_info(exchange.target.route).dedup, acquired.answer, service_.state(), reply);
           exchange.has_reply = true;
           // Not before the first answer's record is as durable as that answer was.
-          if (store_ && store_->journal().mode() == durable::FsyncMode::always) exchange.durable_seq = acquired.answer.seq;
+          if (store_ && store_->journal().mode() == durable::FsyncMode::always && reply.status < 300) {
+            exchange.durable_seq = acquired.answer.seq;
+          }
           break;
         case DedupCache::Kind::conflict:
           set_json(reply, 400,
@@ -361,6 +380,15 @@ Router::Next Router::step(const Request& request, Exchange& exchange) {
           exchange.has_reply = true;
           break;
         }
+        case DedupCache::Kind::too_large:
+          // Not 503: waiting never makes room for an answer larger than the whole budget.
+          set_json(reply, 413,
+                   protocol::encode_detail("the answer to this X-Request-Id could never fit --dedup-max-bytes (" +
+                                           std::to_string(options_.dedup_max_bytes) +
+                                           " bytes); nothing was applied: send it without X-Request-Id or in "
+                                           "smaller batches"));
+          exchange.has_reply = true;
+          break;
       }
     }
     exchange.dedup_done = true;

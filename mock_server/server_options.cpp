@@ -65,8 +65,9 @@ void define(CLI::App& app, ServerOptions& o) {
       ->capture_default_str()
       ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 24));
   app.add_option("--dedup-max-bytes", o.dedup_max_bytes,
-                 "memory for X-Request-Id answers; when it is full of answers inside their window, new ids "
-                 "get 503; 0 turns deduplication (and the X-Request-Id-Dedup header) off")
+                 "memory for X-Request-Id answers (kept across a clean restart with --data-dir); when it is "
+                 "full of answers inside their window, new ids get 503, and an answer larger than all of it "
+                 "413; 0 turns deduplication (and the X-Request-Id-Dedup header) off")
       ->capture_default_str()
       ->check(CLI::Range(std::size_t{0}, std::size_t{1} << 40));
   milliseconds(app, "--dedup-ttl-ms", o.dedup_ttl,

@@ -301,6 +301,10 @@ class MetadataState {
   std::vector<std::pair<Rank, RankStats>> all_rank_stats() const;  // sorted by rank
   std::optional<PageState> page_state(Rank rank, Page page) const;
   std::optional<std::string> page_owner(Rank rank, Page page) const;  // the key mapping it, if any
+  // Whether each page (kNoPage aside) is still held on `rank` for the key beside it: allocated for it
+  // (the page remembers its key's hash) or mapped to it. One lock for the whole batch. The server
+  // gives a repeated request id's allocate answer again only while this holds.
+  bool holds(Rank rank, std::span<const Page> pages, std::span<const BlockKey> keys) const;
   std::vector<Page> free_pages(Rank rank) const;  // the pool, front first; O(num_pages): tests, debugging
   std::optional<KeyInfo> key_info(std::string_view key) const;
   std::size_t key_count() const;  // keys that exist (deleted and draining ones not counted)

@@ -149,6 +149,35 @@ DirResult<DirListing> list(const fs::path& dir) {
   return listing;
 }
 
+// One request-id answer of a version-3 snapshot (data_dir.hpp); an error says what is wrong.
+std::optional<std::string> read_dedup_entry(Reader& in, DedupEntry& e) {
+  std::string_view id;
+  std::uint64_t at = 0;
+  std::uint32_t pages = 0;
+  if (!in.u64(e.seq) || !in.u8(e.tag.route) || !in.bytes(id) || !in.u64(e.tag.body_hash) ||
+      !in.u64(e.tag.body_size) || !in.u32(e.status) || !in.u64(at) || !in.u32(pages)) {
+    return "truncated request-id entry";
+  }
+  e.tag.id = id;
+  e.at_ms = static_cast<std::int64_t>(at);
+  std::string_view raw;
+  if (!in.raw(std::size_t{pages} * 4, raw)) return "truncated pages of request-id entry " + std::to_string(e.seq);
+  assign_u32s(raw, e.pages);
+  return std::nullopt;
+}
+
+void write_dedup_entry(const DedupEntry& e, std::string& out) {
+  put_u64(out, e.seq);
+  put_u8(out, e.tag.route);
+  put_bytes(out, e.tag.id);
+  put_u64(out, e.tag.body_hash);
+  put_u64(out, e.tag.body_size);
+  put_u32(out, e.status);
+  put_u64(out, static_cast<std::uint64_t>(e.at_ms));
+  put_u32(out, static_cast<std::uint32_t>(e.pages.size()));
+  out.append(reinterpret_cast<const char*>(e.pages.data()), e.pages.size() * 4);
+}
+
 // Parses a snapshot's bytes (checksum already checked) into an image and its dedup records.
 DirResult<LoadedSnapshot> parse_snapshot(const fs::path& path, std::string_view bytes, std::uint32_t version) {
   LoadedSnapshot out;
@@ -225,6 +254,11 @@ DirResult<LoadedSnapshot> parse_snapshot(const fs::path& path, std::string_view 
   std::uint32_t dedup_count = 0;
   if (!in.u32(dedup_count)) return fail("truncated dedup count");
   for (std::uint32_t i = 0; i < dedup_count; ++i) {
+    if (version >= kSnapshotDedupVersion) {
+      if (auto error = read_dedup_entry(in, out.dedup.emplace_back())) return fail(*error);
+      continue;
+    }
+    // Versions 1 and 2 kept the whole tagged record: its compact form is made from it.
     std::uint64_t seq = 0;
     std::string_view payload;
     if (!in.u64(seq) || !in.bytes(payload)) return fail("truncated dedup record");
@@ -232,7 +266,7 @@ DirResult<LoadedSnapshot> parse_snapshot(const fs::path& path, std::string_view 
     auto record = Record::decode(seq, payload, error);
     if (!record) return fail(error);
     if (!record->tag()) return fail("request-id entry " + std::to_string(seq) + " without its request id");
-    out.dedup.push_back(std::move(*record));
+    out.dedup.push_back(dedup_entry(seq, *record->tag(), record->change()));
   }
   std::string_view next;
   if (!in.bytes(next)) return fail("truncated journal name");
@@ -245,7 +279,7 @@ DirResult<LoadedSnapshot> parse_snapshot(const fs::path& path, std::string_view 
 
 DirResult<LoadedSnapshot> read_snapshot(const fs::path& path, std::string_view all) {
   std::uint32_t version = 0;
-  if (auto error = check_file_header(all, kSnapshotMagic, kSnapshotLifecycleVersion, &version)) {
+  if (auto error = check_file_header(all, kSnapshotMagic, kSnapshotDedupVersion, &version)) {
     return "snapshot " + path.string() + ": " + *error;
   }
   if (all.size() < kFileHeaderSize + 4) return "snapshot " + path.string() + ": truncated (" + std::to_string(all.size()) + " bytes)";
@@ -300,21 +334,13 @@ DirResult<void> replay_journal(const fs::path& path, std::string_view all, bool 
       std::uint32_t payload_crc = 0;
       std::memcpy(&payload_crc, all.data() + at + kRecordHeaderSize + len, 4);
       if (payload_crc != crc32c(payload)) return where(at) + ": record payload checksum mismatch";
-      // A tagged record is kept (a request-id answer), so it alone is decoded into a copy of its
-      // bytes; any other is decoded in place, into storage reused from record to record. Each is
-      // decoded once.
+      // Decoded in place, into storage reused from record to record; a tagged record (a request-id
+      // answer) is kept in the compact form the dedup cache keeps.
       std::string error;
-      std::optional<Record> kept;
-      if (Record::tagged(payload)) {
-        kept = Record::decode(seq, payload, error);
-        if (!kept) return where(at) + ": " + error;
-      } else if (!record.decode_view(seq, payload, error)) {
-        return where(at) + ": " + error;
-      }
-      const Change& change = kept ? kept->change() : record.change();
+      if (!record.decode_view(seq, payload, error)) return where(at) + ": " + error;
+      const Change& change = record.change();
       if (auto applied = state.apply(change); !applied) return where(at) + ": " + applied.error().message;
-      if (change.kind == ChangeKind::cleared) out.dedup.clear();
-      if (kept) out.dedup.push_back(std::move(*kept));
+      if (record.tag()) out.dedup.push_back(dedup_entry(seq, *record.tag(), change));
       out.seq = seq;
       ++out.records;
       at += kRecordHeaderSize + len + kRecordTrailerSize;
@@ -443,14 +469,19 @@ class FileWriter {
 }  // namespace
 
 DirResult<std::uint64_t> write_snapshot(const fs::path& dir, const StateImage& image,
-                                        const std::vector<TaggedPayload>& dedup, const std::string& next_journal) {
+                                        const std::vector<DedupEntry>& dedup, const std::string& next_journal) {
   const fs::path final_path = dir / snapshot_name(image.seq);
   const fs::path tmp = fs::path(final_path).concat(".tmp");
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return tmp.string() + ": " + errno_text(errno);
   FileWriter out(fd, tmp.string());
-  const bool lifecycle = image.has_lifecycle();
-  out.add(file_header(kSnapshotMagic, lifecycle ? kSnapshotLifecycleVersion : kFormatVersion), false);
+  // Without request-id answers the older versions' layout is the same: written so, older servers read it.
+  const bool compact_dedup = !dedup.empty();
+  const bool lifecycle = image.has_lifecycle() || compact_dedup;
+  out.add(file_header(kSnapshotMagic, compact_dedup ? kSnapshotDedupVersion
+                                      : lifecycle   ? kSnapshotLifecycleVersion
+                                                    : kFormatVersion),
+          false);
   std::string small;
   auto emit_small = [&] {
     out.add(small);
@@ -500,9 +531,8 @@ DirResult<std::uint64_t> write_snapshot(const fs::path& dir, const StateImage& i
     }
   }
   put_u32(small, static_cast<std::uint32_t>(dedup.size()));
-  for (const TaggedPayload& t : dedup) {
-    put_u64(small, t.seq);
-    put_bytes(small, t.payload);
+  for (const DedupEntry& e : dedup) {
+    write_dedup_entry(e, small);
     if (small.size() > 65536) emit_small();
   }
   put_bytes(small, next_journal);

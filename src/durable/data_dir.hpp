@@ -13,9 +13,14 @@
 // state without the lifecycle writes version 1, which a version-1 reader reads): u8 has clock, u64
 // clock (ms), u32 draining key ids, the ids (u32 each); u32 timed pages, per page: u64 at (ms),
 // u32 rank index (in the order above), u32 page; u32 timed keys, per key: u64 at (ms), u32 id;
-// then (both versions) u32 dedup records, per record: u64 seq,
-// u32 length, a journal payload carrying its DedupTag; the file name of the journal that follows
-// (u32 length, name); then u32 crc32c of everything after the file header.
+// then the request-id answers: in versions 1 and 2 u32 records, per record: u64 seq, u32 length, a
+// journal payload carrying its DedupTag (key names and all); in version 3 (written when there is any
+// answer to keep; it always has version 2's lifecycle section) their compact form, as the dedup cache
+// keeps them: u32 entries, per entry: u64 seq, u8 route, u32 length, id, u64 body hash, u64 body
+// size, u32 status, i64 at (ms, system clock; 0 unknown), u32 pages, the pages (u32 each);
+// then the file name of the journal that follows (u32 length, name); then u32 crc32c of everything
+// after the file header. (With no answer to keep the section is one u32 0 in every version, so such
+// a snapshot is written as version 1 or 2, which older servers read.)
 #pragma once
 
 #include <cstddef>
@@ -43,6 +48,8 @@ using DirResult = boost::outcome_v2::result<T, DirError, boost::outcome_v2::poli
 
 // Snapshots with the cache lifecycle's state (the layout above); the journal stays at kFormatVersion.
 inline constexpr std::uint32_t kSnapshotLifecycleVersion = 2;
+// Snapshots whose request-id answers are in the compact form (the layout above).
+inline constexpr std::uint32_t kSnapshotDedupVersion = 3;
 
 // errno's text; and write(2) of all of `bytes` (repeated on EINTR and short writes), 0 or the errno.
 std::string errno_text(int err);
@@ -60,18 +67,12 @@ int take_injected_error(DiskOp op) noexcept;
 std::string journal_name(std::uint64_t first_seq);
 std::string snapshot_name(std::uint64_t seq);
 
-// A tagged record kept for the snapshot, so that dedup entries outlive the journal they came from.
-struct TaggedPayload {
-  std::uint64_t seq = 0;
-  std::string payload;
-};
-
 // What recovery found.
 struct Recovered {
   std::uint64_t seq = 0;            // the last change recovered
   std::uint64_t snapshot_seq = 0;   // 0: no snapshot
   std::size_t records = 0;          // journal records replayed
-  std::vector<Record> dedup;        // tagged records in seq order, from the snapshot and the journal
+  std::vector<DedupEntry> dedup;    // request-id answers in seq order, from the snapshot and the journal
   std::filesystem::path journal;    // the last journal file (empty: none)
   std::uint64_t journal_first_seq = 0;
   std::uint64_t journal_valid_bytes = 0;  // where the next record goes
@@ -94,7 +95,7 @@ DirResult<void> replay_journal(const std::filesystem::path& path, std::string_vi
                                MetadataState& state, Recovered& out);
 struct LoadedSnapshot {
   StateImage image;
-  std::vector<Record> dedup;  // each with its DedupTag
+  std::vector<DedupEntry> dedup;
   std::string next_journal;
 };
 // Checks a snapshot's file header and checksum, then parses it; an error names the file.
@@ -103,7 +104,7 @@ DirResult<LoadedSnapshot> read_snapshot(const std::filesystem::path& path, std::
 // Writes snapshot-<image.seq>.snap durably (temporary file, fsync, rename, directory fsync), naming
 // the journal file that holds the records after it.
 DirResult<std::uint64_t> write_snapshot(const std::filesystem::path& dir, const StateImage& image,
-                                        const std::vector<TaggedPayload>& dedup,
+                                        const std::vector<DedupEntry>& dedup,
                                         const std::string& next_journal);  // returns the bytes written
 
 // Removes the snapshots older than `seq` and the journal files whose records all come before it.

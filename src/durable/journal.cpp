@@ -79,8 +79,12 @@ DirResult<std::unique_ptr<Journal>> Journal::open(Options options, const Recover
     if (auto error = sync_dir(j->options_.dir)) return std::move(*error);
   }
   j->acked_ = Acked{recovered.seq, j->file_first_seq_, j->file_bytes_};
-  for (const Record& r : recovered.dedup) {
-    j->retain_tagged(TaggedPayload{r.seq(), std::string(r.payload())});
+  // An answer replayed from a journal has no time: its window starts now, in the cache as here.
+  const std::int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                  std::chrono::system_clock::now().time_since_epoch()).count();
+  for (DedupEntry e : recovered.dedup) {
+    if (e.at_ms == 0) e.at_ms = now_ms;
+    j->retain_tagged(std::move(e));
   }
   j->syncer_ = std::thread([p = j.get()] { p->sync_loop(); });
   return j;
@@ -136,21 +140,18 @@ void Journal::append(const Change& change) {
   t_seq = change.seq;
   ++stats_.records;
   bytes_since_rotation_ += size;
-  if (change.kind == ChangeKind::cleared) {
-    tagged_.clear();
-    tagged_bytes_ = 0;
-  }
   if (tag) {
-    retain_tagged(TaggedPayload{change.seq,
-                                out.substr(at + kRecordHeaderSize, size - kRecordHeaderSize - kRecordTrailerSize)});
+    // The time lets a restart give the answer only what is left of its window.
+    const auto now = std::chrono::system_clock::now().time_since_epoch();
+    retain_tagged(dedup_entry(change.seq, *tag, change, std::chrono::duration_cast<std::chrono::milliseconds>(now).count()));
   }
 }
 
-void Journal::retain_tagged(TaggedPayload tagged) {
-  tagged_bytes_ += tagged.payload.size();
+void Journal::retain_tagged(DedupEntry tagged) {
+  tagged_bytes_ += dedup_weight(tagged.tag.id.size(), tagged.pages.size());
   tagged_.push_back(std::move(tagged));
   while (tagged_bytes_ > options_.dedup_retained_bytes) {
-    tagged_bytes_ -= tagged_.front().payload.size();
+    tagged_bytes_ -= dedup_weight(tagged_.front().tag.id.size(), tagged_.front().pages.size());
     tagged_.pop_front();
   }
 }
@@ -265,16 +266,16 @@ void Journal::rotate_at(std::uint64_t seq) {
   bytes_since_rotation_ = 0;
 }
 
-std::vector<TaggedPayload> Journal::tagged_up_to(std::uint64_t seq) const {
+std::vector<DedupEntry> Journal::tagged_up_to(std::uint64_t seq) const {
   constexpr std::size_t kChunk = 4096;
-  std::vector<TaggedPayload> out;
+  std::vector<DedupEntry> out;
   for (;;) {
     std::lock_guard lock(mutex_);
     // The kept records are in seq order; the front may have gone since the last chunk.
     auto it = tagged_.begin();
     if (!out.empty()) {
       it = std::upper_bound(tagged_.begin(), tagged_.end(), out.back().seq,
-                            [](std::uint64_t s, const TaggedPayload& t) { return s < t.seq; });
+                            [](std::uint64_t s, const DedupEntry& t) { return s < t.seq; });
     }
     std::size_t copied = 0;
     for (; it != tagged_.end() && it->seq <= seq && copied < kChunk; ++it, ++copied) out.push_back(*it);
@@ -379,7 +380,7 @@ DirResult<std::uint64_t> Journal::roll_back() {
   rotation_.reset();
   appended_ = written_ = durable_ = a.seq;
   while (!tagged_.empty() && tagged_.back().seq > a.seq) {
-    tagged_bytes_ -= tagged_.back().payload.size();
+    tagged_bytes_ -= dedup_weight(tagged_.back().tag.id.size(), tagged_.back().pages.size());
     tagged_.pop_back();
   }
   return a.seq;

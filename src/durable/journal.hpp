@@ -74,8 +74,10 @@ class Journal {
   struct Options {
     std::filesystem::path dir;
     FsyncMode mode = FsyncMode::everysec;
-    // The last tagged records are kept for the next snapshot, up to this many payload bytes (the
-    // server's --dedup-max-bytes: the cache cannot hold more).
+    // The last request-id answers are kept for the next snapshot, in the dedup cache's compact form,
+    // up to the weight the cache may hold (the server's --dedup-max-bytes, dedup_weight()), the
+    // oldest dropped first: the answers the cache still holds are the newest, and weigh no more.
+    // (Only a record whose answer the cache did not keep, a 503's, also weighs here.)
     std::size_t dedup_retained_bytes = std::size_t{256} << 20;
   };
   using Done = std::function<void(const std::optional<std::string>& error)>;
@@ -101,11 +103,11 @@ class Journal {
   // Snapshots. At the instant the image is taken (under the state's lock): records after `seq` go to
   // a new file.
   void rotate_at(std::uint64_t seq);
-  // Then, outside the state's lock: the tagged records up to `seq` still kept, for the snapshot.
+  // Then, outside the state's lock: the request-id answers up to `seq` still kept, for the snapshot.
   // Copied a few thousand at a time: when every allocate carries a request id there are millions,
   // and copying them at the instant kept every writer waiting. (The oldest ones, which the byte
   // bound drops meanwhile, are not in it.)
-  std::vector<TaggedPayload> tagged_up_to(std::uint64_t seq) const;
+  std::vector<DedupEntry> tagged_up_to(std::uint64_t seq) const;
   // Off the I/O threads, after rotate_at: the new file exists durably, the old one is synced.
   // Returns the new file's name.
   struct FileName {
@@ -164,9 +166,9 @@ class Journal {
   std::uint64_t file_bytes_ = 0;       // the current file's length as written
   std::vector<int> retired_fds_;       // earlier files not yet synced and closed (by the syncer)
   std::string new_file_;
-  std::deque<TaggedPayload> tagged_;   // the last tagged records, for snapshots
-  std::size_t tagged_bytes_ = 0;       // their payloads' bytes
-  void retain_tagged(TaggedPayload tagged);  // mutex_ held (or no other thread yet)
+  std::deque<DedupEntry> tagged_;      // the last request-id answers, for snapshots
+  std::size_t tagged_bytes_ = 0;       // their dedup_weight()s
+  void retain_tagged(DedupEntry tagged);  // mutex_ held (or no other thread yet)
   std::multimap<std::uint64_t, Done> waiters_;
   bool stopping_ = false;
   std::condition_variable wake_syncer_;

@@ -137,6 +137,15 @@ void finish_record(std::uint64_t seq, std::size_t header_at, std::string& out) {
 
 }  // namespace
 
+DedupEntry dedup_entry(std::uint64_t seq, const DedupTag& tag, const Change& change, std::int64_t at_ms) {
+  DedupEntry entry{seq, tag, change.kind == ChangeKind::allocated ? 200u : 204u, {}, at_ms};
+  if (change.kind == ChangeKind::allocated) {
+    entry.pages.reserve(change.allocated.size());
+    for (const AllocatedItem& item : change.allocated) entry.pages.push_back(item.page);
+  }
+  return entry;
+}
+
 void frame_record(std::uint64_t seq, std::string_view payload, std::string& out) {
   const std::size_t header_at = out.size();
   out.append(kRecordHeaderSize, '\0');
@@ -157,10 +166,6 @@ std::optional<Record> Record::decode(std::uint64_t seq, std::string_view payload
   record.payload_.assign(payload.begin(), payload.end());
   if (!decode_into(record, seq, {record.payload_.data(), record.payload_.size()}, error)) return std::nullopt;
   return record;
-}
-
-bool Record::tagged(std::string_view payload) noexcept {
-  return payload.size() >= 2 && (static_cast<std::uint8_t>(payload[1]) & kHasTag) != 0;  // u8 kind, u8 flags
 }
 
 bool Record::decode_view(std::uint64_t seq, std::string_view payload, std::string& error) {

@@ -38,6 +38,27 @@ struct DedupTag {
   friend bool operator==(const DedupTag&, const DedupTag&) = default;
 };
 
+// A request-id answer in the compact form the server's dedup cache keeps it in
+// (mock_server/dedup_cache.hpp): no key names, 4 bytes a page. The journal keeps the last ones
+// within --dedup-max-bytes for the next snapshot, the snapshot stores them, recovery hands them to
+// the cache: a clean restart keeps the ids memory kept.
+struct DedupEntry {
+  std::uint64_t seq = 0;  // the record of the change it answered
+  DedupTag tag;
+  std::uint32_t status = 0;
+  std::vector<std::uint32_t> pages;  // an allocate's answer, kNoPage32 where it gave none
+  std::int64_t at_ms = 0;  // when it was recorded (system clock, ms); 0: unknown (taken as "just now")
+  friend bool operator==(const DedupEntry&, const DedupEntry&) = default;
+};
+// The entry of a tagged record's change: an allocate was answered 200 with its pages, the rest 204.
+DedupEntry dedup_entry(std::uint64_t seq, const DedupTag& tag, const Change& change, std::int64_t at_ms = 0);
+// What an entry weighs against --dedup-max-bytes, in the cache, the journal and the snapshot alike:
+// the entry, its map node and its place in the expiry queue (rounded up), its route and id, its pages.
+inline constexpr std::size_t kDedupEntryOverhead = 256;
+constexpr std::size_t dedup_weight(std::size_t id_bytes, std::size_t pages) noexcept {
+  return kDedupEntryOverhead + 1 + id_bytes + pages * sizeof(std::uint32_t);
+}
+
 // A decoded record. Owns the bytes that change()'s views point into (moving keeps them in place),
 // unless decoded in place (decode_view).
 class Record {
@@ -53,13 +74,11 @@ class Record {
   const std::optional<DedupTag>& tag() const noexcept { return tag_; }
   std::string_view payload() const noexcept { return payload_view_; }
 
-  // Whether a payload carries a DedupTag (its flags say so; decode checks the rest).
-  static bool tagged(std::string_view payload) noexcept;
   // Decodes a payload into a record that owns a copy of it; an error names what is wrong (the caller
   // adds file and offset).
   static std::optional<Record> decode(std::uint64_t seq, std::string_view payload, std::string& error);
   // Decodes a payload into this record, reusing its storage; its views then point into `payload`
-  // (not copied: replay decodes each record once and keeps only the tagged ones, with decode()).
+  // (not copied: replay decodes each record once, keeping of a tagged one only its DedupEntry).
   // false: an error, in `error`.
   bool decode_view(std::uint64_t seq, std::string_view payload, std::string& error);
 

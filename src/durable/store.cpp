@@ -53,7 +53,7 @@ DirResult<std::uint64_t> Store::snapshot() {
   }
   const auto start = std::chrono::steady_clock::now();
   const StateImage image = state_.export_image([&](std::uint64_t seq) { journal_->rotate_at(seq); });
-  const std::vector<TaggedPayload> dedup = journal_->tagged_up_to(image.seq);
+  const std::vector<DedupEntry> dedup = journal_->tagged_up_to(image.seq);
   auto next = journal_->finish_rotation();
   DirResult<std::uint64_t> written = next ? write_snapshot(options_.dir, image, dedup, next.value().name)
                                           : DirResult<std::uint64_t>(std::move(next).error());

@@ -1942,4 +1942,22 @@ std::size_t MetadataState::rank_count() const {
   return impl_->rank_slots.size();
 }
 
+bool MetadataState::holds(Rank rank, std::span<const Page> pages, std::span<const BlockKey> keys) const {
+  if (pages.size() != keys.size()) return false;
+  Impl::ReadAccess access(*impl_);  // with the lifecycle, what expired is taken back first
+  const std::uint32_t slot = impl_->slot_of(rank);
+  for (std::size_t i = 0; i < pages.size(); ++i) {
+    if (pages[i] == kNoPage) continue;
+    if (slot == kNone || !impl_->ranks[slot]->in_range(pages[i])) return false;
+    const RankData& r = *impl_->ranks[slot];
+    const auto page = static_cast<std::uint32_t>(pages[i]);
+    const HashedKey key{keys[i].key};
+    const std::uint32_t owner = r.owner[page];
+    const bool held = owner == kAllocated ? r.allocated_for[page] == key.short_hash()
+                                          : owner < kKeyIdLimit && owner == impl_->id_of(key);
+    if (!held) return false;
+  }
+  return true;
+}
+
 }  // namespace hf3fs_meta

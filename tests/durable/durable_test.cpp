@@ -32,8 +32,9 @@ using testing::Workload;
 using testing::files_like;
 using testing::write_bytes;
 
-std::unique_ptr<Store> open_store(const fs::path& dir, MetadataState& state, FsyncMode mode = FsyncMode::no) {
-  auto store = Store::open(Store::Options{dir, mode, 0, 100}, state);
+std::unique_ptr<Store> open_store(const fs::path& dir, MetadataState& state, FsyncMode mode = FsyncMode::no,
+                                  std::size_t dedup_bytes = std::size_t{1} << 20) {
+  auto store = Store::open(Store::Options{dir, mode, 0, dedup_bytes}, state);
   EXPECT_TRUE(store.has_value()) << (store ? "" : store.error().message);
   return store ? std::move(store).value() : nullptr;
 }
@@ -309,7 +310,6 @@ TEST(DurableRecord, EveryKindRoundTrips) {
       EXPECT_EQ(c.key_id, changes[i].key_id);
       EXPECT_EQ(c.clock_ms, changes[i].clock_ms);
       EXPECT_EQ(record->tag().has_value(), t != nullptr);
-      EXPECT_EQ(Record::tagged(payload), t != nullptr);  // what replay reads before it decodes
       if (t) {
         EXPECT_EQ(*record->tag(), tag);
       }
@@ -601,6 +601,69 @@ TEST_P(DurableRestart, WhatWasAllocatedBeforeIsReclaimedAtItsOwnDeadline) {
 INSTANTIATE_TEST_SUITE_P(CrashOrShutdown, DurableRestart, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "AfterShutdown" : "AfterCrash"; });
 
+// Versions 1 and 2 kept request-id answers as whole tagged records (key names and all): still read,
+// into the compact form the cache keeps.
+TEST(DurableSnapshot, AnOlderSnapshotsTaggedRecordsAreReadIntoTheCompactForm) {
+  for (const std::uint32_t version : {kFormatVersion, kSnapshotLifecycleVersion}) {
+    Change change;
+    change.seq = 1;
+    change.kind = ChangeKind::allocated;
+    const std::vector<AllocatedItem> items{{"x", 0, 0}, {"y", kNoPage32, kNoPage32}};
+    change.allocated = items;
+    const DedupTag tag{1, "req-old", 42, 77};
+    std::string body;
+    put_u64(body, 0);  // seq
+    put_u32(body, 0);  // ranks
+    put_u64(body, 0);  // keys
+    put_u32(body, 0);  // free ids
+    if (version == kSnapshotLifecycleVersion) {
+      put_u8(body, 0);
+      put_u64(body, 0);
+      for (int i = 0; i < 3; ++i) put_u32(body, 0);  // draining ids, timed pages, timed keys
+    }
+    put_u32(body, 1);
+    put_u64(body, 1);
+    std::string payload;
+    encode_payload(change, &tag, payload);
+    put_bytes(body, payload);
+    put_bytes(body, journal_name(1));
+    std::string file = file_header(kSnapshotMagic, version) + body;
+    put_u32(file, crc32c(body));
+    auto loaded = read_snapshot("snapshot-old", file);
+    ASSERT_TRUE(loaded.has_value()) << loaded.error().message;
+    ASSERT_EQ(loaded.value().dedup.size(), 1u);
+    EXPECT_EQ(loaded.value().dedup[0], (DedupEntry{1, tag, 200, {0, kNoPage32}, 0}));
+  }
+}
+
+// Version 3 is written only when there are answers to keep, and keeps them exactly: no key names.
+TEST(DurableSnapshot, RequestIdAnswersAreKeptInTheirCompactForm) {
+  TempDir dir;
+  MetadataState state;
+  ASSERT_TRUE(state.initialize(0, 4).has_value());
+  const std::vector<DedupEntry> dedup{
+      {3, DedupTag{1, "req-a", 11, 100}, 200, {2, kNoPage32, 0}, 1'764'590'000'123},
+      {4, DedupTag{2, "req-b", 22, 200}, 204, {}, 0}};
+  const StateImage image = state.export_image();
+  ASSERT_TRUE(write_snapshot(dir.path(), image, dedup, journal_name(image.seq + 1)).has_value());
+  const auto path = files_like(dir.path(), "snapshot-").back();
+  const std::string bytes = read_bytes(path);
+  std::uint32_t version = 0;
+  ASSERT_FALSE(check_file_header(bytes, kSnapshotMagic, kSnapshotDedupVersion, &version).has_value());
+  EXPECT_EQ(version, kSnapshotDedupVersion);
+  auto loaded = read_snapshot(path, bytes);
+  ASSERT_TRUE(loaded.has_value()) << loaded.error().message;
+  EXPECT_EQ(loaded.value().dedup, dedup);
+  EXPECT_EQ(loaded.value().image, image);
+  // A cut inside an entry is named as such (the last 40 bytes: the checksum and the journal's name).
+  std::string cut = bytes.substr(0, bytes.size() - 41);
+  const std::string cut_body = cut.substr(kFileHeaderSize);
+  put_u32(cut, crc32c(cut_body));
+  auto refused = read_snapshot(path, cut);
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_THAT(refused.error().message, HasSubstr("truncated pages of request-id entry 4"));
+}
+
 TEST(DurableSnapshot, TheFormatChangesOnlyWithTheCacheLifecycle) {
   for (const bool lifecycle : {false, true}) {
     TempDir dir;
@@ -691,12 +754,79 @@ TEST(DurableRecovery, DedupTagsSurviveInTheJournalAndInSnapshots) {
   auto store = open_store(dir.path(), state);
   const auto& dedup = store->recovered().dedup;
   ASSERT_EQ(dedup.size(), 2u);
-  EXPECT_EQ(*dedup[0].tag(), first);
-  ASSERT_EQ(dedup[0].change().allocated.size(), 2u);
-  EXPECT_EQ(dedup[0].change().allocated[1].key, "y");
-  EXPECT_EQ(dedup[0].change().allocated[1].page, 1u);
-  EXPECT_EQ(*dedup[1].tag(), second);
-  EXPECT_EQ(dedup[1].change().kind, ChangeKind::confirmed);
+  EXPECT_EQ(dedup[0].tag, first);
+  EXPECT_EQ(dedup[0].status, 200u);
+  EXPECT_EQ(dedup[0].pages, (std::vector<std::uint32_t>{0, 1}));
+  EXPECT_GT(dedup[0].at_ms, 0);  // through the snapshot: its time kept
+  EXPECT_EQ(dedup[1].tag, second);
+  EXPECT_EQ(dedup[1].status, 204u);
+  EXPECT_TRUE(dedup[1].pages.empty());
+  EXPECT_EQ(dedup[1].at_ms, 0);  // replayed from the journal: no time recorded
+  // Its window started at this restart, as in the cache: the next snapshot keeps that time, so a
+  // restart after it does not give the answer a whole window again.
+  ASSERT_TRUE(store->shutdown().has_value());
+  store.reset();
+  MetadataState again;
+  const auto reopened = open_store(dir.path(), again);
+  ASSERT_EQ(reopened->recovered().dedup.size(), 2u);
+  EXPECT_GT(reopened->recovered().dedup[1].at_ms, 0);
+}
+
+// A clear forgets no request id (the server answers a repeat of one from before it 409, its pages
+// taken back): neither the journal's replay nor the snapshot after it drops them.
+TEST(DurableRecovery, AClearForgetsNoRequestId) {
+  for (const bool snapshot : {false, true}) {
+    TempDir dir;
+    const DedupTag tag{1, "req-before", 5, 20};
+    {
+      MetadataState state;
+      auto store = open_store(dir.path(), state);
+      ASSERT_TRUE(state.initialize(0, 2).has_value());
+      {
+        TagScope scope(&tag);
+        const std::vector<BlockKey> keys{{"k", ""}};
+        ASSERT_TRUE(state.allocate(0, keys).has_value());
+      }
+      state.clear();
+      if (snapshot) {
+        ASSERT_TRUE(store->shutdown().has_value());
+      } else {
+        ASSERT_FALSE(store->journal().write_through(state.seq()).has_value());
+      }
+    }
+    MetadataState state;
+    auto store = open_store(dir.path(), state);
+    ASSERT_EQ(store->recovered().dedup.size(), 1u) << (snapshot ? "snapshot" : "journal");
+    EXPECT_EQ(store->recovered().dedup[0].tag, tag);
+    EXPECT_EQ(state.rank_count(), 0u);
+  }
+}
+
+// The journal keeps the newest answers within --dedup-max-bytes, weighed as the cache weighs them
+// (pages, not key names): a key of 1,000 bytes costs nothing, and the oldest go first.
+TEST(DurableRecovery, ASnapshotKeepsTheNewestAnswersWithinTheBudgetAsTheCacheWeighsThem) {
+  TempDir dir;
+  const std::string long_key(1000, 'k');
+  {
+    MetadataState state;
+    auto store = open_store(dir.path(), state, FsyncMode::no, 3 * dedup_weight(5, 1));
+    ASSERT_TRUE(state.initialize(0, 8).has_value());
+    for (int i = 0; i < 5; ++i) {
+      const DedupTag tag{1, "req-" + std::to_string(i), 0, 0};
+      TagScope scope(&tag);
+      const std::vector<BlockKey> keys{{long_key + std::to_string(i), ""}};
+      ASSERT_TRUE(state.allocate(0, keys).has_value());
+    }
+    ASSERT_TRUE(store->shutdown().has_value());
+  }
+  MetadataState state;
+  auto store = open_store(dir.path(), state);
+  const auto& dedup = store->recovered().dedup;
+  ASSERT_EQ(dedup.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(dedup[i].tag.id, "req-" + std::to_string(i + 2));
+    EXPECT_EQ(dedup[i].pages, std::vector<std::uint32_t>{static_cast<std::uint32_t>(i + 2)});
+  }
 }
 
 // A lifecycle record written during a tagged request (here, the eviction an allocate makes room
@@ -726,8 +856,8 @@ TEST(DurableRecovery, OnlyTheRequestsOwnRecordCarriesItsRequestId) {
   auto store = open_store(dir.path(), state);
   const auto& dedup = store->recovered().dedup;
   ASSERT_EQ(dedup.size(), 1u);
-  EXPECT_EQ(*dedup[0].tag(), tag);
-  EXPECT_EQ(dedup[0].change().kind, ChangeKind::allocated);
+  EXPECT_EQ(dedup[0].tag, tag);
+  EXPECT_EQ(dedup[0].status, 200u);
   EXPECT_FALSE(state.key_info("a").has_value());
 }
 
@@ -757,8 +887,8 @@ TEST(DurableRecovery, ASnapshotKeepsThousandsOfRequestIdsInOrder) {
   const auto& dedup = store->recovered().dedup;
   ASSERT_EQ(dedup.size(), std::size_t{kTagged + 3});
   for (int i = 0; i < kTagged + 3; ++i) {
-    ASSERT_EQ(dedup[i].tag()->id, std::string("req-").append(std::to_string(i)));
-    ASSERT_EQ(dedup[i].change().allocated[0].page, static_cast<std::uint32_t>(i));
+    ASSERT_EQ(dedup[i].tag.id, std::string("req-").append(std::to_string(i)));
+    ASSERT_EQ(dedup[i].pages, std::vector<std::uint32_t>{static_cast<std::uint32_t>(i)});
   }
 }
 

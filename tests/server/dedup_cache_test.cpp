@@ -1,5 +1,6 @@
-// DedupCache on its own, with an injected clock: the window, the byte budget, and the 503 rule
-// (a full budget of answers still inside their window refuses new ids; it never forgets one).
+// DedupCache on its own, with an injected clock: the window, the byte budget, the 503 rule (a full
+// budget of answers still inside their window refuses new ids; it never forgets one), the 413 rule
+// (an answer larger than the whole budget), and what a data dir gives back after a restart.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -9,6 +10,10 @@
 #include <vector>
 
 #include "dedup_cache.hpp"
+#include "durable/journal.hpp"
+#include "durable/store.hpp"
+#include "hf3fs_meta/state.hpp"
+#include "support/temp_dir.hpp"
 
 namespace hf3fs_meta::server {
 namespace {
@@ -113,6 +118,110 @@ TEST_F(DedupCacheTest, ClearForgetsKeptAnswersAndReleasesTheirBytes) {
   EXPECT_EQ(cache.acquire(kAllocate, "a", "body", 1).kind, Kind::owner);
   EXPECT_EQ(cache.acquire(kAllocate, "b", "body", 1).kind, Kind::owner);
 }
+
+TEST_F(DedupCacheTest, AnAnswerThatCouldNeverFitIsTooLargeAtOnceNotFull) {
+  auto cache = make(weight(10));
+  EXPECT_EQ(cache.acquire(kAllocate, "a", "body", 11).kind, Kind::too_large);
+  EXPECT_EQ(cache.stats().entries, 0u);  // nothing reserved, nothing counted as refused-for-now
+  EXPECT_EQ(cache.stats().bytes, 0u);
+  EXPECT_EQ(cache.stats().refused, 0u);
+  auto fits = cache.acquire(kAllocate, "a", "body", 10);  // exactly the budget
+  ASSERT_EQ(fits.kind, Kind::owner);
+  // Full only for now: 503's case, not 413's.
+  EXPECT_EQ(cache.acquire(kAllocate, "b", "body", 1).kind, Kind::full);
+}
+
+TEST_F(DedupCacheTest, ARestoredAnswerKeepsWhatWasLeftOfItsWindow) {
+  auto cache = make(1 << 20, 1000ms);
+  const auto hash = DedupCache::body_hash("body");
+  cache.restore(kAllocate, "over", hash, 4, KeptAnswer{200, {1}, 5}, 1000ms);
+  cache.restore(kAllocate, "a", hash, 4, KeptAnswer{200, {2}, 6}, 400ms);
+  cache.restore(kAllocate, "b", hash, 4, KeptAnswer{200, {3}, 7});  // age unknown: a whole window
+  EXPECT_EQ(cache.stats().entries, 2u);
+  EXPECT_EQ(cache.acquire(kAllocate, "over", "body", 1).kind, Kind::owner);
+  now_ += 599ms;
+  auto a = cache.acquire(kAllocate, "a", "body", 1);
+  ASSERT_EQ(a.kind, Kind::hit);
+  EXPECT_THAT(a.answer.pages, ElementsAre(2u));
+  now_ += 1ms;
+  EXPECT_EQ(cache.acquire(kAllocate, "a", "body", 1).kind, Kind::owner);
+  EXPECT_EQ(cache.acquire(kAllocate, "b", "body", 1).kind, Kind::hit);
+  // An entry recovery found, aged by the system clock's difference.
+  durable::DedupEntry e{9, durable::DedupTag{kAllocate, "c", hash, 4}, 200, {4}, 10'000};
+  cache.restore(e, 10'999);
+  EXPECT_EQ(cache.acquire(kAllocate, "c", "body", 1).kind, Kind::hit);
+  now_ += 1ms;
+  EXPECT_EQ(cache.acquire(kAllocate, "c", "body", 1).kind, Kind::owner);
+  e.tag.id = "d";
+  cache.restore(e, 11'000);  // its window ended before the restart
+  EXPECT_EQ(cache.acquire(kAllocate, "d", "body", 1).kind, Kind::owner);
+}
+
+// The scenario, at the unit level: large allocates carrying ids, kept in memory as pages;
+// a restart (clean, or a crash after a snapshot) must give every one back. The snapshot used to keep
+// whole records (key names and all), within the same budget, so it kept one of these five.
+class DedupRecoveryTest : public DedupCacheTest, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(DedupRecoveryTest, RequestIdsSurviveARestartAsTheySurviveInMemory) {
+  const bool clean = GetParam();
+  hf3fs_meta::testing::TempDir dir;
+  constexpr int kAllocates = 5;
+  constexpr int kKeys = 2000;  // of 1.5 kB: 3 MB a record, 8 kB an entry
+  constexpr std::size_t kBudget = std::size_t{4} << 20;
+  const durable::Store::Options store_options{dir.path(), durable::FsyncMode::no, 0, kBudget};
+  std::vector<std::string> bodies;
+  std::vector<std::vector<std::int64_t>> answers;
+  {
+    MetadataState state;
+    auto store = std::move(durable::Store::open(store_options, state)).value();
+    ASSERT_TRUE(state.initialize(0, kAllocates * kKeys).has_value());
+    auto cache = make(kBudget);
+    for (int i = 0; i < kAllocates; ++i) {
+      if (!clean && i == 3) {
+        ASSERT_TRUE(store->snapshot().has_value());  // the last two only in the journal
+      }
+      std::vector<BlockKey> keys;
+      for (int k = 0; k < kKeys; ++k) keys.emplace_back(std::string(1500, 'k') + std::to_string(i) + "-" + std::to_string(k));
+      bodies.push_back("body of allocate " + std::to_string(i) + " with " + keys.front().key);
+      const std::string id = "big-" + std::to_string(i);
+      auto acquired = cache.acquire(kAllocate, id, bodies.back(), kKeys);
+      ASSERT_EQ(acquired.kind, Kind::owner);
+      const durable::DedupTag tag{kAllocate, id, DedupCache::body_hash(bodies.back()), bodies.back().size()};
+      durable::Journal::reset_thread_seq();
+      std::vector<Page> pages;
+      {
+        durable::TagScope scope(&tag);
+        pages = state.allocate(0, keys).value();
+      }
+      const auto seq = durable::Journal::thread_seq();
+      ASSERT_FALSE(store->journal().write_through(seq).has_value());
+      acquired.claim.complete(200, pages, seq);
+      answers.emplace_back(pages.begin(), pages.end());
+    }
+    for (int i = 0; i < kAllocates; ++i) {
+      EXPECT_EQ(cache.acquire(kAllocate, "big-" + std::to_string(i), bodies[i], kKeys).kind, Kind::hit);
+    }
+    if (clean) {
+      ASSERT_TRUE(store->shutdown().has_value());
+    }
+  }
+  MetadataState state;
+  auto store = std::move(durable::Store::open(store_options, state)).value();
+  ASSERT_EQ(store->recovered().dedup.size(), std::size_t{kAllocates});
+  auto cache = make(kBudget);
+  const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch()).count();
+  for (const auto& e : store->recovered().dedup) cache.restore(e, now_ms);
+  for (int i = 0; i < kAllocates; ++i) {
+    auto repeat = cache.acquire(kAllocate, "big-" + std::to_string(i), bodies[i], kKeys);
+    ASSERT_EQ(repeat.kind, Kind::hit) << i;
+    EXPECT_EQ(repeat.answer.status, 200);
+    EXPECT_EQ(std::vector<std::int64_t>(repeat.answer.pages.begin(), repeat.answer.pages.end()), answers[i]);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(ShutdownOrCrash, DedupRecoveryTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "CleanShutdown" : "CrashAfterASnapshot"; });
 
 TEST_F(DedupCacheTest, ZeroBytesIsOff) {
   EXPECT_FALSE(make(0).enabled());
