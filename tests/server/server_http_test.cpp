@@ -405,14 +405,25 @@ TEST(ServerProcessTest, KillAndRestartOnTheSamePortForgetsEverything) {
   EXPECT_EQ(r.body, R"({"detail":"Allocation failed: Rank 0 not initialized"})");
 }
 
-TEST(ServerProcessTest, BadArgumentsExitNonZeroWithoutListening) {
-  EXPECT_THROW(ServerProcess({"--threads", "zero"}), std::runtime_error);
-  EXPECT_THROW(ServerProcess({"--no-such-flag"}), std::runtime_error);
+TEST(ServerProcessTest, BadArgumentsExitTwoWithoutListening) {
+  auto r = ServerProcess::run_to_exit({"--port", "0", "--threads", "zero"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--threads: Value zero not in range 1 to 1024"));
+  EXPECT_THAT(r.output, Not(HasSubstr("listening on")));
+  r = ServerProcess::run_to_exit({"--port", "0", "--no-such-flag"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--no-such-flag"));
+  EXPECT_THAT(r.output, Not(HasSubstr("listening on")));
 }
 
-TEST(ServerProcessTest, PortInUseFailsToStart) {
+TEST(ServerProcessTest, PortInUseExitsTwoNamingTheAddress) {
   ServerProcess first({"--threads", "1"});
-  EXPECT_THROW(ServerProcess({"--threads", "1", "--port", std::to_string(first.port())}), std::runtime_error);
+  const auto port = std::to_string(first.port());
+  const auto r = ServerProcess::run_to_exit({"--host", "127.0.0.1", "--port", port, "--threads", "1"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("cannot listen on 127.0.0.1 port " + port + ": Address already in use"));
+  EXPECT_THAT(r.output, Not(HasSubstr("listening on http")));
+  EXPECT_EQ(raw_request(first.host(), first.port(), "GET", "/healthz").status, 200);  // the first one goes on
 }
 
 class ServerMetricsTest : public ServerTestBase {};
