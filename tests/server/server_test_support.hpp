@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -71,19 +72,25 @@ class ServerTestBase : public ::testing::Test {
 // the server has taken every request the rules were added for.
 class FaultRules {
  public:
-  explicit FaultRules(const ServerProcess& server) : server_(server) {}
+  // Each request on a connection of its own.
+  explicit FaultRules(const ServerProcess& server)
+      : post_([&server](std::string_view body) {
+          return raw_request(server.host(), server.port(), "POST", "/_faults", body);
+        }) {}
+  // Every request on `connection` (kept alive): for a test that counts the server's connections.
+  explicit FaultRules(RawConnection& connection)
+      : post_([&connection](std::string_view body) { return connection.request("POST", "/_faults", body); }) {}
 
   // Adds a rule (the JSON of a POST /_faults); fails the test if the server refuses it.
   void add(std::string_view rule) {
-    const auto r = raw_request(server_.host(), server_.port(), "POST", "/_faults", rule);
+    const auto r = post_(rule);
     EXPECT_EQ(r.status, 200) << rule << ": " << r.body;
   }
 
   // How many rules are still armed. Asked by adding a rule that no request matches (its path is
   // never requested) and reading back how many rules the server holds, these probes left out.
   std::size_t armed() {
-    const auto r = raw_request(server_.host(), server_.port(), "POST", "/_faults",
-                               R"({"path":"/_faults/never-requested","status":503})");
+    const auto r = post_(R"({"path":"/_faults/never-requested","status":503})");
     constexpr std::string_view kPrefix = R"({"rules":)";
     if (r.status != 200 || r.body.rfind(kPrefix, 0) != 0) {
       ADD_FAILURE() << "POST /_faults: " << r.status << " " << r.body;
@@ -103,7 +110,7 @@ class FaultRules {
   }
 
  private:
-  const ServerProcess& server_;
+  std::function<RawResponse(std::string_view)> post_;
   std::size_t probes_ = 0;
 };
 
