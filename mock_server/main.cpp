@@ -3,6 +3,7 @@
 #include <csignal>
 #include <cstdio>
 #include <exception>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -110,8 +111,25 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "hf3fs-meta-server: recovered %zu ranks, %zu keys from %s in %.0f ms\n", state.rank_count(),
                    state.key_count(), options.data_dir.c_str(), store->stats().recovery_seconds * 1000);
     }
-    Server server(options, router);
-    const auto endpoint = server.listen();
+    // Options the server cannot serve with (a TLS file it cannot use, an address it cannot listen
+    // on) stop it as a bad flag does: exit 2 with the reason.
+    std::unique_ptr<Server> started;
+    try {
+      started = std::make_unique<Server>(options, router);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "hf3fs-meta-server: --tls-cert %s --tls-key %s: %s\n", options.tls_cert.c_str(),
+                   options.tls_key.c_str(), e.what());
+      return 2;
+    }
+    Server& server = *started;
+    boost::asio::ip::tcp::endpoint endpoint;
+    try {
+      endpoint = server.listen();
+    } catch (const boost::system::system_error& e) {
+      std::fprintf(stderr, "hf3fs-meta-server: cannot listen on %s port %u: %s\n", url_host(options.host).c_str(),
+                   static_cast<unsigned>(options.port), e.code().message().c_str());
+      return 2;
+    }
     const std::string address = url_host(options.host) + ":" + std::to_string(endpoint.port());
     router.set_default_host(address);
 

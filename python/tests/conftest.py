@@ -8,10 +8,11 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import tempfile
 import time
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Iterator, Optional, Tuple
 
 import pytest
 
@@ -70,10 +71,20 @@ class Server:
         self.process = None
 
     def restart(self) -> None:
-        """A crash and a restart on the same port: the server forgets every rank and key."""
+        """A crash and a restart on the same port: the server forgets every rank and key. The port
+        was ours a moment ago, but another process may have taken it meanwhile: a start refused for
+        that is tried again, for up to 10 s (as the C++ ServerProcess::restart)."""
         if self.process is not None:
             self.kill()
-        self._start()
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                self._start()
+                return
+            except RuntimeError as e:
+                if "Address already in use" not in str(e) or time.monotonic() >= deadline:
+                    raise
+            time.sleep(0.1)
 
     def request(self, method: str, path: str, body: Any = None) -> Tuple[int, Dict[str, str], bytes]:
         """One raw HTTP request on a fresh connection, as vLLM's client makes them (JSON body)."""
@@ -127,10 +138,10 @@ def other_server(server_binary: str):
 
 
 @pytest.fixture
-def closed_port_url() -> str:
-    """A loopback URL where nothing listens."""
-    import socket
+def closed_port_url() -> Iterator[str]:
+    """A loopback URL where nothing listens, for as long as the test runs: the port is bound and never
+    listened on, so a connect is refused and no other test can take the port meanwhile (as the C++
+    RefusingPort)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{s.getsockname()[1]}"

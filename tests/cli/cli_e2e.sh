@@ -15,6 +15,9 @@ check raw 0 '"status":200' -- --json raw /keys/batch_exists '{"keys":["k1"]}'
 check raw-404 1 '"code":"unexpected_status"' -- --json raw /nope '{}'
 check usage 2 "unknown command" -- frobnicate
 check invalid-argument 2 '"code":"invalid_argument"' -- --json confirm 3 k1=-2
-check no-server 3 '"code":"connection_failed"' -- --json --url http://127.0.0.1:1 --deadline-ms 300 exists k1
+# Refused for sure: the server's own port, on a loopback address it does not listen on (the server
+# holds the port, so nothing else can listen on it for every address; port 1 could be taken).
+refusing_url=${HF3FS_META_URL/127.0.0.1/127.0.0.2}
+check no-server 3 '"code":"connection_failed"' -- --json --url "$refusing_url" --deadline-ms 300 exists k1
 check clear 0 "ok" -- clear
 finish

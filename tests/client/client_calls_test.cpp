@@ -482,11 +482,25 @@ TEST_F(ClientCallTest, EmptyBatchesAreSent) {
 }
 
 // Client over a Connection: each call reaches the connection once, with Client's defaults filled in
-// and the caller's CallOptions as given; the connection's answer comes back as it is.
+// and the caller's CallOptions as given; the connection's answer comes back as it is, a failure
+// included (so the calls without a value answer with an error, which a Client making up its own
+// success would not pass on).
 TEST(ClientOverConnectionTest, EveryCallReachesTheConnectionWithItsDefaults) {
   auto mock = std::make_shared<StrictMock<hf3fs_meta_mocks::MockConnection>>();
   const auto no_deadline = Field(&CallOptions::deadline, std::optional<std::chrono::milliseconds>());
   const auto deadline_7 = Field(&CallOptions::deadline, std::optional(std::chrono::milliseconds(7)));
+  const auto failure = [](Operation operation, int status, std::string detail) {
+    Error e;
+    e.code = errc::server_error;
+    e.operation = operation;
+    e.status = status;
+    e.detail = std::move(detail);
+    return e;
+  };
+  StateStats stats;
+  stats.ranks.push_back({3, RankStats{8, 7, 0, 1, 0, 0}});
+  stats.keys_complete = 1;
+  const DropOutcome dropped{true, 8, 1, 1};
   {
     ::testing::InSequence in_order;
     EXPECT_CALL(*mock, initialize(3, 8, Role::worker, no_deadline)).WillOnce(Return(std::string("ok")));
@@ -495,11 +509,14 @@ TEST(ClientOverConnectionTest, EveryCallReachesTheConnectionWithItsDefaults) {
     EXPECT_CALL(*mock, allocate(3, ElementsAre(BlockKey("a"), BlockKey("b", "p")), no_deadline))
         .WillOnce(Return(std::vector<Page>{1, kNoPage}));
     EXPECT_CALL(*mock, confirm_write(3, ElementsAre(Confirmation{"a", 1}), ::testing::IsEmpty(), no_deadline))
-        .WillOnce(Return(boost::outcome_v2::success()));
+        .WillOnce(Return(failure(Operation::confirm_write, 409, "confirm refused")));
     EXPECT_CALL(*mock, batch_exists(ElementsAre("a"), deadline_7)).WillOnce(Return(std::vector<bool>{true}));
     EXPECT_CALL(*mock, get_locations(3, ElementsAre("a"), no_deadline))
         .WillOnce(Return(std::vector<std::optional<Page>>{1}));
-    EXPECT_CALL(*mock, clear(no_deadline)).WillOnce(Return(boost::outcome_v2::success()));
+    EXPECT_CALL(*mock, delete_keys(ElementsAre("a", "z"), deadline_7)).WillOnce(Return(std::vector<bool>{true, false}));
+    EXPECT_CALL(*mock, stats(no_deadline)).WillOnce(Return(stats));
+    EXPECT_CALL(*mock, drop_rank(3, deadline_7)).WillOnce(Return(dropped));
+    EXPECT_CALL(*mock, clear(no_deadline)).WillOnce(Return(failure(Operation::clear, 503, "clear refused")));
     EXPECT_CALL(*mock, raw(std::string_view("/x"), std::string_view("{}"), no_deadline))
         .WillOnce(Return(RawResponse{200, "application/json", "{}"}));
   }
@@ -509,10 +526,25 @@ TEST(ClientOverConnectionTest, EveryCallReachesTheConnectionWithItsDefaults) {
   EXPECT_EQ(client.ensure_initialized(4, 0, Role::scheduler, seven).value(), "s");
   client.register_rank(5, 2);
   EXPECT_EQ(client.allocate(3, {"a", {"b", "p"}}).value(), (std::vector<Page>{1, kNoPage}));
-  EXPECT_TRUE(client.confirm_write(3, {{"a", 1}}));
+  const auto confirmed = client.confirm_write(3, {{"a", 1}});
+  ASSERT_FALSE(confirmed);
+  EXPECT_EQ(confirmed.error().operation, Operation::confirm_write);
+  EXPECT_EQ(confirmed.error().status, 409);
+  EXPECT_EQ(confirmed.error().detail, "confirm refused");
   EXPECT_EQ(client.batch_exists({"a"}, seven).value(), std::vector<bool>{true});
   EXPECT_EQ(client.get_locations(3, {"a"}).value(), (std::vector<std::optional<Page>>{1}));
-  EXPECT_TRUE(client.clear());
+  EXPECT_EQ(client.delete_keys({"a", "z"}, seven).value(), (std::vector<bool>{true, false}));
+  const auto got = client.stats().value();
+  ASSERT_EQ(got.ranks.size(), 1u);
+  EXPECT_EQ(got.ranks[0].first, 3);
+  EXPECT_EQ(got.ranks[0].second.free, 7);
+  EXPECT_EQ(got.keys_complete, 1u);
+  EXPECT_EQ(client.drop_rank(3, seven).value(), dropped);
+  const auto cleared = client.clear();
+  ASSERT_FALSE(cleared);
+  EXPECT_EQ(cleared.error().operation, Operation::clear);
+  EXPECT_EQ(cleared.error().status, 503);
+  EXPECT_EQ(cleared.error().detail, "clear refused");
   EXPECT_EQ(client.raw("/x", "{}").value().body, "{}");
 }
 

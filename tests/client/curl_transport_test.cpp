@@ -264,7 +264,10 @@ TEST(CurlTransportTest, AnAnswerOverTheLimitIsNotReadFurther) {
   EXPECT_THAT(r.error().detail, ::testing::HasSubstr("larger than 1048576 bytes"));
 }
 
-// An answer that arrives too slowly is cut at the call's deadline: reading it counts.
+// An answer that arrives too slowly is cut at the call's deadline: reading it counts. The whole
+// answer takes 10 s, an attempt's own timeout 5 s: a call over in well under 5 s was cut by its
+// deadline. How late a call may end (100 ms, README) is the retry loop's arithmetic, tested on a
+// fake clock (retry_loop_test); here a loaded machine's scheduling is allowed for.
 TEST(CurlTransportTest, ASlowAnswerEndsTheCallAtItsDeadline) {
   HttpPeer peer(HttpPeer::Mode::answer, [](const PeerRequest&) {
     PeerResponse r;
@@ -281,7 +284,7 @@ TEST(CurlTransportTest, ASlowAnswerEndsTheCallAtItsDeadline) {
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, errc::timeout);
   EXPECT_TRUE(r.error().sent);
-  EXPECT_LT(took, 300ms + 100ms);  // never more than 100 ms past the deadline
+  EXPECT_LT(took, 300ms + 2000ms);
 }
 
 TEST(CurlTransportTest, ClientOverCurlReusesOneConnection) {
@@ -318,7 +321,9 @@ TEST(CurlTransportTest, ClientOverCurlRefusedGivesUpWithConnectionFailed) {
   // Unsent: repeated even for allocate, past the attempt count (4), until the deadline.
   EXPECT_GT(r.error().attempts, 4);
   EXPECT_THAT(r.error().message(), HasSubstr("deadline of 0.2 s"));
-  EXPECT_LT(took, 200ms + 100ms);  // never more than 100 ms past the deadline
+  // Ended by the deadline, not the default one (10 s); how late at most is retry_loop_test's (fake
+  // clock), as above.
+  EXPECT_LT(took, 200ms + 2000ms);
 }
 
 TEST(CurlTransportTest, ClientOverCurlDoesNotRepeatATimedOutAllocate) {

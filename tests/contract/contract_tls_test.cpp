@@ -1,5 +1,10 @@
 // HTTPS: the server with --tls-cert/--tls-key, the SDK with an https:// URL and a CA file. The
 // certificates are made at test time.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <stdexcept>
+
 #include "contract/contract_support.hpp"
 #include "support/temp_file.hpp"
 #include "support/test_certificate.hpp"
@@ -8,6 +13,7 @@ namespace hf3fs_meta::contract {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 class ContractTlsTest : public ::testing::Test {
@@ -82,14 +88,62 @@ TEST(ContractTlsOptionsTest, TokenAndTlsTogether) {
   EXPECT_EQ(server.terminate(), 0);
 }
 
+// Each option the server cannot serve with stops it before it listens: exit 2 (as a bad flag) and
+// the reason, naming the files.
 TEST(ContractTlsOptionsTest, UnusableCertificateOptionsStopTheServer) {
   testing::TestCertificate cert;
-  testing::TempFile not_pem("not a certificate\n");
-  EXPECT_THROW(ServerProcess({"--tls-cert", cert.cert_path()}), std::runtime_error);  // no key
-  EXPECT_THROW(ServerProcess({"--tls-cert", not_pem.path(), "--tls-key", cert.key_path()}), std::runtime_error);
   testing::TestCertificate other;
-  EXPECT_THROW(ServerProcess({"--tls-cert", cert.cert_path(), "--tls-key", other.key_path()}),  // key mismatch
-               std::runtime_error);
+  testing::TempFile not_pem("not a certificate\n");
+  const auto run = [](std::vector<std::string> tls) {
+    std::vector<std::string> args{"--host", "127.0.0.1", "--port", "0"};
+    args.insert(args.end(), tls.begin(), tls.end());
+    return ServerProcess::run_to_exit(args);
+  };
+  const auto stopped = [](const ServerProcess::Finished& r, const std::string& reason) {
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_THAT(r.output, HasSubstr(reason));
+    EXPECT_THAT(r.output, Not(HasSubstr("listening on")));
+  };
+  stopped(run({"--tls-cert", cert.cert_path()}), "--tls-cert requires --tls-key");
+  stopped(run({"--tls-cert", cert.cert_path(), "--tls-key", "/nonexistent/key.pem"}),
+          "--tls-key: File does not exist: /nonexistent/key.pem");
+  stopped(run({"--tls-cert", not_pem.path(), "--tls-key", cert.key_path()}),
+          "--tls-cert " + not_pem.path() + " --tls-key " + cert.key_path() + ": use_certificate_chain_file");
+  stopped(run({"--tls-cert", cert.cert_path(), "--tls-key", not_pem.path()}),
+          "--tls-key " + not_pem.path() + ": use_private_key_file");
+  stopped(run({"--tls-cert", cert.cert_path(), "--tls-key", other.key_path()}),  // another certificate's key
+          "--tls-key " + other.key_path() + ": use_private_key_file: key values mismatch");
+}
+
+// `openssl s_client` offering only `version` (-tls1, -tls1_1, ...) at the server, at the client's
+// lowest security level so that the client itself does not rule the old versions out: its exit
+// status and what it printed.
+ServerProcess::Finished handshake(const ServerProcess& server, const std::string& version) {
+  const std::string command = "openssl s_client -connect 127.0.0.1:" + std::to_string(server.port()) + " " + version +
+                              " -cipher DEFAULT@SECLEVEL=0 </dev/null 2>&1";
+  ServerProcess::Finished out;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (!pipe) throw std::runtime_error("popen: " + command);
+  char buffer[4096];
+  while (const auto n = std::fread(buffer, 1, sizeof buffer, pipe)) out.output.append(buffer, n);
+  const int status = ::pclose(pipe);
+  out.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return out;
+}
+
+// README: the server speaks TLS 1.2 and 1.3 only. The server refuses the older versions itself
+// (its "protocol version" alert), while the same client gets 1.2 and 1.3.
+TEST_F(ContractTlsTest, VersionsBelowTls12AreRefused) {
+  for (const std::string version : {"-tls1", "-tls1_1"}) {
+    const auto h = handshake(server_, version);
+    EXPECT_NE(h.exit_code, 0) << version << ":\n" << h.output;
+    EXPECT_THAT(h.output, HasSubstr("alert protocol version")) << version << ":\n" << h.output;
+  }
+  for (const std::string version : {"-tls1_2", "-tls1_3"}) {
+    const auto h = handshake(server_, version);
+    EXPECT_EQ(h.exit_code, 0) << version << ":\n" << h.output;
+    EXPECT_THAT(h.output, HasSubstr("New, TLSv1." + version.substr(6) + ", Cipher is ")) << version << ":\n" << h.output;
+  }
 }
 
 }  // namespace

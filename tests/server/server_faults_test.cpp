@@ -59,13 +59,17 @@ TEST_F(ServerFaultsTest, FirstMatchingRuleInTheOrderAddedWins) {
 
 TEST_F(ServerFaultsTest, DelayRuleAnswersNormallyAndDoesNotBlockOthers) {
   initialize(0, 10);
-  add_rule(R"({"delay_ms":1500,"times":1})");
+  FaultRules faults(server_);
+  faults.add(R"({"delay_ms":3000,"times":1})");
   RawConnection slow(server_.host(), server_.port());
   slow.send(format_request("POST", "/keys/batch_allocate", slow.host_header(), R"({"rank":0,"keys":[["k1",""]]})"));
+  // The rule is used up: the server has taken the slow request and waits 3 s before answering it.
+  ASSERT_TRUE(faults.wait_until_armed(0));
   // The server has two I/O threads; several other connections are served while the first waits,
-  // whichever thread holds it.
+  // whichever thread holds it (they go to both in turn), and it is still waiting: a delay that held
+  // a thread would have answered it before the connections behind it.
   for (int i = 0; i < 4; ++i) EXPECT_EQ(get("/healthz").status, 200);
-  EXPECT_FALSE(slow.peer_closed(std::chrono::milliseconds(0)));
+  EXPECT_FALSE(slow.has_input());
   auto r = slow.read_response();
   EXPECT_EQ(r.status, 200);
   EXPECT_EQ(r.body, allocate_answer(0, "k1", 0));

@@ -1,7 +1,10 @@
 // The cache-lifecycle extensions over HTTP: POST /keys/delete and GET /stats (always served), their
 // figures in /metrics, and --eviction lru. Leases and reclaim are timed by the state model's clock
-// and tested there with a fake one (tests/state/state_lifecycle_test.cpp); here only what needs no
-// waiting.
+// and tested there with a fake one (tests/state/state_lifecycle_test.cpp); here what needs no
+// waiting, and one allocation TTL through the server's own clock.
+#include <chrono>
+#include <thread>
+
 #include "server/server_test_support.hpp"
 
 namespace hf3fs_meta::testing {
@@ -99,6 +102,36 @@ TEST_F(ServerLeaseTest, AKeyFoundByALookupIsNotEvictedWithinItsLease) {
   EXPECT_EQ(post("/keys/delete", R"({"keys":["a"]})").body, R"({"deleted":[true]})");
   EXPECT_EQ(metric(R"(hf3fs_meta_rank_pages{rank="0",state="draining"})"), "1");
   EXPECT_EQ(allocate(0, "b").body, allocate_answer(0, "b", -1));
+}
+
+// --allocation-ttl-ms through the server. The state model times it on a fake clock
+// (state_lifecycle_test); the server has only its own clock, so here a real TTL of 1 s: the reclaim
+// is awaited by polling /stats (bounded), and is never seen before the TTL has passed.
+class ServerAllocationTtlTest : public ServerExtensionsTest {
+ protected:
+  ServerAllocationTtlTest() : ServerExtensionsTest({"--threads", "2", "--allocation-ttl-ms", "1000"}) {}
+};
+
+TEST_F(ServerAllocationTtlTest, APageAllocatedAndNotConfirmedReturnsToItsPool) {
+  initialize(0, 2);
+  save(0, "kept", 0);  // confirmed at once: its page stays
+  const auto allocated_at = std::chrono::steady_clock::now();
+  ASSERT_EQ(allocate(0, "stalled").body, allocate_answer(0, "stalled", 1));
+  constexpr std::string_view kReclaimed = R"("reclaimed_allocated_pages":1)";
+  std::string stats;
+  for (const auto deadline = allocated_at + std::chrono::seconds(20);;) {
+    stats = get("/stats").body;
+    if (stats.find(kReclaimed) != std::string::npos || std::chrono::steady_clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // between polls; orders nothing
+  }
+  const auto reclaimed_after = std::chrono::steady_clock::now() - allocated_at;
+  ASSERT_THAT(stats, HasSubstr(kReclaimed));
+  EXPECT_GE(reclaimed_after, std::chrono::milliseconds(1000));
+  EXPECT_THAT(stats, HasSubstr(R"({"rank":0,"num_pages":2,"free":1,"allocated":0,"mapped":1,)"));
+  // The stalled writer's confirm comes too late; its page goes to the next key.
+  EXPECT_EQ(post("/keys/confirm_write", R"({"rank":0,"confirmations":[["stalled",1]]})").status, 409);
+  EXPECT_EQ(allocate(0, "next").body, allocate_answer(0, "next", 1));
+  EXPECT_EQ(post("/keys/batch_exists", R"({"keys":["kept","stalled"]})").body, R"({"exists":[true,false]})");
 }
 
 }  // namespace

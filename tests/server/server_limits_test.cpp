@@ -12,6 +12,7 @@
 namespace hf3fs_meta::testing {
 namespace {
 
+using ::testing::HasSubstr;
 using ::testing::Optional;
 
 // Waits (bounded) until a metric reaches a value: the server counts bytes as they arrive.
@@ -103,6 +104,52 @@ TEST_F(ServerConnectionLimitTest, TheLongestIdleConnectionIsClosedToAdmitANewOne
   for (auto& f : fresh) EXPECT_EQ(f->request("GET", "/healthz").status, 200);
   EXPECT_GE(std::stoull(metric("hf3fs_meta_connections_evicted_total").value_or("0")), 1u);
   EXPECT_LE(std::stoull(metric("hf3fs_meta_connections").value_or("99")), 20u);
+}
+
+// Beyond --max-connections with no idle connection to close (each one waits for its answer), the
+// newcomer is the one closed, and the others are answered. One I/O thread: a request that the server
+// was waiting for is read before a connection made after it is accepted.
+class ServerBusyConnectionLimitTest : public ServerTestBase {
+ protected:
+  ServerBusyConnectionLimitTest()
+      : ServerTestBase({"--threads", "1", "--max-connections", "3", "--enable-fault-injection"}) {}
+};
+
+TEST_F(ServerBusyConnectionLimitTest, WithNoIdleConnectionTheNewcomerIsClosed) {
+  // `own` is one of the three: it adds the rules and watches them, then asks too.
+  RawConnection own(server_.host(), server_.port());
+  FaultRules faults(own);
+  faults.add(R"({"path":"/keys/batch_exists","delay_ms":5000,"times":2})");  // for the first two
+  faults.add(R"({"path":"/keys/batch_exists","delay_ms":5000,"times":3})");  // then for `own` (and see below)
+  const std::string ask = R"({"keys":["k"]})";
+  std::vector<RawConnection*> busy;
+  std::vector<std::unique_ptr<RawConnection>> others;
+  const auto wait_for_answer = [&](RawConnection& connection) {
+    connection.send(format_request("POST", "/keys/batch_exists", connection.host_header(), ask));
+    busy.push_back(&connection);
+  };
+  for (int i = 0; i < 2; ++i) {
+    wait_for_answer(*others.emplace_back(std::make_unique<RawConnection>(server_.host(), server_.port())));
+  }
+  ASSERT_TRUE(faults.wait_until_armed(1));  // the server holds both requests
+  wait_for_answer(own);
+  // Nothing outside the server sees it read `own`'s request, the last one: a newcomer that the
+  // server accepts before is admitted (the eviction it chose, `own`, is called off: busy by then).
+  // That newcomer asks too, and the next one comes, after a request the server was waiting for.
+  for (int newcomers = 1;; ++newcomers) {
+    ASSERT_LE(newcomers, 3);
+    auto newcomer = std::make_unique<RawConnection>(server_.host(), server_.port());
+    if (newcomer->peer_closed(std::chrono::seconds(1))) break;
+    wait_for_answer(*others.emplace_back(std::move(newcomer)));
+  }
+  for (auto* connection : busy) {
+    const auto r = connection->read_response();
+    EXPECT_EQ(r.status, 200);
+    EXPECT_EQ(r.body, R"({"exists":[false]})");
+  }
+  const auto metrics = own.request("GET", "/metrics").body;  // on a connection admitted already
+  EXPECT_THAT(metrics, HasSubstr("\nhf3fs_meta_connections_refused_total 1\n"));
+  EXPECT_THAT(metrics, HasSubstr("\nhf3fs_meta_connections_evicted_total 0\n"));
 }
 
 // The issue's attack: the descriptor limit at 1,024 and 1,500 idle connections. A new client is

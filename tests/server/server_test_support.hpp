@@ -4,9 +4,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -62,6 +65,53 @@ class ServerTestBase : public ::testing::Test {
   }
 
   ServerProcess server_;
+};
+
+// The fault rules of a server run with --enable-fault-injection, and the event they let a test wait
+// for instead of sleeping: a rule leaves once its `times` are used up, so "no rule armed" means that
+// the server has taken every request the rules were added for.
+class FaultRules {
+ public:
+  // Each request on a connection of its own.
+  explicit FaultRules(const ServerProcess& server)
+      : post_([&server](std::string_view body) {
+          return raw_request(server.host(), server.port(), "POST", "/_faults", body);
+        }) {}
+  // Every request on `connection` (kept alive): for a test that counts the server's connections.
+  explicit FaultRules(RawConnection& connection)
+      : post_([&connection](std::string_view body) { return connection.request("POST", "/_faults", body); }) {}
+
+  // Adds a rule (the JSON of a POST /_faults); fails the test if the server refuses it.
+  void add(std::string_view rule) {
+    const auto r = post_(rule);
+    EXPECT_EQ(r.status, 200) << rule << ": " << r.body;
+  }
+
+  // How many rules are still armed. Asked by adding a rule that no request matches (its path is
+  // never requested) and reading back how many rules the server holds, these probes left out.
+  std::size_t armed() {
+    const auto r = post_(R"({"path":"/_faults/never-requested","status":503})");
+    constexpr std::string_view kPrefix = R"({"rules":)";
+    if (r.status != 200 || r.body.rfind(kPrefix, 0) != 0) {
+      ADD_FAILURE() << "POST /_faults: " << r.status << " " << r.body;
+      return 0;
+    }
+    return static_cast<std::size_t>(std::stoull(r.body.substr(kPrefix.size()))) - ++probes_;
+  }
+
+  // Waits until at most `n` rules are armed: true, or false after `timeout`.
+  bool wait_until_armed(std::size_t n, std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (armed() > n) {
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));  // between polls; orders nothing
+    }
+    return true;
+  }
+
+ private:
+  std::function<RawResponse(std::string_view)> post_;
+  std::size_t probes_ = 0;
 };
 
 inline std::string allocate_answer(int rank, std::string_view key, int page) {

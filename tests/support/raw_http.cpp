@@ -81,6 +81,10 @@ void RawConnection::send(std::string_view bytes) {
   }
 }
 
+void RawConnection::shutdown_write() {
+  if (::shutdown(fd_, SHUT_WR) != 0) throw std::runtime_error(std::string("shutdown: ") + std::strerror(errno));
+}
+
 std::size_t RawConnection::fill() {
   pollfd pfd{fd_, POLLIN, 0};
   for (;;) {
@@ -162,6 +166,12 @@ bool RawConnection::peer_closed(std::chrono::milliseconds timeout) {
     return false;
   }
   return true;  // 0: orderly close; < 0: reset
+}
+
+bool RawConnection::has_input() {
+  if (!buffer_.empty()) return true;
+  pollfd pfd{fd_, POLLIN, 0};
+  return ::poll(&pfd, 1, 0) > 0;
 }
 
 std::string format_request(std::string_view method, std::string_view target, std::string_view host,

@@ -33,6 +33,7 @@ class RawConnection {
   RawConnection& operator=(const RawConnection&) = delete;
 
   void send(std::string_view bytes);  // throws on failure
+  void shutdown_write();              // the peer reads the end of the stream; reading goes on
 
   // Reads one response. Throws std::runtime_error on timeout, or if the peer closes first.
   RawResponse read_response(bool head_request = false);
@@ -44,6 +45,10 @@ class RawConnection {
   // True if the peer closed (or reset) the connection within `timeout` with nothing more to read.
   // False if it stays open, or if bytes arrive (they are kept for read_response).
   bool peer_closed(std::chrono::milliseconds timeout);
+
+  // True if bytes, or the peer's close, are waiting to be read now (bytes are kept for
+  // read_response). Never waits: "nothing to read yet" is decided by the events before the call.
+  bool has_input();
 
   void set_timeout(std::chrono::milliseconds timeout) { timeout_ = timeout; }
 
