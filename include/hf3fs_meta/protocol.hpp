@@ -114,7 +114,10 @@ struct AllocateRequest {
 struct ConfirmWriteRequest {
   Rank rank = 0;
   std::vector<Confirmation> confirmations;
-  std::vector<Page> pages_to_release;
+  std::vector<Page> pages_to_release;  // every entry's page, bare or keyed
+  // Extension: the entries sent as `[key, page]` (kKeyedReleaseHeader), by ascending index; vLLM's
+  // clients send bare pages only, and this stays empty.
+  std::vector<ReleaseKey> release_keys;
 };
 struct BatchExistsRequest {
   std::vector<std::string> keys;

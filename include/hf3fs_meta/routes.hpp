@@ -58,6 +58,12 @@ enum class MissingRank : std::uint8_t {
 
 inline constexpr std::string_view kRankParameter = "{rank}";
 
+// Extension: a server whose answers carry this header with the value 1 (the reference server's all
+// do) takes keyed releases, confirm_write's pages_to_release entries `[key, page]` (key a string)
+// beside bare pages, and frees a keyed one only while its page is allocated for that key
+// (ReleaseKey). vLLM's server would put such a pair into its free list: send bare pages to it.
+inline constexpr std::string_view kKeyedReleaseHeader = "X-Hf3fs-Keyed-Release";
+
 struct RouteInfo {
   Route route = Route::not_found;
   // An endpoint's path ("{rank}" stands for the path's rank segment), else the routing outcome's
