@@ -43,7 +43,8 @@ struct StateStatsField {
 inline constexpr StateStatsField kStateStatsFields[] = {
     {"keys_complete", &StateStats::keys_complete, false, "Keys confirmed on as many ranks as their tp_world_size."},
     {"keys_incomplete", &StateStats::keys_incomplete, false, "Keys confirmed on fewer or more ranks than that."},
-    {"keys_leased", &StateStats::keys_leased, false, "Keys under a read lease (deleted ones still draining included)."},
+    {"keys_leased", &StateStats::keys_leased, false,
+     "Keys under a read lease (deleted ones, and pages orphaned under a lease, still draining included)."},
     {"key_records", &StateStats::key_records, false, "Key records held (live, draining and free for reuse)."},
     {"evicted_keys", &StateStats::evicted_keys, true, "Keys evicted by --eviction lru."},
     {"deleted_keys", &StateStats::deleted_keys, true, "Keys deleted by POST /keys/delete."},

@@ -109,7 +109,8 @@ struct StateStats {
   std::vector<std::pair<Rank, RankStats>> ranks;  // sorted by rank
   std::uint64_t keys_complete = 0;
   std::uint64_t keys_incomplete = 0;
-  std::uint64_t keys_leased = 0;       // under a read lease now (deleted ones still draining included)
+  std::uint64_t keys_leased = 0;       // under a read lease now (deleted ones, and each page orphaned
+                                       // under a lease, still draining included)
   std::uint64_t key_records = 0;       // key records held (live, draining and free for reuse): memory
   // Since the state was made (clear() keeps them: they are counters).
   std::uint64_t evicted_keys = 0;

@@ -841,7 +841,9 @@ TEST(StateProperty, AgreesWithTheModel) {
 TEST(StateProperty, AgreesWithTheModelWithEvictionLeasesAndReclaim) {
   const char* seeds_env = std::getenv("HF3FS_META_PROPERTY_SEEDS");
   const unsigned seeds = seeds_env ? static_cast<unsigned>(std::strtoul(seeds_env, nullptr, 10)) : 6u;
-  const Lifecycle configs[] = {{true, 0, 0}, {true, 20, 0}, {false, 20, 40}, {true, 20, 40}, {true, 0, 15}};
+  // The last: long leases, so that keys are often leased when their page moves.
+  const Lifecycle configs[] = {{true, 0, 0}, {true, 20, 0}, {false, 20, 40}, {true, 20, 40}, {true, 0, 15}, {false, 300, 0}};
+  std::int64_t all_orphans_drained = 0;
   for (const Lifecycle& life : configs) {
     const std::string config = "lru " + std::to_string(life.lru) + " lease " + std::to_string(life.lease) + " ttl " +
                                std::to_string(life.ttl);
@@ -875,8 +877,10 @@ TEST(StateProperty, AgreesWithTheModelWithEvictionLeasesAndReclaim) {
     // Late releases, bare ones refused after a reclaim, and pages orphaned under a lease came up.
     EXPECT_GT(late, 20u);
     EXPECT_TRUE(life.ttl == 0 || bare_after_reclaim > 20) << bare_after_reclaim;
-    EXPECT_TRUE(life.lease == 0 || orphans_drained > 5) << orphans_drained;  // rarer: each takes an orphan
+    all_orphans_drained += orphans_drained;
   }
+  // Rarer (each takes an orphan, and the key must be leased): counted over the configurations.
+  EXPECT_GT(all_orphans_drained, 20);
 }
 
 }  // namespace
