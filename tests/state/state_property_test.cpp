@@ -375,10 +375,16 @@ struct Model {
       r.after_reclaim[p] = false;
       ++out.confirmed;
     }
+    for (std::size_t j = 0; j < rel.size(); ++j) {  // every page in range first, then the reclaim rule
+      const Page p = rel[j].second;
+      if (p < 0 || p >= r.num_pages) {
+        return error(StateErrc::invalid_argument,
+                     "pages_to_release[" + std::to_string(j) + "]: page " + std::to_string(p) + range, rank, j);
+      }
+    }
     for (std::size_t j = 0; j < rel.size(); ++j) {
       const auto& [keyed, p] = rel[j];
       const std::string at = "pages_to_release[" + std::to_string(j) + "]: page " + std::to_string(p);
-      if (p < 0 || p >= r.num_pages) return error(StateErrc::invalid_argument, at + range, rank, j);
       if (!keyed && !r.is_free(p) && r.state[p] == PageState::allocated && r.after_reclaim[p]) {
         return error(StateErrc::conflict,
                      at + " was reclaimed by the allocation TTL and allocated again since on rank " +
