@@ -123,8 +123,8 @@ protocol::KeyListRequest& key_list_scratch() {
 
 // --max-key-bytes (StateOptions::max_key_bytes; 0: no limit), checked before anything changes on
 // every route that takes keys: the first key longer than the limit, as the 400 naming it (its field,
-// index, and position in a pair, e.g. `keys[3][0]`), else nullopt. `key_at(i)` gives item i's key
-// and the index to name, or a null key for an item without one.
+// index, and position in a pair, e.g. `keys[3][0]`), else nullopt. `key_at(i)` gives the index to
+// name and the key of item i.
 template <class KeyAt>
 std::optional<ServiceAnswer> long_key(std::size_t limit, std::size_t count, std::string_view field,
                                       std::string_view suffix, KeyAt key_at) {
