@@ -50,7 +50,8 @@ inline bool same(const protocol::AllocateRequest& a, const protocol::AllocateReq
   return a.rank == b.rank && a.keys == b.keys;
 }
 inline bool same(const protocol::ConfirmWriteRequest& a, const protocol::ConfirmWriteRequest& b) {
-  return a.rank == b.rank && a.confirmations == b.confirmations && a.pages_to_release == b.pages_to_release;
+  return a.rank == b.rank && a.confirmations == b.confirmations && a.pages_to_release == b.pages_to_release &&
+         a.release_keys == b.release_keys;
 }
 inline bool same(const protocol::BatchExistsRequest& a, const protocol::BatchExistsRequest& b) { return a.keys == b.keys; }
 inline bool same(const protocol::GetLocationsRequest& a, const protocol::GetLocationsRequest& b) {

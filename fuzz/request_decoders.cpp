@@ -71,9 +71,20 @@ void check_confirm_write(std::string_view body, bool json, const rapidjson::Docu
   const Value* release = find_member(doc, "pages_to_release");
   if (!release || release->IsNull()) return HF3FS_FUZZ_CHECK(request.pages_to_release.empty());
   HF3FS_FUZZ_CHECK(release->IsArray() && release->Size() == request.pages_to_release.size());
+  // A bare page, or a keyed release [key, page] whose key is in release_keys at its index, in order.
+  std::size_t keyed = 0;
   for (rapidjson::SizeType i = 0; i < release->Size(); ++i) {
-    HF3FS_FUZZ_CHECK(is_int64(&(*release)[i], request.pages_to_release[i]));
+    const Value& entry = (*release)[i];
+    if (!entry.IsArray()) {
+      HF3FS_FUZZ_CHECK(is_int64(&entry, request.pages_to_release[i]));
+      continue;
+    }
+    HF3FS_FUZZ_CHECK(entry.Size() == 2 && keyed < request.release_keys.size());
+    HF3FS_FUZZ_CHECK(request.release_keys[keyed].index == i && is_string(entry[0], request.release_keys[keyed].key));
+    HF3FS_FUZZ_CHECK(is_int64(&entry[1], request.pages_to_release[i]));
+    ++keyed;
   }
+  HF3FS_FUZZ_CHECK(keyed == request.release_keys.size());
 }
 
 // The reusable decoder (views) and the owning one give the same answer, and both match RapidJSON.

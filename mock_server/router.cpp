@@ -105,7 +105,9 @@ Router::Router(const ServerOptions& options, MetadataState& state, Metrics& metr
       metrics_(metrics),
       dedup_(DedupCache::Options{options.dedup_max_bytes, options.dedup_ttl, {}}),
       store_(store) {
-  if (dedup_.enabled()) dedup_header_ = "x-request-id-dedup: " + std::to_string(dedup_.window().count()) + "\r\n";
+  // Always on: keyed releases cost a client nothing to ignore (vLLM's ignores the header).
+  dedup_header_ = std::string(kKeyedReleaseHeader) + ": 1\r\n";
+  if (dedup_.enabled()) dedup_header_ += "x-request-id-dedup: " + std::to_string(dedup_.window().count()) + "\r\n";
 }
 
 bool Router::settle(Reply& reply) {

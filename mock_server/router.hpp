@@ -85,8 +85,8 @@ class Router {
 
   DedupCache& dedup() noexcept { return dedup_; }
   Metrics& metrics() noexcept { return metrics_; }
-  // The header line every answer carries while request-id deduplication is on (the window in ms),
-  // else empty.
+  // The header lines every answer carries: kKeyedReleaseHeader, and, while request-id deduplication
+  // is on, its window in ms.
   const std::string& dedup_header() const noexcept { return dedup_header_; }
 
  private:

@@ -51,6 +51,12 @@ void define(CLI::App& app, ServerOptions& o) {
   app.add_option("--max-total-pages", o.max_total_pages, "pages of all ranks together, 12 bytes each")
       ->capture_default_str()
       ->check(CLI::Range(std::int64_t{1}, std::numeric_limits<std::int64_t>::max()));
+  app.add_option("--max-key-bytes", o.max_key_bytes,
+                 "longest key (or prefix key) a request may name, in bytes: a request with a longer one gets "
+                 "400 naming it, on every route that takes keys, nothing applied (vLLM's keys are 32 or 64 "
+                 "characters)")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 32));
   app.add_option("--max-body-bytes", o.max_body_bytes, "larger request bodies get 413")
       ->capture_default_str()
       ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 32));
@@ -166,6 +172,7 @@ StateOptions state_options(const ServerOptions& options) {
   state.max_pages = options.max_pages;
   state.max_ranks = options.max_ranks;
   state.max_total_pages = options.max_total_pages;
+  state.max_key_bytes = options.max_key_bytes;
   state.eviction = options.eviction;
   state.read_lease = options.read_lease.value_or(
       options.eviction == Eviction::lru ? kDefaultLease : std::chrono::milliseconds(0));

@@ -21,6 +21,7 @@ struct ServerOptions {
   std::int64_t max_ranks = 1024;
   std::int64_t max_total_pages = std::int64_t{1} << 28;
   std::size_t max_body_bytes = std::size_t{16} << 20;
+  std::size_t max_key_bytes = 1024;  // StateOptions::max_key_bytes (at least 1 here)
   std::size_t max_inflight_body_bytes = std::size_t{256} << 20;  // all connections together
   std::size_t max_connections = 4096;  // also kept below the process's descriptor limit
   std::size_t dedup_max_bytes = std::size_t{256} << 20;  // 0: no request-id deduplication

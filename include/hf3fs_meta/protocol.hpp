@@ -43,7 +43,8 @@ struct StateStatsField {
 inline constexpr StateStatsField kStateStatsFields[] = {
     {"keys_complete", &StateStats::keys_complete, false, "Keys confirmed on as many ranks as their tp_world_size."},
     {"keys_incomplete", &StateStats::keys_incomplete, false, "Keys confirmed on fewer or more ranks than that."},
-    {"keys_leased", &StateStats::keys_leased, false, "Keys under a read lease (deleted ones still draining included)."},
+    {"keys_leased", &StateStats::keys_leased, false,
+     "Keys under a read lease (deleted ones, and pages orphaned under a lease, still draining included)."},
     {"key_records", &StateStats::key_records, false, "Key records held (live, draining and free for reuse)."},
     {"evicted_keys", &StateStats::evicted_keys, true, "Keys evicted by --eviction lru."},
     {"deleted_keys", &StateStats::deleted_keys, true, "Keys deleted by POST /keys/delete."},
@@ -120,7 +121,10 @@ struct AllocateRequest {
 struct ConfirmWriteRequest {
   Rank rank = 0;
   std::vector<Confirmation> confirmations;
-  std::vector<Page> pages_to_release;
+  std::vector<Page> pages_to_release;  // every entry's page, bare or keyed
+  // Extension: the entries sent as `[key, page]` (kKeyedReleaseHeader), by ascending index; vLLM's
+  // clients send bare pages only, and this stays empty.
+  std::vector<ReleaseKey> release_keys;
 };
 struct BatchExistsRequest {
   std::vector<std::string> keys;

@@ -58,9 +58,10 @@ enum class MissingRank : std::uint8_t {
 
 inline constexpr std::string_view kRankParameter = "{rank}";
 
-// The answer header by which a server says that it takes keyed releases (`pages_to_release`
-// entries [key, page], freed only while the page is allocated for that key), with the value "1".
-// A client sends them only to a server that says so: vLLM's would put the pair into its free list.
+// Extension: a server whose answers carry this header with the value 1 (the reference server's all
+// do) takes keyed releases, confirm_write's pages_to_release entries `[key, page]` (key a string)
+// beside bare pages, and frees a keyed one only while its page is allocated for that key
+// (ReleaseKey). vLLM's server would put such a pair into its free list: send bare pages to it.
 inline constexpr std::string_view kKeyedReleaseHeader = "X-Hf3fs-Keyed-Release";
 
 struct RouteInfo {

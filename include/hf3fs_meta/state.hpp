@@ -26,7 +26,8 @@ enum class StateErrc {
   invalid_initialization,  // worker num_pages <= 0 or above the maximum (400)
   not_initialized,         // the rank does not exist
   stale,                   // confirm of a page that is free on that rank (409)
-  conflict,                // confirm of a page another key maps to, or was allocated for, on that rank (409)
+  conflict,                // confirm of a page another key maps to, or was allocated for, on that rank, or a
+                           // bare release of a page the TTL reclaimed and allocated again since (409)
 };
 
 struct StateError {
@@ -38,7 +39,9 @@ struct StateError {
   // not_initialized: `Rank N not initialized`.
   // stale: `page P of key K is not allocated on rank R`.
   // conflict: `page P of key K is mapped to key J on rank R`, or
-  //   `page P of key K was allocated for another key on rank R`.
+  //   `page P of key K was allocated for another key on rank R`, or
+  //   `page P of key K is draining on rank R` (deleted or orphaned under a read lease), or
+  //   `pages_to_release[j]: page P was reclaimed by the allocation TTL and allocated again since on rank R; ...`.
   std::string message;
   Rank rank = 0;
   std::optional<std::size_t> index;  // the offending item's index in its field, where there is one
@@ -55,6 +58,9 @@ struct StateOptions {
   std::int64_t max_pages = std::int64_t{1} << 24;        // largest worker num_pages accepted
   std::int64_t max_ranks = 1024;                         // ranks that may exist at once
   std::int64_t max_total_pages = std::int64_t{1} << 28;  // pages of all ranks together (12 bytes each)
+  // The longest key (and prefix key) a request may name, in bytes; 0: no limit. Checked by the
+  // Service on every route that takes keys, not by the state (a replayed record is not refused).
+  std::size_t max_key_bytes = 1024;
   // lru: an allocate on a rank short of pages first evicts least recently used complete keys with a
   // page there (never a key of that allocate, never a leased key), each from every rank.
   Eviction eviction = Eviction::none;
@@ -80,9 +86,11 @@ struct ConfirmOutcome {
   std::size_t confirmed = 0;    // confirmations applied
   std::size_t released = 0;     // pages returned to the pool
   std::size_t kept_mapped = 0;  // releases refused because a key maps to the page (deviation)
+  std::size_t late = 0;         // keyed releases of a page no longer allocated for their key: nothing freed
 };
 
-// draining: the page of a deleted (or reclaimed) key still under a read lease; free when the lease ends.
+// draining: the page of a deleted (or reclaimed) key still under a read lease, or the page a leased
+// key moved away from (orphaned under its lease); free when the lease ends.
 // The numbers are on disk (ChangeKind::page_reclaimed).
 enum class PageState { free = 0, allocated = 1, mapped = 2, orphaned = 3, draining = 4 };
 
@@ -92,7 +100,7 @@ struct RankStats {
   std::int64_t allocated = 0;  // taken from the pool, not (yet) confirmed
   std::int64_t mapped = 0;     // a key maps to it on this rank
   std::int64_t orphaned = 0;   // its key moved to another page on this rank: owned by nobody
-  std::int64_t draining = 0;   // its key was deleted under a read lease; free when the lease ends
+  std::int64_t draining = 0;   // deleted, or orphaned, under a read lease; free when the lease ends
   std::uint64_t kept_on_release = 0;  // total releases refused because the page was mapped
 };
 
@@ -101,7 +109,8 @@ struct StateStats {
   std::vector<std::pair<Rank, RankStats>> ranks;  // sorted by rank
   std::uint64_t keys_complete = 0;
   std::uint64_t keys_incomplete = 0;
-  std::uint64_t keys_leased = 0;       // under a read lease now (deleted ones still draining included)
+  std::uint64_t keys_leased = 0;       // under a read lease now (deleted ones, and each page orphaned
+                                       // under a lease, still draining included)
   std::uint64_t key_records = 0;       // key records held (live, draining and free for reuse): memory
   // Since the state was made (clear() keeps them: they are counters).
   std::uint64_t evicted_keys = 0;
@@ -140,12 +149,15 @@ enum class ChangeKind : std::uint8_t {
   page_reclaimed = 8,  // rank, page, was: an allocated or orphaned page back to the end of its pool
   key_drained = 9,     // key_id: a removed key's lease ended: its pages to the ends of their pools, its id free
   clock = 10,          // clock_ms: the clock reading of the changes that follow (with allocation_ttl only)
+  // rank, page, key_id: an orphaned page whose key was under a read lease when it moved: owned by the
+  // key id given (no name, in no lookup) until key_drained returns it to the end of its pool.
+  page_draining = 11,
 };
 // The cache lifecycle's kinds: what the clock, the LRU order and the leases decided, never a request's
 // own answer (so their records never carry a request's X-Request-Id).
 constexpr bool is_lifecycle(ChangeKind kind) noexcept {
   return kind == ChangeKind::keys_removed || kind == ChangeKind::page_reclaimed || kind == ChangeKind::key_drained ||
-         kind == ChangeKind::clock;
+         kind == ChangeKind::clock || kind == ChangeKind::page_draining;
 }
 // Why the lifecycle removed a key (keys_removed).
 enum class Removal : std::uint8_t { evicted = 1, reclaimed = 2, deleted = 3 };
@@ -173,9 +185,9 @@ struct Change {
   std::span<const std::string_view> deleted;  // keys_deleted, keys_removed
   Removal removal = Removal::deleted;         // keys_removed
   bool draining = false;                      // keys_removed
-  std::uint32_t page = 0;                     // page_reclaimed
+  std::uint32_t page = 0;                     // page_reclaimed, page_draining
   PageState was = PageState::allocated;       // page_reclaimed: allocated or orphaned
-  std::uint32_t key_id = 0;                   // key_drained (a removed key has no name in any lookup)
+  std::uint32_t key_id = 0;                   // key_drained, page_draining (a removed key has no name in any lookup)
   std::int64_t clock_ms = 0;                  // clock
 };
 // Called under the state's exclusive lock: must be quick and must not call back into the state.
@@ -250,8 +262,15 @@ class MetadataState {
   // An allocated page remembers (a 32-bit hash of) the key it was allocated for: confirming it for
   // another key is a conflict, so a stale confirm from before a restart cannot take a page that was
   // handed to another key since.
+  // A bare release of a page the allocation TTL reclaimed and that was allocated again since is a
+  // conflict (nothing applied): it cannot be told from the late release of the writer whose
+  // allocation was reclaimed. A keyed release (release_keys, sorted by index) frees its page only
+  // while it is allocated for that key, and is otherwise late (counted, nothing freed, no error).
+  // A key under a read lease that moves to another page leaves its old page draining until the
+  // lease ends (a reader told the old page may still be reading it).
   StateResult<ConfirmOutcome> confirm_write(Rank rank, std::span<const Confirmation> confirmations,
-                                            std::span<const Page> pages_to_release);
+                                            std::span<const Page> pages_to_release,
+                                            std::span<const ReleaseKey> release_keys = {});
 
   // True for complete keys only.
   std::vector<bool> batch_exists(std::span<const std::string> keys) const;

@@ -41,6 +41,15 @@ struct Confirmation {
   friend bool operator==(const Confirmation&, const Confirmation&) = default;
 };
 
+// A keyed release (extension): entry `index` of confirm_write's pages_to_release names the key its
+// page was allocated for (`[key, page]` on the wire), so that the page is freed only while it is
+// still allocated for that key; the other entries are bare pages, as vLLM sends them.
+struct ReleaseKey {
+  std::size_t index = 0;  // into pages_to_release
+  std::string key;
+  friend bool operator==(const ReleaseKey&, const ReleaseKey&) = default;
+};
+
 // What POST /rank/{rank}/drop did (extension of the reference server).
 struct DropOutcome {
   bool dropped = false;          // false: there was no such rank

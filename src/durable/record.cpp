@@ -115,6 +115,11 @@ void encode_payload(const Change& change, const DedupTag* tag, std::string& out)
     case ChangeKind::key_drained:
       put_u32(out, change.key_id);
       break;
+    case ChangeKind::page_draining:
+      put_u64(out, static_cast<std::uint64_t>(change.rank));
+      put_u32(out, change.page);
+      put_u32(out, change.key_id);
+      break;
     case ChangeKind::clock:
       put_u64(out, static_cast<std::uint64_t>(change.clock_ms));
       break;
@@ -259,6 +264,9 @@ bool Record::decode_into(Record& record, std::uint64_t seq, std::string_view pay
     }
     case ChangeKind::key_drained:
       if (!in.u32(c.key_id)) return fail("truncated key_drained");
+      break;
+    case ChangeKind::page_draining:
+      if (!in.u64(rank) || !in.u32(c.page) || !in.u32(c.key_id)) return fail("truncated page_draining");
       break;
     case ChangeKind::clock: {
       std::uint64_t ms = 0;

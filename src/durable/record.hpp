@@ -1,5 +1,5 @@
 // The journal's on-disk format, version 1 (kFormatVersion), little-endian. The cache lifecycle's
-// kinds (7-10) came later without a new version: a reader refuses a kind it does not know, naming
+// kinds (7-11) came later without a new version: a reader refuses a kind it does not know, naming
 // its number.
 //
 // journal-<first seq, 20 digits>.log:

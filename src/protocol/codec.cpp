@@ -628,7 +628,7 @@ class AllocateRequestSink : public SinkBase {
   Pair pair_;
 };
 
-// confirmations: [[key, page], ...]; pages_to_release: [page, ...].
+// confirmations: [[key, page], ...]; pages_to_release: [page or [key, page], ...].
 class ConfirmWriteRequestSink : public SinkBase {
  public:
   static constexpr std::string_view kNames[] = {"rank", "confirmations", "pages_to_release"};
@@ -637,28 +637,40 @@ class ConfirmWriteRequestSink : public SinkBase {
   void value(int f, const Scalar& s) {
     members[f].start(s);
     if (f == 1) out_.confirmations.clear();
-    if (f == 2) out_.pages_to_release.clear();
+    if (f == 2) {
+      out_.pages_to_release.clear();
+      out_.release_keys.clear();
+    }
   }
   void element(int f, std::size_t index, const Scalar& s) {
+    if (f == 0) return;  // "rank" as a list: refused by its own check
+    pair_.start(s);
     if (f == 1) {
-      pair_.start(s);
       if (s.kind != Kind::array) pair_error(index);
       return;
     }
+    if (s.kind == Kind::array) return;  // a keyed release: judged at its end
+    if (s.kind == Kind::object) return release_pair_error(index);
     Page page = 0;
     const IntCheck check = read_int64(s, page);
     if (check != IntCheck::ok) return members[2].fail(int64_error(check, indexed("pages_to_release", index)));
     out_.pages_to_release.push_back(page);
   }
-  void item(int f, std::size_t, std::size_t position, const Scalar& s) {
-    if (f == 1) pair_.item(position, s);
-  }
+  void item(int, std::size_t, std::size_t position, const Scalar& s) { pair_.item(position, s); }
   void element_end(int f, std::size_t index, std::size_t count) {
-    if (f != 1 || members[1].failed()) return;
-    if (!pair_.is_pair(count) || pair_.first.kind != Kind::string) return pair_error(index);
+    const bool release = f == 2;
+    if (f == 0 || members[f].failed() || (release && pair_.kind != Kind::array)) return;
+    if (!pair_.is_pair(count) || pair_.first.kind != Kind::string) {
+      return release ? release_pair_error(index) : pair_error(index);
+    }
     Page page = 0;
     const IntCheck check = read_int64(pair_.second, page);
-    if (check != IntCheck::ok) return members[1].fail(int64_error(check, indexed("confirmations", index) + "[1]"));
+    if (check != IntCheck::ok) return members[f].fail(int64_error(check, indexed(kNames[f], index) + "[1]"));
+    if (release) {
+      out_.release_keys.push_back(ReleaseKey{index, std::string(pair_.first.string)});
+      out_.pages_to_release.push_back(page);
+      return;
+    }
     out_.confirmations.push_back(Confirmation{std::string(pair_.first.string), page});
   }
 
@@ -667,6 +679,10 @@ class ConfirmWriteRequestSink : public SinkBase {
  private:
   void pair_error(std::size_t index) {
     members[1].fail(indexed("confirmations", index) + ": expected a [key, page] pair of a string and an integer");
+  }
+  void release_pair_error(std::size_t index) {
+    members[2].fail(indexed("pages_to_release", index) +
+                    ": expected a page (an integer) or a [key, page] pair of a string and an integer");
   }
   ConfirmWriteRequest& out_;
   Pair pair_;

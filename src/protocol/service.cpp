@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "hf3fs_meta/protocol.hpp"
+#include "internal/field_text.hpp"
 #include "internal/utf8.hpp"
 
 namespace hf3fs_meta {
@@ -118,6 +119,27 @@ protocol::KeyListRequest& key_list_scratch() {
   if (request.keys.capacity() > kKeep) std::vector<std::string_view>{}.swap(request.keys);
   if (request.buffer.capacity() > kKeep * 32) std::string{}.swap(request.buffer);
   return request;
+}
+
+// --max-key-bytes (StateOptions::max_key_bytes; 0: no limit), checked before anything changes on
+// every route that takes keys: the first key longer than the limit, as the 400 naming it (its field,
+// index, and position in a pair, e.g. `keys[3][0]`), else nullopt. `key_at(i)` gives the index to
+// name and the key of item i.
+template <class KeyAt>
+std::optional<ServiceAnswer> long_key(std::size_t limit, std::size_t count, std::string_view field,
+                                      std::string_view suffix, KeyAt key_at) {
+  if (limit == 0) return std::nullopt;
+  for (std::size_t i = 0; i < count; ++i) {
+    const auto [index, key] = key_at(i);
+    if (key.size() <= limit) continue;
+    return detail_answer(400, internal::indexed(field, index) + std::string(suffix) + ": a key of " +
+                                  std::to_string(key.size()) + " bytes, above the limit of " + std::to_string(limit) +
+                                  " (--max-key-bytes)");
+  }
+  return std::nullopt;
+}
+std::optional<ServiceAnswer> long_key(std::size_t limit, std::span<const std::string_view> keys) {
+  return long_key(limit, keys.size(), "keys", "", [&](std::size_t i) { return std::pair{i, keys[i]}; });
 }
 
 std::string rank_not_initialized(Rank rank) { return "Rank " + std::to_string(rank) + " not initialized"; }
@@ -238,6 +260,11 @@ ServiceAnswer Service::handle(const RoutedTarget& target, std::string_view body)
       auto request = protocol::decode_allocate_request(body);
       if (!request) return detail_answer(400, request.error().message);
       const auto& r = request.value();
+      const std::size_t limit = state_.options().max_key_bytes;
+      const auto key = [&](std::size_t i) { return std::pair{i, std::string_view(r.keys[i].key)}; };
+      const auto prefix = [&](std::size_t i) { return std::pair{i, std::string_view(r.keys[i].prefix_key)}; };
+      if (auto refused = long_key(limit, r.keys.size(), "keys", "[0]", key)) return std::move(*refused);
+      if (auto refused = long_key(limit, r.keys.size(), "keys", "[1]", prefix)) return std::move(*refused);
       auto pages = state_.allocate(r.rank, r.keys);
       if (!pages) return state_error_answer(route, r.rank, pages.error());
       ServiceAnswer a = json_answer(200, protocol::encode_allocate_response(r.rank, r.keys, pages.value()));
@@ -249,7 +276,18 @@ ServiceAnswer Service::handle(const RoutedTarget& target, std::string_view body)
       auto request = protocol::decode_confirm_write_request(body);
       if (!request) return detail_answer(400, request.error().message);
       const auto& r = request.value();
-      auto outcome = state_.confirm_write(r.rank, r.confirmations, r.pages_to_release);
+      const std::size_t limit = state_.options().max_key_bytes;
+      const auto confirmed = [&](std::size_t i) { return std::pair{i, std::string_view(r.confirmations[i].key)}; };
+      const auto released = [&](std::size_t i) {
+        return std::pair{r.release_keys[i].index, std::string_view(r.release_keys[i].key)};
+      };
+      if (auto refused = long_key(limit, r.confirmations.size(), "confirmations", "[0]", confirmed)) {
+        return std::move(*refused);
+      }
+      if (auto refused = long_key(limit, r.release_keys.size(), "pages_to_release", "[0]", released)) {
+        return std::move(*refused);
+      }
+      auto outcome = state_.confirm_write(r.rank, r.confirmations, r.pages_to_release, r.release_keys);
       if (!outcome) return state_error_answer(route, r.rank, outcome.error());
       return no_content();
     }
@@ -258,6 +296,7 @@ ServiceAnswer Service::handle(const RoutedTarget& target, std::string_view body)
       protocol::KeyListRequest& r = key_list_scratch();
       if (auto error = protocol::decode_batch_exists_request(body, r)) return detail_answer(400, error->message);
       const std::span<const std::string_view> keys = r.keys;
+      if (auto refused = long_key(state_.options().max_key_bytes, keys)) return std::move(*refused);
       return json_answer(200, protocol::encode_batch_exists_response(state_.batch_exists(keys)));
     }
 
@@ -265,6 +304,7 @@ ServiceAnswer Service::handle(const RoutedTarget& target, std::string_view body)
       protocol::KeyListRequest& r = key_list_scratch();
       if (auto error = protocol::decode_delete_keys_request(body, r)) return detail_answer(400, error->message);
       const std::span<const std::string_view> keys = r.keys;
+      if (auto refused = long_key(state_.options().max_key_bytes, keys)) return std::move(*refused);
       return json_answer(200, protocol::encode_delete_keys_response(state_.delete_keys(keys)));
     }
 
@@ -274,6 +314,7 @@ ServiceAnswer Service::handle(const RoutedTarget& target, std::string_view body)
       protocol::KeyListRequest& r = key_list_scratch();
       if (auto error = protocol::decode_get_locations_request(body, r)) return detail_answer(400, error->message);
       const std::span<const std::string_view> keys = r.keys;
+      if (auto refused = long_key(state_.options().max_key_bytes, keys)) return std::move(*refused);
       auto locations = state_.get_locations(r.rank, keys);
       if (!locations) return state_error_answer(route, r.rank, locations.error());
       return json_answer(200, protocol::encode_get_locations_response(locations.value()));

@@ -40,6 +40,7 @@
 #include <numeric>
 #include <shared_mutex>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 #include <boost/container/small_vector.hpp>
@@ -55,6 +56,9 @@ constexpr std::uint32_t kAllocated = kImageAllocated;
 constexpr std::uint32_t kOrphaned = kImageOrphaned;
 constexpr std::uint32_t kKeyIdLimit = kOrphaned;  // key ids are below this
 constexpr std::uint32_t kNone = 0xFFFFFFFFu;      // "no page" / "no id" in scratch data
+// In confirm_write's page overlay (whose values are otherwise local key indexes or kOrphaned): a page
+// a leased key left in this call, draining.
+constexpr std::uint32_t kOverlayDraining = kAllocated;
 
 // What a removed key's record keeps for the next key given its id.
 constexpr std::size_t kKeptNameBytes = 64;
@@ -202,6 +206,13 @@ struct RankData {
   std::uint32_t lru_size = 0;
   // TTL: the event (TimedPage::stamp) of each page's becoming allocated or orphaned (8 bytes a page).
   std::unique_ptr<std::uint64_t[]> stamp;
+  // TTL: a bit per page, set when the TTL reclaims the page and cleared when a confirm maps it or a
+  // release frees it: an allocated page with its bit set was allocated after a reclaim, and a bare
+  // release of it may be the late one of the writer whose allocation was reclaimed. Made at the
+  // rank's first reclaim, so that a rank without one costs nothing. Replay sets it as the original
+  // did (page_reclaimed, confirmed); an image does not hold it (its format is unchanged), so after a
+  // restart from a snapshot the pages reclaimed before it count as allocated the ordinary way.
+  std::unique_ptr<std::uint64_t[]> reclaimed;
 
   // A new rank: every page free, the pool in page order.
   RankData(Rank r, std::uint32_t n, bool lru = false, bool timed = false)
@@ -265,6 +276,32 @@ struct RankData {
     ++free_count;
   }
   bool in_range(Page page) const noexcept { return page >= 0 && page < Page{num_pages}; }
+
+  std::size_t reclaimed_words() const noexcept { return (std::size_t{num_pages} + 63) / 64; }
+  bool after_reclaim(std::uint32_t page) const noexcept {
+    return reclaimed && ((reclaimed[page >> 6] >> (page & 63)) & 1) != 0;
+  }
+  void set_after_reclaim(std::uint32_t page) {
+    if (!reclaimed) reclaimed = std::make_unique<std::uint64_t[]>(reclaimed_words());
+    reclaimed[page >> 6] |= std::uint64_t{1} << (page & 63);
+  }
+  void clear_after_reclaim(std::uint32_t page) noexcept {
+    if (reclaimed) reclaimed[page >> 6] &= ~(std::uint64_t{1} << (page & 63));
+  }
+  // An allocated or orphaned page (`was`: which) back to the end of the pool (a release, or a reclaim).
+  // Inlined: a call per page made bench_state's Release1000Into1M a quarter slower. kMayBeReclaimed
+  // false: the caller knows the rank has no reclaim bits (a loop then tests it once, not per page).
+  template <bool kMayBeReclaimed = true>
+  [[gnu::always_inline]] void to_pool(std::uint32_t page, std::uint32_t was) noexcept {
+    if (was == kAllocated) {
+      --allocated;
+    } else {
+      --orphaned;
+    }
+    owner[page] = kFree;
+    if constexpr (kMayBeReclaimed) clear_after_reclaim(page);
+    push_back(page);
+  }
 };
 
 // Per-call scratch, reused by each thread so that a call allocates nothing in the steady state.
@@ -286,6 +323,10 @@ struct Scratch {
   std::vector<ConfirmedItem> confirmed;
   std::vector<std::uint32_t> released;
   std::vector<std::string_view> deleted;
+  // confirm_write with read leases: the pages leased keys moved away from, which drain (page, the
+  // draining record's id).
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> drains;
+  std::vector<std::uint32_t> release_hashes;  // confirm_write: each keyed release's key, short_hash()
 
   void reset() {
     // A huge batch must not leave a huge table behind for every later call to clear.
@@ -300,6 +341,10 @@ struct Scratch {
     if (confirmed.capacity() > kKeep) std::vector<ConfirmedItem>{}.swap(confirmed);
     if (released.capacity() > kKeep) std::vector<std::uint32_t>{}.swap(released);
     if (deleted.capacity() > kKeep) std::vector<std::string_view>{}.swap(deleted);
+    if (drains.capacity() > kKeep) decltype(drains){}.swap(drains);
+    drains.clear();
+    if (release_hashes.capacity() > kKeep) std::vector<std::uint32_t>{}.swap(release_hashes);
+    release_hashes.clear();
     allocated.clear();
     confirmed.clear();
     released.clear();
@@ -696,14 +741,7 @@ struct MetadataState::Impl {
 
   // tp_world_size: the ranks initialized now (a scheduler never creates one, so workers only).
   std::uint32_t create_key(const HashedKey& key, std::uint32_t tp_world_size) {
-    std::uint32_t id;
-    if (life.free_ids.empty()) {
-      id = static_cast<std::uint32_t>(keys.size());
-      keys.emplace_back();
-    } else {
-      id = life.free_ids.back();
-      life.free_ids.pop_back();
-    }
+    const std::uint32_t id = take_id();
     KeyRecord& k = keys[id];
     k.name.assign(key.name);
     k.hash = key.hash;
@@ -717,6 +755,19 @@ struct MetadataState::Impl {
     return id;
   }
   std::size_t ids_in_use() const noexcept { return keys.size() - life.free_ids.size(); }
+  // The id the next key record gets: the last one freed, else a new one.
+  std::uint32_t next_id() const noexcept {
+    return life.free_ids.empty() ? static_cast<std::uint32_t>(keys.size()) : life.free_ids.back();
+  }
+  std::uint32_t take_id() {
+    const std::uint32_t id = next_id();
+    if (life.free_ids.empty()) {
+      keys.emplace_back();
+    } else {
+      life.free_ids.pop_back();
+    }
+    return id;
+  }
 
   // The server's --max-* flags, which a new rank must fit: why it does not, else nullopt. Checked by
   // initialize and by a replayed rank_created alike (a record naming an absurd rank must not take
@@ -763,6 +814,7 @@ struct MetadataState::Impl {
       --r.orphaned;
     }
     r.owner[page] = id;
+    r.clear_after_reclaim(page);
     ++r.mapped;
   }
 
@@ -825,15 +877,9 @@ struct MetadataState::Impl {
   }
   // An allocated or orphaned page back to its pool.
   void reclaim_page(RankData& r, std::uint32_t page) {
-    if (r.owner[page] == kAllocated) {
-      --r.allocated;
-      ++counters.reclaimed_allocated;
-    } else {
-      --r.orphaned;
-      ++counters.reclaimed_orphaned;
-    }
-    r.owner[page] = kFree;
-    r.push_back(page);
+    ++(r.owner[page] == kAllocated ? counters.reclaimed_allocated : counters.reclaimed_orphaned);
+    r.to_pool(page, r.owner[page]);
+    r.set_after_reclaim(page);
   }
 
   void expire_key(const TimedKey& e) {
@@ -962,6 +1008,37 @@ struct MetadataState::Impl {
     free_pages(id, false);
     free_id(id);
   }
+  // An orphaned page that a reader may still be reading (its key moved while under a read lease):
+  // drains as a removed key's pages do, owned by a key record of its own (no name, in no lookup,
+  // never live) whose lease ends with the key's (`leased`, placed beside it in the lease list,
+  // which stays in end order), or, replaying (kNone), one lease period from now, as a replayed
+  // removal's does (its key_drained record ends it). Returns the record's id.
+  std::uint32_t drain_orphan(RankData& r, std::uint32_t slot, std::uint32_t page, std::uint32_t leased) {
+    assert(r.owner[page] == kOrphaned);
+    const std::uint32_t id = take_id();
+    KeyRecord& k = keys[id];
+    k.hash = HashedKey(std::string_view()).hash;  // as import_image computes it for a nameless record
+    k.tp_world_size = 0;
+    k.live = false;
+    k.pages.push_back(RankPage{slot, page});
+    r.owner[page] = id;
+    --r.orphaned;
+    ++r.draining;
+    if (leased == kNone) {
+      k.lease_end = now + lease_ms;
+      lease_push_back(id);
+      return id;
+    }
+    KeyRecord& neighbour = keys[leased];
+    k.lease_end = neighbour.lease_end;
+    k.lease_prev = leased;
+    k.lease_next = neighbour.lease_next;
+    (k.lease_next == kNone ? life.lease_tail : keys[k.lease_next].lease_prev) = id;
+    neighbour.lease_next = id;
+    k.where = Where::leased;
+    ++life.leased;
+    return id;
+  }
   void free_pages(std::uint32_t id, bool draining) {
     for (const RankPage& rp : keys[id].pages) {
       RankData& r = *ranks[rp.slot];
@@ -1046,6 +1123,94 @@ struct MetadataState::Impl {
       case kAllocated: return PageState::allocated;
       case kOrphaned: return PageState::orphaned;
       default: return keys[owner].live ? PageState::mapped : PageState::draining;
+    }
+  }
+
+  // confirm_write's releases, judged after its confirmations (the scratch's overlay holds the pages
+  // they touch). A bare release of a page allocated again after a reclaim is refused: it may be the
+  // late release of the writer whose allocation was reclaimed, and would free the new holder's page.
+  std::optional<StateError> check_releases(const RankData& r, const Scratch& s, std::span<const Page> pages,
+                                           std::span<const ReleaseKey> keyed) const {
+    for (std::size_t j = 0; j < pages.size(); ++j) {
+      if (!r.in_range(pages[j])) {
+        return make_error(StateErrc::invalid_argument, out_of_range("pages_to_release", j, pages[j], r), r.rank, j);
+      }
+    }
+    if (!r.reclaimed && keyed.empty()) return std::nullopt;  // vLLM's releases, no reclaim on the rank yet
+    std::size_t next = 0;  // the next keyed release
+    for (std::size_t j = 0; j < pages.size(); ++j) {
+      if (next < keyed.size() && keyed[next].index == j) {
+        ++next;
+        continue;
+      }
+      const auto page = static_cast<std::uint32_t>(pages[j]);
+      if (r.after_reclaim(page) && r.owner[page] == kAllocated && !s.page_overlay.contains(page)) {
+        return make_error(StateErrc::conflict,
+                          internal::indexed("pages_to_release", j) + ": page " + std::to_string(page) +
+                              " was reclaimed by the allocation TTL and allocated again since on rank " +
+                              std::to_string(r.rank) +
+                              ": a bare release cannot be told from the late release of the writer whose "
+                              "allocation was reclaimed (release it as [key, page])",
+                          r.rank, j);
+      }
+    }
+    if (next != keyed.size()) {
+      return make_error(StateErrc::invalid_argument,
+                        "release_keys: indexes must be ascending and name entries of pages_to_release", r.rank);
+    }
+    return std::nullopt;
+  }
+  // Applies them: a bare release frees an allocated or orphaned page (a mapped one is kept, a free
+  // one skipped); a keyed one frees only a page still allocated for its key (else it is late).
+  void release(RankData& r, std::span<const Page> pages, std::span<const ReleaseKey> keyed, Scratch& s,
+               ConfirmOutcome& outcome) {
+    const bool record = static_cast<bool>(sink);
+    // vLLM's releases: the loop as it was before keyed ones (bench_state's Release1000Into1M).
+    const auto bare = [&](auto may_be_reclaimed) {
+      std::size_t released = 0, kept = 0;  // in registers, not in `outcome`
+      for (const Page p : pages) {
+        const auto page = static_cast<std::uint32_t>(p);
+        const std::uint32_t owner = r.owner[page];
+        if (owner == kFree) continue;  // already in the pool (or released earlier in this list)
+        if (owner < kKeyIdLimit) {
+          // Freeing a mapped (or draining) page would let another key overwrite what a reader reads: kept.
+          ++kept;
+          continue;
+        }
+        r.template to_pool<decltype(may_be_reclaimed)::value>(page, owner);
+        if (record) s.released.push_back(page);
+        ++released;
+      }
+      outcome.released += released;
+      outcome.kept_mapped += kept;
+    };
+    if (keyed.empty()) {
+      if (r.reclaimed) {
+        bare(std::true_type{});
+      } else {
+        bare(std::false_type{});
+      }
+      return;
+    }
+    std::size_t next = 0;
+    for (std::size_t j = 0; j < pages.size(); ++j) {
+      const auto page = static_cast<std::uint32_t>(pages[j]);
+      const std::uint32_t owner = r.owner[page];
+      if (next < keyed.size() && keyed[next].index == j) {
+        const std::uint32_t hash = s.release_hashes[next++];
+        if (owner != kAllocated || r.allocated_for[page] != hash) {
+          ++outcome.late;
+          continue;
+        }
+      } else if (owner == kFree) {
+        continue;
+      } else if (owner < kKeyIdLimit) {
+        ++outcome.kept_mapped;
+        continue;
+      }
+      r.to_pool(page, owner);
+      if (record) s.released.push_back(page);
+      ++outcome.released;
     }
   }
 
@@ -1192,7 +1357,8 @@ StateResult<std::vector<Page>> MetadataState::allocate(Rank rank, std::span<cons
 }
 
 StateResult<ConfirmOutcome> MetadataState::confirm_write(Rank rank, std::span<const Confirmation> confirmations,
-                                                         std::span<const Page> pages_to_release) {
+                                                         std::span<const Page> pages_to_release,
+                                                         std::span<const ReleaseKey> release_keys) {
   if (confirmations.empty() && pages_to_release.empty()) {
     // vLLM does nothing here, whether the rank exists or not.
     return ConfirmOutcome{};
@@ -1207,6 +1373,7 @@ StateResult<ConfirmOutcome> MetadataState::confirm_write(Rank rank, std::span<co
     if (inserted) s.locals.push_back(LocalKey{key});
     s.local_of[i] = it->second;
   }
+  for (const ReleaseKey& keyed : release_keys) s.release_hashes.push_back(HashedKey(keyed.key).short_hash());
 
   std::unique_lock lock(impl_->mutex);
   impl_->advance();
@@ -1231,6 +1398,13 @@ StateResult<ConfirmOutcome> MetadataState::confirm_write(Rank rank, std::span<co
   s.page_overlay.reserve(2 * confirmations.size());
   for (std::size_t i = 0; i < confirmations.size(); ++i) {
     const Confirmation& c = confirmations[i];
+    // Deleted, or orphaned, under a read lease: a reader may still be reading it.
+    const auto draining = [&](std::uint32_t page) {
+      return make_error(StateErrc::conflict,
+                        "page " + std::to_string(page) + " of key " + c.key + " is draining on rank " +
+                            std::to_string(rank),
+                        rank, i);
+    };
     if (!r.in_range(c.page)) {
       return make_error(StateErrc::invalid_argument, out_of_range("confirmations", i, c.page, r), rank, i);
     }
@@ -1239,7 +1413,8 @@ StateResult<ConfirmOutcome> MetadataState::confirm_write(Rank rank, std::span<co
     LocalKey& local = s.locals[l];
     std::optional<std::string_view> other;  // the key mapping the page, when it is another key
     if (const auto it = s.page_overlay.find(page); it != s.page_overlay.end()) {
-      // Touched earlier in this call: orphaned (fine) or mapped by a key of this call.
+      // Touched earlier in this call: orphaned (fine), draining, or mapped by a key of this call.
+      if (it->second == kOverlayDraining) return draining(page);
       if (it->second != kOrphaned && it->second != l) other = s.locals[it->second].key.name;
     } else {
       const std::uint32_t owner = r.owner[page];
@@ -1252,6 +1427,7 @@ StateResult<ConfirmOutcome> MetadataState::confirm_write(Rank rank, std::span<co
       // An orphaned page is owned by nobody, so confirming it takes nothing from any key: allowed,
       // as vLLM allows it. Refusing it would not protect any data and would break a worker that
       // re-confirms a page its key moved away from.
+      if (owner < kKeyIdLimit && owner != local.id && !impl_->keys[owner].live) return draining(page);
       if (owner < kKeyIdLimit && owner != local.id) other = impl_->keys[owner].name.view();
       if (owner == kAllocated && r.allocated_for[page] != local.key.short_hash()) {
         return make_error(StateErrc::conflict,
@@ -1266,16 +1442,15 @@ StateResult<ConfirmOutcome> MetadataState::confirm_write(Rank rank, std::span<co
                             std::string(*other) + " on rank " + std::to_string(rank),
                         rank, i);
     }
-    if (local.page != kNone && local.page != page) s.page_overlay.insert_or_assign(local.page, kOrphaned);
+    if (local.page != kNone && local.page != page) {
+      // A reader that looked a leased key up may be reading the page it leaves: that page drains.
+      const bool leased = local.id != kNone && impl_->keys[local.id].where == Where::leased;
+      s.page_overlay.insert_or_assign(local.page, leased ? kOverlayDraining : kOrphaned);
+    }
     s.page_overlay.insert_or_assign(page, l);
     local.page = page;
   }
-  for (std::size_t j = 0; j < pages_to_release.size(); ++j) {
-    if (!r.in_range(pages_to_release[j])) {
-      return make_error(StateErrc::invalid_argument,
-                        out_of_range("pages_to_release", j, pages_to_release[j], r), rank, j);
-    }
-  }
+  if (auto refused = impl_->check_releases(r, s, pages_to_release, release_keys)) return std::move(*refused);
 
   // Apply. Only an allocation failure (bad_alloc) can interrupt this part.
   ConfirmOutcome outcome;
@@ -1288,29 +1463,17 @@ StateResult<ConfirmOutcome> MetadataState::confirm_write(Rank rank, std::span<co
       local.id = impl_->create_key(local.key, created_tp);
     }
     const auto page = static_cast<std::uint32_t>(confirmations[i].page);
+    std::uint32_t left = kNone;  // the page a leased key leaves, which drains
+    if (impl_->lease_ms > 0 && created_tp == 0 && impl_->keys[local.id].where == Where::leased) {
+      const RankPage* rp = impl_->keys[local.id].on(slot);
+      if (rp != nullptr && rp->page != page) left = rp->page;
+    }
     impl_->map_page(r, slot, local.id, page);
+    if (left != kNone) s.drains.emplace_back(left, impl_->drain_orphan(r, slot, left, local.id));
     if (record) s.confirmed.push_back(ConfirmedItem{confirmations[i].key, page, created_tp});
     ++outcome.confirmed;
   }
-  for (const Page p : pages_to_release) {
-    const auto page = static_cast<std::uint32_t>(p);
-    const std::uint32_t owner = r.owner[page];
-    if (owner == kFree) continue;  // already in the pool (or released earlier in this list)
-    if (owner < kKeyIdLimit) {
-      // Freeing a mapped page would let another key overwrite this key's data: kept (deviation).
-      ++outcome.kept_mapped;
-      continue;
-    }
-    if (owner == kAllocated) {
-      --r.allocated;
-    } else {
-      --r.orphaned;
-    }
-    r.owner[page] = kFree;
-    r.push_back(page);
-    if (record) s.released.push_back(page);
-    ++outcome.released;
-  }
+  impl_->release(r, pages_to_release, release_keys, s, outcome);
   r.kept_on_release += outcome.kept_mapped;
   Change change;
   change.kind = ChangeKind::confirmed;
@@ -1319,6 +1482,14 @@ StateResult<ConfirmOutcome> MetadataState::confirm_write(Rank rank, std::span<co
   change.released = s.released;
   change.kept_mapped = static_cast<std::uint32_t>(outcome.kept_mapped);
   impl_->emit(change);
+  for (const auto& [page, id] : s.drains) {
+    Change drain;
+    drain.kind = ChangeKind::page_draining;
+    drain.rank = rank;
+    drain.page = page;
+    drain.key_id = id;
+    impl_->emit(drain);
+  }
   return outcome;
 }
 
@@ -1494,6 +1665,18 @@ StateResult<void> MetadataState::apply(const Change& change) {
     s.seq = change.seq;
     return boost::outcome_v2::success();
   }
+  if (change.kind == ChangeKind::page_draining) {
+    if (change.page >= r.num_pages || r.owner[change.page] != kOrphaned) {
+      return unfit(change, "page " + std::to_string(change.page) + " of " + rank_text + " is not orphaned");
+    }
+    if (change.key_id != s.next_id()) {
+      return unfit(change, "key id " + std::to_string(change.key_id) + " is not the next one (" +
+                               std::to_string(s.next_id()) + ")");
+    }
+    s.drain_orphan(r, slot, change.page, kNone);
+    s.seq = change.seq;
+    return boost::outcome_v2::success();
+  }
   // Checked before anything is applied, so that a record that does not fit changes nothing.
   if (change.kind == ChangeKind::allocated) {
     if (change.allocated.size() > r.free_count) return unfit(change, "more pages taken than " + rank_text + " has free");
@@ -1548,13 +1731,7 @@ StateResult<void> MetadataState::apply(const Change& change) {
     if (page >= r.num_pages || (r.owner[page] != kAllocated && r.owner[page] != kOrphaned)) {
       return unfit(change, "page " + std::to_string(page) + " of " + rank_text + " cannot be released");
     }
-    if (r.owner[page] == kAllocated) {
-      --r.allocated;
-    } else {
-      --r.orphaned;
-    }
-    r.owner[page] = kFree;
-    r.push_back(page);
+    r.to_pool(page, r.owner[page]);
   }
   r.kept_on_release += change.kept_mapped;
   s.seq = change.seq;

@@ -243,7 +243,7 @@ TEST(DurableRecord, EveryKindRoundTrips) {
   const std::uint32_t released[] = {9, 1};
   const std::string_view deleted[] = {"gone", "", "also gone"};
   const std::string_view evicted[] = {"old"};
-  std::vector<Change> changes(10);
+  std::vector<Change> changes(11);
   changes[0].kind = ChangeKind::rank_created;
   changes[0].rank = -5;
   changes[0].num_pages = 77;
@@ -274,6 +274,10 @@ TEST(DurableRecord, EveryKindRoundTrips) {
   changes[8].key_id = 123456;
   changes[9].kind = ChangeKind::clock;
   changes[9].clock_ms = -1764590000123;
+  changes[10].kind = ChangeKind::page_draining;
+  changes[10].rank = -7;
+  changes[10].page = 0xFFFFFFF1u;
+  changes[10].key_id = 654321;
   const DedupTag tag{1, "req-1", 0x1234567890ull, 42};
   for (std::size_t i = 0; i < changes.size(); ++i) {
     changes[i].seq = 10 + i;
@@ -320,8 +324,8 @@ TEST(DurableRecord, EveryKindRoundTrips) {
     }
   }
   std::string error;
-  EXPECT_FALSE(Record::decode(1, std::string("\x0b\x00", 2), error));
-  EXPECT_THAT(error, HasSubstr("unknown kind 11"));
+  EXPECT_FALSE(Record::decode(1, std::string("\x0c\x00", 2), error));
+  EXPECT_THAT(error, HasSubstr("unknown kind 12"));
   // A removal or a page state the format does not know is refused, not guessed.
   EXPECT_FALSE(Record::decode(1, std::string("\x07\x00\x04\x00\x00\x00\x00\x00", 8), error));
   EXPECT_THAT(error, HasSubstr("unknown removal 4"));

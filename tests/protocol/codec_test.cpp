@@ -499,7 +499,22 @@ INSTANTIATE_TEST_SUITE_P(
         Refusal{"release_item", R"({"rank":0,"pages_to_release":[1,2,"3"]})", "pages_to_release[2]: expected an integer"},
         Refusal{"release_float", R"({"rank":0,"pages_to_release":[1.5]})", "pages_to_release[0]: expected an integer"},
         Refusal{"release_huge", R"({"rank":0,"pages_to_release":[0,-99999999999999999999]})",
-                "pages_to_release[1]: out of range for a 64-bit integer"}),
+                "pages_to_release[1]: out of range for a 64-bit integer"},
+        // Keyed releases (kKeyedReleaseHeader): [key, page] with a string key and an integer page.
+        Refusal{"release_pair_short", R"({"rank":0,"pages_to_release":[1,["a"]]})",
+                "pages_to_release[1]: expected a page (an integer) or a [key, page] pair of a string and an integer"},
+        Refusal{"release_pair_long", R"({"rank":0,"pages_to_release":[["a",1,2]]})",
+                "pages_to_release[0]: expected a page (an integer) or a [key, page] pair of a string and an integer"},
+        Refusal{"release_pair_key_number", R"({"rank":0,"pages_to_release":[[1,1]]})",
+                "pages_to_release[0]: expected a page (an integer) or a [key, page] pair of a string and an integer"},
+        Refusal{"release_pair_reversed", R"({"rank":0,"pages_to_release":[[1,"a"]]})",
+                "pages_to_release[0]: expected a page (an integer) or a [key, page] pair of a string and an integer"},
+        Refusal{"release_object", R"({"rank":0,"pages_to_release":[{"a":1}]})",
+                "pages_to_release[0]: expected a page (an integer) or a [key, page] pair of a string and an integer"},
+        Refusal{"release_pair_page_string", R"({"rank":0,"pages_to_release":[["a","1"]]})",
+                "pages_to_release[0][1]: expected an integer"},
+        Refusal{"release_pair_page_huge", R"({"rank":0,"pages_to_release":[2,["a",99999999999999999999]]})",
+                "pages_to_release[1][1]: out of range for a 64-bit integer"}),
     [](const auto& info) { return info.param.name; });
 
 // Found by fuzz/request_decoders.cpp: RapidJSON 1.1's SSE2 in-situ scanner (on now) lets a raw
@@ -558,6 +573,38 @@ TEST(ServerDecodeTest, ConfirmWriteDefaults) {
   ASSERT_TRUE(null_release);
   EXPECT_TRUE(null_release.value().pages_to_release.empty());
   EXPECT_EQ(null_release.value().confirmations, (std::vector<Confirmation>{{"a", 1}}));
+}
+
+// Keyed releases: a [key, page] entry gives its page in pages_to_release and its key in
+// release_keys, by index; bare pages (vLLM's) leave release_keys empty, by either decoding path.
+TEST(ServerDecodeTest, ConfirmWriteKeyedReleases) {
+  for (const std::string_view body :
+       {R"({"rank":1,"confirmations":[["c",4]],"pages_to_release":[3,["a",5],7,["b\u00e9",-1]]})",
+        R"({"rank": 1, "confirmations": [["c", 4]], "pages_to_release": [3, [ "a" , 5 ], 7, ["bé", -1]]})"}) {
+    auto request = decode_confirm_write_request(body);
+    ASSERT_TRUE(request) << request.error().message;
+    EXPECT_EQ(request.value().rank, 1);
+    EXPECT_EQ(request.value().confirmations, (std::vector<Confirmation>{{"c", 4}}));
+    EXPECT_EQ(request.value().pages_to_release, (std::vector<Page>{3, 5, 7, -1}));
+    EXPECT_EQ(request.value().release_keys, (std::vector<ReleaseKey>{{1, "a"}, {3, "bé"}}));
+  }
+  for (const std::string_view bare : {R"({"rank":1,"confirmations":[],"pages_to_release":[3,5]})",
+                                      R"({"rank":1,"confirmations":[],"pages_to_release":[3,5],"x":"\u0041"})"}) {
+    auto request = decode_confirm_write_request(bare);
+    ASSERT_TRUE(request);
+    EXPECT_EQ(request.value().pages_to_release, (std::vector<Page>{3, 5}));
+    EXPECT_TRUE(request.value().release_keys.empty());
+  }
+  // A repeated member counts by its last occurrence, keys included.
+  auto repeated = decode_confirm_write_request(
+      R"({"rank":1,"pages_to_release":[["a",1]],"pages_to_release":[2]})");
+  ASSERT_TRUE(repeated);
+  EXPECT_EQ(repeated.value().pages_to_release, (std::vector<Page>{2}));
+  EXPECT_TRUE(repeated.value().release_keys.empty());
+}
+
+TEST(RoutesTest, TheKeyedReleaseHeaderIsNamedOnce) {
+  EXPECT_EQ(kKeyedReleaseHeader, "X-Hf3fs-Keyed-Release");
 }
 
 class InitializeRequestRefusal : public ::testing::TestWithParam<Refusal> {};

@@ -4,6 +4,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <memory>
 #include <set>
 #include <string>
 #include <tuple>
@@ -624,6 +626,80 @@ TEST_F(ServiceTest, ReconfirmOrphansThePreviousPage) {
   expect_no_content(post("/keys/confirm_write", R"({"rank":0,"confirmations":[["a",0],["a",1]]})"));
   EXPECT_EQ(state_.page_state(0, 0), PageState::orphaned);
   expect_json(post("/keys/get_locations", R"({"rank":0,"keys":["a"]})"), 200, R"({"locations":[1]})");
+}
+
+// --max-key-bytes (StateOptions::max_key_bytes, 1024 by default): a longer key is a 400 naming its
+// field and index on every route that takes keys, nothing applied; a key of the limit passes.
+TEST_F(ServiceTest, KeysLongerThanTheLimitAreRefusedOnEveryRoute) {
+  init(0, 4);
+  const std::string fits(1024, 'k');
+  const std::string over(1025, 'k');
+  const std::string tail = ": a key of 1025 bytes, above the limit of 1024 (--max-key-bytes)";
+  post("/keys/batch_allocate", R"({"rank":0,"keys":[["a",""]]})");  // page 0, for the confirm below
+  expect_refused_detail("/keys/batch_allocate", R"({"rank":0,"keys":[["b",""],[")" + over + R"(",""]]})", 400,
+                        "keys[1][0]" + tail);
+  expect_refused_detail("/keys/batch_allocate", R"({"rank":0,"keys":[["b",")" + over + R"("]]})", 400,
+                        "keys[0][1]" + tail);
+  expect_refused_detail("/keys/confirm_write",
+                        R"({"rank":0,"confirmations":[["a",0],[")" + over + R"(",1]],"pages_to_release":[2]})", 400,
+                        "confirmations[1][0]" + tail);
+  expect_refused_detail("/keys/confirm_write",
+                        R"({"rank":0,"confirmations":[["a",0]],"pages_to_release":[2,[")" + over + R"(",3]]})", 400,
+                        "pages_to_release[1][0]" + tail);
+  EXPECT_EQ(state_.page_state(0, 0), PageState::allocated);
+  expect_refused_detail("/keys/batch_exists", R"({"keys":["a",")" + over + R"("]})", 400, "keys[1]" + tail);
+  expect_refused_detail("/keys/get_locations", R"({"rank":0,"keys":[")" + over + R"("]})", 400, "keys[0]" + tail);
+  const Page page = write(0, "gone");
+  expect_refused_detail("/keys/delete", R"({"keys":["gone",")" + over + R"("]})", 400, "keys[1]" + tail);
+  EXPECT_EQ(state_.page_state(0, page), PageState::mapped);  // not deleted
+  // A key of the limit is a key like any other.
+  EXPECT_EQ(write(0, fits), 2);
+  expect_json(post("/keys/batch_exists", R"({"keys":[")" + fits + R"("]})"), 200, R"({"exists":[true]})");
+}
+
+TEST(ServiceLimitTest, TheKeyLimitComesFromTheStateOptionsAndZeroMeansNone) {
+  StateOptions options;
+  options.max_key_bytes = 3;
+  MetadataState small(options);
+  Service service(small);
+  const ServiceAnswer refused = service.handle("POST", "/keys/batch_exists", R"({"keys":["abc","abcd"]})");
+  EXPECT_EQ(refused.status, 400);
+  EXPECT_EQ(refused.body,
+            protocol::encode_detail("keys[1]: a key of 4 bytes, above the limit of 3 (--max-key-bytes)"));
+  options.max_key_bytes = 0;
+  MetadataState unlimited(options);
+  Service open(unlimited);
+  const std::string huge(100000, 'k');
+  EXPECT_EQ(open.handle("POST", "/keys/batch_exists", R"({"keys":[")" + huge + R"("]})").status, 200);
+}
+
+// Keyed releases through the Service: a [key, page] entry frees the page only while it is allocated
+// for that key; a bare release of a page the TTL reclaimed and allocated again is 409, nothing applied.
+TEST(ServiceReleaseTest, KeyedReleasesAndRefusedBareOnesAfterAReclaim) {
+  auto now = std::make_shared<std::chrono::milliseconds>(0);
+  StateOptions options;
+  options.allocation_ttl = std::chrono::milliseconds(100);
+  options.clock = [now] { return *now; };
+  MetadataState state(options);
+  Service service(state);
+  const auto post = [&](std::string_view target, std::string_view body) { return service.handle("POST", target, body); };
+  ASSERT_EQ(post("/rank/0/initialize", R"({"num_pages":1})").status, 200);
+  ASSERT_EQ(post("/keys/batch_allocate", R"({"rank":0,"keys":[["k1",""]]})").body,
+            R"({"rank":0,"results":[["k1",0]]})");
+  *now = std::chrono::milliseconds(100);  // k1's page reclaimed
+  ASSERT_EQ(post("/keys/batch_allocate", R"({"rank":0,"keys":[["k3",""]]})").body,
+            R"({"rank":0,"results":[["k3",0]]})");
+  const ServiceAnswer bare = post("/keys/confirm_write", R"({"rank":0,"confirmations":[],"pages_to_release":[0]})");
+  EXPECT_EQ(bare.status, 409);
+  EXPECT_THAT(bare.body, ::testing::HasSubstr(
+                             R"("Confirmation failed: pages_to_release[0]: page 0 was reclaimed by the allocation TTL)"));
+  EXPECT_EQ(state.page_state(0, 0), PageState::allocated);
+  const ServiceAnswer late = post("/keys/confirm_write", R"({"rank":0,"pages_to_release":[["k1",0]]})");
+  EXPECT_EQ(late.status, 204) << late.body;
+  EXPECT_EQ(state.page_state(0, 0), PageState::allocated);
+  const ServiceAnswer own = post("/keys/confirm_write", R"({"rank":0,"pages_to_release":[["k3",0]]})");
+  EXPECT_EQ(own.status, 204) << own.body;
+  EXPECT_EQ(state.page_state(0, 0), PageState::free);
 }
 
 }  // namespace

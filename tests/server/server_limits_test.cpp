@@ -172,5 +172,62 @@ TEST(ServerDescriptorLimitTest, IdleConnectionsBeyondTheDescriptorLimitNeverStal
   EXPECT_EQ(server.terminate(), 0);
 }
 
+// --max-key-bytes through the server: a longer key is 400 naming it, nothing applied; the limit passes.
+class ServerKeyLimitTest : public ServerTestBase {
+ protected:
+  ServerKeyLimitTest() : ServerTestBase({"--threads", "1", "--max-key-bytes", "16"}) {}
+};
+
+TEST_F(ServerKeyLimitTest, ALongerKeyIsRefusedNamingItAndNothingIsApplied) {
+  initialize(0, 4);
+  const std::string over(17, 'k');
+  const auto refused = allocate(0, over);
+  EXPECT_EQ(refused.status, 400);
+  EXPECT_EQ(refused.body, R"x({"detail":"keys[0][0]: a key of 17 bytes, above the limit of 16 (--max-key-bytes)"})x");
+  EXPECT_THAT(metric(R"(hf3fs_meta_rank_pages{rank="0",state="free"})"), Optional(std::string("4")));
+  const auto exists = post("/keys/batch_exists", R"({"keys":["a",")" + over + R"("]})");
+  EXPECT_EQ(exists.status, 400);
+  EXPECT_EQ(exists.body, R"x({"detail":"keys[1]: a key of 17 bytes, above the limit of 16 (--max-key-bytes)"})x");
+  EXPECT_EQ(allocate(0, std::string(16, 'k')).status, 200);
+}
+
+TEST(ServerKeyLimitOptionsTest, ZeroIsAUsageErrorAndHelpNamesTheFlag) {
+  const auto zero = ServerProcess::run_to_exit({"--port", "0", "--max-key-bytes", "0"});
+  EXPECT_EQ(zero.exit_code, 2) << zero.output;
+  EXPECT_THAT(zero.output, ::testing::HasSubstr("--max-key-bytes"));
+  const auto help = ServerProcess::run_to_exit({"--help"});
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_THAT(help.output, ::testing::HasSubstr("--max-key-bytes"));
+}
+
+// Keyed releases are advertised on every answer, deduplication on or off, and taken on the wire.
+// (The header's name as the wire has it: kKeyedReleaseHeader, which this test binary does not link.)
+constexpr const char* kKeyedRelease = "x-hf3fs-keyed-release";
+class ServerKeyedReleaseTest : public ServerTestBase {
+ protected:
+  ServerKeyedReleaseTest() : ServerTestBase({"--threads", "1", "--dedup-max-bytes", "0"}) {}
+};
+
+TEST_F(ServerKeyedReleaseTest, EveryAnswerAdvertisesKeyedReleasesWhichFreeOnlyTheirKeysPage) {
+  EXPECT_THAT(get("/healthz").header(kKeyedRelease), Optional(std::string("1")));
+  const auto missing = allocate(0, "k");  // a 500: still advertised
+  EXPECT_EQ(missing.status, 500);
+  EXPECT_THAT(missing.header(kKeyedRelease), Optional(std::string("1")));
+  EXPECT_FALSE(missing.header("x-request-id-dedup"));
+  initialize(0, 2);
+  ASSERT_EQ(allocate(0, "k").body, R"({"rank":0,"results":[["k",0]]})");
+  const auto late = post("/keys/confirm_write", R"({"rank":0,"confirmations":[],"pages_to_release":[["j",0]]})");
+  EXPECT_EQ(late.status, 204);
+  EXPECT_THAT(late.header(kKeyedRelease), Optional(std::string("1")));
+  EXPECT_THAT(metric(R"(hf3fs_meta_rank_pages{rank="0",state="allocated"})"), Optional(std::string("1")));
+  const auto own = post("/keys/confirm_write", R"({"rank":0,"confirmations":[],"pages_to_release":[["k",0]]})");
+  EXPECT_EQ(own.status, 204);
+  EXPECT_THAT(metric(R"(hf3fs_meta_rank_pages{rank="0",state="allocated"})"), Optional(std::string("0")));
+  const auto bad = post("/keys/confirm_write", R"({"rank":0,"pages_to_release":[[0,"k"]]})");
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_EQ(bad.body,
+            R"({"detail":"pages_to_release[0]: expected a page (an integer) or a [key, page] pair of a string and an integer"})");
+}
+
 }  // namespace
 }  // namespace hf3fs_meta::testing

@@ -444,6 +444,238 @@ TEST_F(Lifecycle, DeleteUnderALeaseDrainsWhenTheLeaseEnds) {
   expect_counts_add_up(*s);
 }
 
+// Issue 23, item 1: K1's allocation of page 0 is reclaimed and page 0 is allocated to K3; a bare
+// release of page 0 (K1's late one, or K3's: they cannot be told apart) is refused with nothing
+// applied; a keyed one frees it only for K3.
+TEST_F(Lifecycle, ABareReleaseOfAPageReallocatedAfterAReclaimIsRefused) {
+  auto s = make({.ttl_ms = 100});
+  std::vector<ChangeKind> records;
+  s->set_change_sink([&](const Change& c) { records.push_back(c.kind); });
+  ASSERT_TRUE(s->initialize(0, 2).has_value());
+  EXPECT_THAT(allocate(*s, 0, {"k1", "k2"}), ElementsAre(0, 1));
+  confirm(*s, 0, {{"k2", 1}});
+  clock.set(100);  // k1's page 0 reclaimed
+  EXPECT_THAT(allocate(*s, 0, {"k3"}), ElementsAre(0));
+  const auto before = testing::snapshot(*s, {"k1", "k2", "k3"});
+  const std::size_t records_before = records.size();
+  const std::vector<Confirmation> k2_again{{"k2", 1}};
+  for (const auto& confirmations : {std::vector<Confirmation>{}, k2_again}) {
+    const auto late = s->confirm_write(0, confirmations, std::vector<Page>{0});
+    ASSERT_TRUE(late.has_error());
+    EXPECT_EQ(late.error().kind, StateErrc::conflict);
+    EXPECT_EQ(late.error().index, 0u);
+    EXPECT_THAT(late.error().message,
+                ::testing::StartsWith("pages_to_release[0]: page 0 was reclaimed by the allocation TTL and allocated "
+                                      "again since on rank 0"));
+    EXPECT_EQ(testing::snapshot(*s, {"k1", "k2", "k3"}), before);
+    EXPECT_EQ(records.size(), records_before);
+  }
+  // Keyed: k1's release is late (nothing freed, no error); k3's frees the page.
+  const std::vector<ReleaseKey> as_k1{{0, "k1"}};
+  const auto k1_late = s->confirm_write(0, {}, std::vector<Page>{0}, as_k1);
+  ASSERT_TRUE(k1_late.has_value());
+  EXPECT_EQ(k1_late.value().late, 1u);
+  EXPECT_EQ(k1_late.value().released, 0u);
+  EXPECT_EQ(s->page_state(0, 0), PageState::allocated);
+  const std::vector<ReleaseKey> as_k3{{0, "k3"}};
+  const auto k3_release = s->confirm_write(0, {}, std::vector<Page>{0}, as_k3);
+  ASSERT_TRUE(k3_release.has_value());
+  EXPECT_EQ(k3_release.value().released, 1u);
+  EXPECT_EQ(k3_release.value().late, 0u);
+  EXPECT_EQ(s->page_state(0, 0), PageState::free);
+  // Freed by a release, the page is allocated the ordinary way again: a bare release frees it.
+  EXPECT_THAT(allocate(*s, 0, {"k5"}), ElementsAre(0));
+  confirm(*s, 0, {}, {0});
+  EXPECT_EQ(s->page_state(0, 0), PageState::free);
+}
+
+// The page's confirm by its new holder ends the doubt too; a page never reclaimed releases as vLLM.
+TEST_F(Lifecycle, AConfirmEndsTheDoubtAndOrdinaryAllocationsReleaseAsVllm) {
+  auto s = make({.ttl_ms = 100});
+  ASSERT_TRUE(s->initialize(0, 2).has_value());
+  EXPECT_THAT(allocate(*s, 0, {"k1"}), ElementsAre(0));
+  clock.set(100);
+  EXPECT_THAT(allocate(*s, 0, {"k3", "x"}), ElementsAre(1, 0));  // 1 never reclaimed, 0 reclaimed from k1
+  confirm(*s, 0, {}, {1});                                        // bare, ordinary: freed
+  EXPECT_EQ(s->page_state(0, 1), PageState::free);
+  confirm(*s, 0, {{"x", 0}});
+  EXPECT_TRUE(s->delete_keys(std::vector<std::string>{"x"})[0]);
+  EXPECT_THAT(allocate(*s, 0, {"y", "z"}), ElementsAre(1, 0));
+  confirm(*s, 0, {}, {0, 1});
+  EXPECT_THAT(s->free_pages(0), ElementsAre(0, 1));
+}
+
+// A keyed release frees only a page allocated for its key: not a mapped one, an orphaned one, a
+// free one, nor one allocated for another key (each late, none an error); a bare one still frees an
+// orphaned page and keeps a mapped one.
+TEST_F(Lifecycle, AKeyedReleaseFreesOnlyAPageAllocatedForItsKey) {
+  auto s = make({});
+  ASSERT_TRUE(s->initialize(0, 5).has_value());
+  EXPECT_THAT(allocate(*s, 0, {"a", "b", "c"}), ElementsAre(0, 1, 2));
+  confirm(*s, 0, {{"a", 0}});
+  const std::vector<ReleaseKey> keyed{{0, "a"}, {1, "a"}, {2, "b"}, {3, "b"}, {5, "c"}};
+  const auto out = s->confirm_write(0, {}, std::vector<Page>{0, 1, 3, 1, 2, 2}, keyed);
+  ASSERT_TRUE(out.has_value()) << out.error().message;
+  // [a,0] mapped: late; [a,1] for b: late; [b,3] free: late; [b,1]: freed; 2 bare: freed; [c,2]: late.
+  EXPECT_EQ(out.value().released, 2u);
+  EXPECT_EQ(out.value().late, 4u);
+  EXPECT_EQ(out.value().kept_mapped, 0u);
+  EXPECT_THAT(s->free_pages(0), ElementsAre(3, 4, 1, 2));
+  EXPECT_EQ(s->page_state(0, 0), PageState::mapped);
+  // Keyed indexes out of order are refused before anything is applied.
+  const std::vector<ReleaseKey> unordered{{1, "x"}, {0, "y"}};
+  const auto bad = s->confirm_write(0, {}, std::vector<Page>{3, 4}, unordered);
+  ASSERT_TRUE(bad.has_error());
+  EXPECT_EQ(bad.error().kind, StateErrc::invalid_argument);
+}
+
+// Issue 23, item 2: a key under a read lease moves to another page; its old page, which a reader
+// was told, drains until the lease ends, whatever releases it (bare or keyed), reclaims it or
+// confirms it meanwhile; /stats counts it as draining; then it goes to the end of its pool.
+TEST_F(Lifecycle, APageOrphanedUnderALeaseDrainsUntilTheLeaseEnds) {
+  auto s = make({.lru = true, .lease_ms = 1000, .ttl_ms = 100});
+  std::vector<ChangeKind> records;
+  s->set_change_sink([&](const Change& c) { records.push_back(c.kind); });
+  ASSERT_TRUE(s->initialize(0, 4).has_value());
+  EXPECT_THAT(allocate(*s, 0, {"k"}), ElementsAre(0));
+  EXPECT_THAT(allocate(*s, 0, {"k"}), ElementsAre(1));  // a second writer of k (not complete yet)
+  confirm(*s, 0, {{"k", 0}});
+  clock.set(10);
+  EXPECT_THAT(locations(*s, 0, {"k"}), ElementsAre(Optional(0)));  // leased until 1010
+  confirm(*s, 0, {{"k", 1}});                                       // orphans page 0
+  EXPECT_EQ(records.back(), ChangeKind::page_draining);
+  EXPECT_EQ(s->page_state(0, 0), PageState::draining);
+  EXPECT_EQ(s->rank_stats(0)->draining, 1);
+  EXPECT_EQ(s->rank_stats(0)->orphaned, 0);
+  expect_counts_add_up(*s);
+  const std::vector<ReleaseKey> keyed{{1, "k"}};
+  const auto released = s->confirm_write(0, {}, std::vector<Page>{0, 0}, keyed);
+  ASSERT_TRUE(released.has_value());
+  EXPECT_EQ(released.value().released, 0u);
+  EXPECT_EQ(released.value().kept_mapped, 1u);
+  EXPECT_EQ(released.value().late, 1u);
+  const auto taken = s->confirm_write(0, std::vector<Confirmation>{{"j", 0}}, {});
+  ASSERT_TRUE(taken.has_error());
+  EXPECT_EQ(taken.error().message, "page 0 of key j is draining on rank 0");
+  clock.set(500);  // past the TTL's orphan reclaim; the pool has 2 and 3 only
+  EXPECT_EQ(s->page_state(0, 0), PageState::draining);
+  EXPECT_THAT(allocate(*s, 0, {"x", "y", "z"}), ElementsAre(kNoPage, kNoPage, kNoPage));
+  clock.set(1009);
+  EXPECT_EQ(s->page_state(0, 0), PageState::draining);
+  clock.set(1010);
+  EXPECT_EQ(s->page_state(0, 0), PageState::free);
+  EXPECT_EQ(s->free_pages(0).back(), 0);
+  EXPECT_EQ(records.back(), ChangeKind::key_drained);
+  EXPECT_EQ(s->stats().reclaimed_orphaned_pages, 0u);
+  expect_counts_add_up(*s);
+}
+
+// The same page, with the move and the release in one call, and the key's page read again after it.
+TEST_F(Lifecycle, AMoveAndAReleaseInOneCallLeaveTheOldPageDraining) {
+  auto s = make({.lease_ms = 1000});
+  ASSERT_TRUE(s->initialize(0, 3).has_value());
+  EXPECT_THAT(allocate(*s, 0, {"k"}), ElementsAre(0));
+  EXPECT_THAT(allocate(*s, 0, {"k"}), ElementsAre(1));
+  confirm(*s, 0, {{"k", 0}});
+  EXPECT_THAT(exists(*s, {"k"}), ElementsAre(true));  // a lookup leases the key
+  // Moving back to page 0 in the same call is refused: it drains from the move on.
+  const auto back = s->confirm_write(0, std::vector<Confirmation>{{"k", 1}, {"k", 0}}, {});
+  ASSERT_TRUE(back.has_error());
+  EXPECT_EQ(back.error().index, 1u);
+  EXPECT_EQ(s->page_state(0, 0), PageState::mapped);
+  confirm(*s, 0, {{"k", 1}}, {0});
+  EXPECT_EQ(s->page_state(0, 0), PageState::draining);
+  EXPECT_EQ(s->rank_stats(0)->kept_on_release, 1u);
+  clock.set(1000);
+  EXPECT_EQ(s->page_state(0, 0), PageState::free);
+}
+
+// Without a lease the old page is orphaned as before (vLLM's behaviour), and a release frees it.
+TEST_F(Lifecycle, WithoutALeaseAnOrphanedPageIsReleasedAtOnce) {
+  auto s = make({.lru = true});
+  ASSERT_TRUE(s->initialize(0, 2).has_value());
+  EXPECT_THAT(allocate(*s, 0, {"k"}), ElementsAre(0));
+  EXPECT_THAT(allocate(*s, 0, {"k"}), ElementsAre(1));
+  confirm(*s, 0, {{"k", 0}});
+  EXPECT_THAT(locations(*s, 0, {"k"}), ElementsAre(Optional(0)));
+  confirm(*s, 0, {{"k", 1}}, {0});
+  EXPECT_EQ(s->page_state(0, 0), PageState::free);
+}
+
+// Replayed (apply) records give the same state, draining pages and refusals included; an image and
+// restarted() drain them one lease period after the restart.
+TEST_F(Lifecycle, ReplayAndImageKeepDrainingOrphansAndReclaimedPages) {
+  const Options o{.lru = true, .lease_ms = 1000, .ttl_ms = 100};
+  auto s = make(o);
+  auto replica = make(o);
+  struct Owned {
+    Change change;
+    std::vector<ConfirmedItem> confirmed;
+    std::vector<AllocatedItem> allocated;
+    std::vector<std::uint32_t> released;
+    std::vector<std::string> names;
+  };
+  // The records, copied (their views are valid only during the call) and applied afterwards (the
+  // sink must not call into a state: the call's scratch is the thread's).
+  std::vector<std::unique_ptr<Owned>> changes;
+  s->set_change_sink([&](const Change& c) {
+    auto& owned = *changes.emplace_back(std::make_unique<Owned>(
+        Owned{c, {c.confirmed.begin(), c.confirmed.end()}, {c.allocated.begin(), c.allocated.end()},
+              {c.released.begin(), c.released.end()}, {}}));
+    for (const auto& item : c.confirmed) owned.names.emplace_back(item.key);
+    for (const auto& item : c.allocated) owned.names.emplace_back(item.key);
+    std::size_t n = 0;
+    for (auto& item : owned.confirmed) item.key = owned.names[n++];
+    for (auto& item : owned.allocated) item.key = owned.names[n++];
+    owned.change.confirmed = owned.confirmed;
+    owned.change.allocated = owned.allocated;
+    owned.change.released = owned.released;
+    ASSERT_TRUE(c.deleted.empty());
+  });
+  ASSERT_TRUE(s->initialize(0, 4).has_value());
+  EXPECT_THAT(allocate(*s, 0, {"k", "r"}), ElementsAre(0, 1));
+  EXPECT_THAT(allocate(*s, 0, {"k"}), ElementsAre(2));
+  confirm(*s, 0, {{"k", 0}});
+  EXPECT_THAT(locations(*s, 0, {"k"}), ElementsAre(Optional(0)));
+  confirm(*s, 0, {{"k", 2}});  // page 0 drains
+  clock.set(100);              // r's page 1 reclaimed
+  EXPECT_THAT(allocate(*s, 0, {"q"}), ElementsAre(3));
+  EXPECT_THAT(allocate(*s, 0, {"t"}), ElementsAre(1));  // page 1 again, after the reclaim
+  std::vector<ChangeKind> kinds;
+  for (const auto& owned : changes) {
+    kinds.push_back(owned->change.kind);
+    const auto applied = replica->apply(owned->change);
+    ASSERT_TRUE(applied.has_value()) << applied.error().message;
+  }
+  EXPECT_THAT(kinds, ::testing::Contains(ChangeKind::page_draining));
+  EXPECT_THAT(kinds, ::testing::Contains(ChangeKind::page_reclaimed));
+  EXPECT_EQ(replica->export_image(), s->export_image());
+  EXPECT_EQ(testing::snapshot(*replica, {"k", "q", "t"}), testing::snapshot(*s, {"k", "q", "t"}));
+  EXPECT_EQ(replica->page_state(0, 0), PageState::draining);
+  for (MetadataState* state : {s.get(), replica.get()}) {
+    const auto late = state->confirm_write(0, {}, std::vector<Page>{1});
+    ASSERT_TRUE(late.has_error());
+    EXPECT_EQ(late.error().kind, StateErrc::conflict);
+  }
+  // An image keeps the draining page; restarted() drains it one lease period after the restart.
+  auto restored = make(o);
+  ASSERT_TRUE(restored->import_image(s->export_image()).has_value());
+  clock.set(500);
+  restored->restarted();
+  EXPECT_EQ(restored->page_state(0, 0), PageState::draining);
+  EXPECT_EQ(restored->rank_stats(0)->draining, 1);
+  clock.set(1499);
+  EXPECT_EQ(restored->page_state(0, 0), PageState::draining);
+  clock.set(1500);
+  EXPECT_EQ(restored->page_state(0, 0), PageState::free);
+  // A record of a page that is not orphaned, or with another id than the next, does not fit.
+  Change bad;
+  bad.kind = ChangeKind::page_draining;
+  bad.seq = replica->seq() + 1;
+  bad.page = 3;
+  EXPECT_FALSE(replica->apply(bad).has_value());
+}
+
 TEST_F(Lifecycle, StatsAddUp) {
   auto s = make({.lru = true, .lease_ms = 100, .ttl_ms = 1000});
   ASSERT_TRUE(s->initialize(0, 8).has_value());

@@ -36,6 +36,7 @@ struct ModelRank {
   std::vector<std::string> allocated_for;  // for allocated pages
   std::vector<std::int64_t> since;      // when the page became allocated or orphaned
   std::vector<std::uint64_t> since_seq;  // and in which order
+  std::vector<bool> after_reclaim;       // reclaimed by the TTL, not confirmed nor released since
   std::uint64_t kept = 0;
   bool is_free(Page p) const { return std::find(pool.begin(), pool.end(), p) != pool.end(); }
 };
@@ -49,6 +50,9 @@ struct ModelKey {
   std::uint64_t lease_seq = 0;               // when the lease began, in sequence
   std::int64_t incomplete_since = 0;         // created, or stopped being complete
   std::uint64_t incomplete_seq = 0;
+  // A page orphaned under the key's lease (in Model::draining): drains at the key's lease end, after
+  // the key's own lease event, the newest such page first (it is placed right after the key).
+  std::int64_t order = 0;
   bool complete() const { return static_cast<std::int64_t>(pages.size()) == tp; }
 };
 
@@ -74,7 +78,8 @@ struct Model {
   Lifecycle life;
   std::int64_t now = 0;
   std::uint64_t seq = 0;
-  std::vector<ModelKey> draining;  // deleted under a lease
+  std::vector<ModelKey> draining;  // deleted under a lease, and pages orphaned under their key's lease
+  std::int64_t orphans_drained = 0;
   ModelCounters counters;
 
   void clear() {
@@ -96,6 +101,7 @@ struct Model {
     ModelRank& r = ranks[rank];
     r.state[p] = PageState::free;
     r.owner[p] = "";
+    r.after_reclaim[p] = false;
     r.pool.push_back(p);
   }
   void remove(const std::string& name) {
@@ -116,7 +122,7 @@ struct Model {
   void advance(std::int64_t t) {
     if (!life.on()) return;
     now = std::max(now, t);
-    using Event = std::tuple<std::int64_t, int, std::uint64_t>;  // time, class, sequence
+    using Event = std::tuple<std::int64_t, int, std::uint64_t, std::int64_t>;  // time, class, sequence, order
     for (;;) {
       std::optional<Event> first;
       std::function<void()> apply;
@@ -128,20 +134,20 @@ struct Model {
       };
       for (auto& [name, k] : keys) {
         if (k.lease_end) {
-          consider({*k.lease_end, 0, k.lease_seq}, [&k, this] {
+          consider({*k.lease_end, 0, k.lease_seq, 0}, [&k, this] {
             k.lease_end.reset();
             if (k.complete()) k.recency = ++seq;
           });
         }
         if (life.ttl > 0 && !k.complete()) {
-          consider({k.incomplete_since + life.ttl, 2, k.incomplete_seq}, [this, n = name] {
+          consider({k.incomplete_since + life.ttl, 2, k.incomplete_seq, 0}, [this, n = name] {
             ++counters.reclaimed_keys;
             remove(n);
           });
         }
       }
       for (std::size_t i = 0; i < draining.size(); ++i) {
-        consider({*draining[i].lease_end, 0, draining[i].lease_seq}, [this, i] {
+        consider({*draining[i].lease_end, 0, draining[i].lease_seq, draining[i].order}, [this, i] {
           for (const auto& [rank, p] : draining[i].pages) free_page(rank, p);
           draining.erase(draining.begin() + static_cast<std::ptrdiff_t>(i));
         });
@@ -150,10 +156,11 @@ struct Model {
         for (auto& [rank, r] : ranks) {
           for (Page p = 0; p < r.num_pages; ++p) {
             if (r.is_free(p) || (r.state[p] != PageState::allocated && r.state[p] != PageState::orphaned)) continue;
-            consider({r.since[p] + life.ttl, 1, r.since_seq[p]}, [this, rank = rank, p] {
+            consider({r.since[p] + life.ttl, 1, r.since_seq[p], 0}, [this, rank = rank, p] {
               ++(ranks[rank].state[p] == PageState::allocated ? counters.reclaimed_allocated
                                                                : counters.reclaimed_orphaned);
               free_page(rank, p);
+              ranks[rank].after_reclaim[p] = true;
             });
           }
         }
@@ -239,6 +246,7 @@ struct Model {
     r.allocated_for.assign(n, "");
     r.since.assign(n, 0);
     r.since_seq.assign(n, 0);
+    r.after_reclaim.assign(n, false);
     ranks[rank] = r;
     return true;
   }
@@ -296,7 +304,8 @@ struct Model {
     return result;
   }
 
-  ModelResult<ConfirmOutcome> confirm(Rank rank, const std::vector<Confirmation>& cs, const std::vector<Page>& rel) {
+  using Release = std::pair<std::optional<std::string>, Page>;  // keyed, or bare
+  ModelResult<ConfirmOutcome> confirm(Rank rank, const std::vector<Confirmation>& cs, const std::vector<Release>& rel) {
     if (cs.empty() && rel.empty()) return ConfirmOutcome{};
     if (!ranks.count(rank)) return not_initialized(rank);
     Model next = *this;
@@ -321,7 +330,12 @@ struct Model {
                          std::to_string(rank),
                      rank, i);
       }
-      if (r.state[p] == PageState::draining || (r.state[p] == PageState::mapped && r.owner[p] != key)) {
+      if (r.state[p] == PageState::draining) {
+        return error(StateErrc::conflict,
+                     "page " + std::to_string(p) + " of key " + key + " is draining on rank " + std::to_string(rank),
+                     rank, i);
+      }
+      if (r.state[p] == PageState::mapped && r.owner[p] != key) {
         return error(StateErrc::conflict,
                      "page " + std::to_string(p) + " of key " + key + " is mapped to key " + r.owner[p] + " on rank " +
                          std::to_string(rank),
@@ -338,6 +352,16 @@ struct Model {
         r.state[k.pages[rank]] = PageState::orphaned;
         r.owner[k.pages[rank]] = "";
         next.timed(rank, k.pages[rank]);
+        if (k.lease_end) {  // a reader may be reading the old page: it drains
+          ModelKey drain;
+          drain.pages[rank] = k.pages[rank];
+          drain.lease_end = k.lease_end;
+          drain.lease_seq = k.lease_seq;
+          // After the key's own lease event, the newest first among those of one lease.
+          drain.order = std::numeric_limits<std::int32_t>::max() - ++next.orphans_drained;
+          r.state[k.pages[rank]] = PageState::draining;
+          next.draining.push_back(drain);
+        }
       }
       const bool was_complete = k.complete();
       k.pages[rank] = p;
@@ -348,22 +372,43 @@ struct Model {
       }
       r.state[p] = PageState::mapped;
       r.owner[p] = key;
+      r.after_reclaim[p] = false;
       ++out.confirmed;
     }
-    for (std::size_t j = 0; j < rel.size(); ++j) {
-      if (rel[j] < 0 || rel[j] >= r.num_pages) {
+    for (std::size_t j = 0; j < rel.size(); ++j) {  // every page in range first, then the reclaim rule
+      const Page p = rel[j].second;
+      if (p < 0 || p >= r.num_pages) {
         return error(StateErrc::invalid_argument,
-                     "pages_to_release[" + std::to_string(j) + "]: page " + std::to_string(rel[j]) + range, rank, j);
+                     "pages_to_release[" + std::to_string(j) + "]: page " + std::to_string(p) + range, rank, j);
       }
     }
-    for (Page p : rel) {
-      if (r.is_free(p)) continue;
-      if (r.state[p] == PageState::mapped || r.state[p] == PageState::draining) {
+    for (std::size_t j = 0; j < rel.size(); ++j) {
+      const auto& [keyed, p] = rel[j];
+      const std::string at = "pages_to_release[" + std::to_string(j) + "]: page " + std::to_string(p);
+      if (!keyed && !r.is_free(p) && r.state[p] == PageState::allocated && r.after_reclaim[p]) {
+        return error(StateErrc::conflict,
+                     at + " was reclaimed by the allocation TTL and allocated again since on rank " +
+                         std::to_string(rank) +
+                         ": a bare release cannot be told from the late release of the writer whose allocation was "
+                         "reclaimed (release it as [key, page])",
+                     rank, j);
+      }
+    }
+    for (const auto& [keyed, p] : rel) {
+      if (keyed) {
+        if (r.is_free(p) || r.state[p] != PageState::allocated || r.allocated_for[p] != *keyed) {
+          ++out.late;
+          continue;
+        }
+      } else if (r.is_free(p)) {
+        continue;
+      } else if (r.state[p] == PageState::mapped || r.state[p] == PageState::draining) {
         ++out.kept_mapped;
         ++r.kept;
         continue;
       }
       r.state[p] = PageState::free;
+      r.after_reclaim[p] = false;
       r.pool.push_back(p);
       ++out.released;
     }
@@ -479,8 +524,12 @@ class Driver {
       } else if (pick(0, 3) == 0) {
         state_.clear();
         model_.clear();
+        leased_.clear();
+        history_.clear();
       }
       ASSERT_EQ(testing::snapshot(state_, universe_), model_.snapshot(universe_)) << "step " << step_;
+      check_one_page_one_key();
+      if (::testing::Test::HasFailure()) return;
       if (life.on()) {
         ASSERT_TRUE(same_stats(state_.stats(), model_.stats())) << "step " << step_;
       }
@@ -585,9 +634,22 @@ class Driver {
     const auto want = model_.allocate(r, batch);
     ASSERT_TRUE(same(got, want)) << "step " << step_;
     count(got);
-    if (got.has_value()) {
-      EXPECT_EQ(got.value(), std::get<std::vector<Page>>(want)) << "step " << step_;
+    if (!got.has_value()) return;
+    EXPECT_EQ(got.value(), std::get<std::vector<Page>>(want)) << "step " << step_;
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      const Page p = got.value()[i];
+      if (p == kNoPage) continue;
+      if (state_.page_state(r, p) == PageState::allocated) {
+        // Handed out to be written: no reader may hold a lease on it.
+        const auto it = leased_.find({r, p});
+        EXPECT_TRUE(it == leased_.end() || it->second.second <= model_.now)
+            << "step " << step_ << ": leased page " << p << " of rank " << r << " allocated to " << batch[i].key;
+        history_.emplace_back(r, batch[i].key, p);
+      } else {
+        read(r, p, batch[i].key);  // a complete key's page, reused: leased
+      }
     }
+    if (history_.size() > 64) history_.erase(history_.begin(), history_.begin() + 32);
   }
 
   void do_confirm() {
@@ -613,10 +675,32 @@ class Driver {
       }
       cs.push_back({k, p});
     }
+    // Sometimes a leased key onto an orphaned page: its page moves while a reader may read it.
+    if (auto it = model_.ranks.find(r); it != model_.ranks.end() && pick(0, 1) == 0) {
+      std::vector<Page> orphans;
+      for (Page p = 0; p < it->second.num_pages; ++p) {
+        if (!it->second.is_free(p) && it->second.state[p] == PageState::orphaned) orphans.push_back(p);
+      }
+      std::vector<std::string> leased;
+      for (const auto& [name, k] : model_.keys) {
+        if (k.lease_end && k.pages.count(r)) leased.push_back(name);
+      }
+      if (!orphans.empty() && !leased.empty()) {
+        cs.clear();  // alone, so that no other confirmation of the batch gets it refused
+        cs.push_back({leased[pick(0, static_cast<int>(leased.size()) - 1)],
+                      orphans[pick(0, static_cast<int>(orphans.size()) - 1)]});
+      }
+    }
+    std::vector<Model::Release> releases;
     const int nr = pick(0, 3);
-    for (int i = 0; i < nr; ++i) rel.push_back(page(r));
-    const auto got = state_.confirm_write(r, cs, rel);
-    const auto want = model_.confirm(r, cs, rel);
+    for (int i = 0; i < nr; ++i) releases.push_back(release(r));
+    std::vector<ReleaseKey> keyed;
+    for (std::size_t j = 0; j < releases.size(); ++j) {
+      rel.push_back(releases[j].second);
+      if (releases[j].first) keyed.push_back(ReleaseKey{j, *releases[j].first});
+    }
+    const auto got = state_.confirm_write(r, cs, rel, keyed);
+    const auto want = model_.confirm(r, cs, releases);
     ASSERT_TRUE(same(got, want)) << "step " << step_;
     count(got);
     if (got.has_value()) {
@@ -624,6 +708,10 @@ class Driver {
       EXPECT_EQ(got.value().confirmed, w.confirmed);
       EXPECT_EQ(got.value().released, w.released);
       EXPECT_EQ(got.value().kept_mapped, w.kept_mapped);
+      EXPECT_EQ(got.value().late, w.late);
+      late_ += w.late;
+    } else if (got.error().message.find("reclaimed by the allocation TTL") != std::string::npos) {
+      ++bare_after_reclaim_;
     }
     ++(got.has_value() ? accepted_ : refused_);
   }
@@ -646,8 +734,70 @@ class Driver {
     const auto got = state_.get_locations(r, ks);
     const auto want = model_.locations(r, ks);
     ASSERT_TRUE(same(got, want)) << "step " << step_;
-    if (got.has_value()) {
-      EXPECT_EQ(got.value(), (std::get<std::vector<std::optional<Page>>>(want)));
+    if (!got.has_value()) return;
+    EXPECT_EQ(got.value(), (std::get<std::vector<std::optional<Page>>>(want)));
+    for (std::size_t i = 0; i < ks.size(); ++i) {
+      if (got.value()[i]) read(r, *got.value()[i], ks[i]);
+    }
+  }
+
+  // A release: mostly of a page in use (bare, or keyed with the key it was allocated for), sometimes
+  // a late one, of a page once allocated to some key (which the TTL may have reclaimed and handed
+  // to another key since), bare or keyed.
+  Model::Release release(Rank r) {
+    const int kind = pick(0, 9);
+    std::vector<const std::tuple<Rank, std::string, Page>*> mine;
+    for (const auto& h : history_) {
+      if (std::get<0>(h) == r) mine.push_back(&h);
+    }
+    if (kind >= 6 && !mine.empty()) {
+      const auto& [rank, key, p] = *mine[pick(0, static_cast<int>(mine.size()) - 1)];
+      return {kind >= 8 ? std::optional<std::string>(key) : std::nullopt, p};
+    }
+    const Page p = page(r);
+    auto it = model_.ranks.find(r);
+    if (kind >= 4 && it != model_.ranks.end() && p >= 0 && p < it->second.num_pages && !it->second.is_free(p)) {
+      return {it->second.state[p] == PageState::allocated ? it->second.allocated_for[p] : key(), p};
+    }
+    return {std::nullopt, p};
+  }
+
+  // A reader was told the key's page: with leases on, it may read it until its lease ends.
+  void read(Rank r, Page p, const std::string& key) {
+    if (model_.life.lease == 0) return;
+    auto& [holder, end] = leased_[{r, p}];
+    if (holder != key) end = 0;
+    holder = key;
+    end = std::max(end, model_.now + model_.life.lease);
+  }
+
+  // No page is mapped to two keys (each key's page is that page's owner), and every page a reader
+  // may still be reading is still its key's or draining: never free, allocated or another key's.
+  void check_one_page_one_key() {
+    std::map<std::pair<Rank, Page>, std::string> mapped;
+    for (const auto& key : universe_) {
+      const auto info = state_.key_info(key);
+      if (!info) continue;
+      for (const auto& [rank, p] : info->pages) {
+        const auto [it, inserted] = mapped.emplace(std::pair{rank, p}, key);
+        EXPECT_TRUE(inserted) << "step " << step_ << ": page " << p << " of rank " << rank << " mapped to " << key
+                              << " and " << it->second;
+        EXPECT_EQ(state_.page_owner(rank, p), key) << "step " << step_;
+      }
+    }
+    for (auto it = leased_.begin(); it != leased_.end();) {
+      const auto& [where, lease] = *it;
+      if (lease.second <= model_.now) {
+        it = leased_.erase(it);
+        continue;
+      }
+      const auto st = state_.page_state(where.first, where.second);
+      const bool kept = st == PageState::draining ||
+                        (st == PageState::mapped && state_.page_owner(where.first, where.second) == lease.first);
+      EXPECT_TRUE(kept) << "step " << step_ << ": page " << where.second << " of rank " << where.first
+                        << ", read as key " << lease.first << " until " << lease.second << ", is "
+                        << (st ? static_cast<int>(*st) : -1) << " at " << model_.now;
+      ++it;
     }
   }
 
@@ -655,6 +805,9 @@ class Driver {
   StateStats stats() const { return state_.stats(); }
   int accepted_ = 0;
   int refused_ = 0;
+  std::size_t late_ = 0;  // keyed releases that came late
+  int bare_after_reclaim_ = 0;  // bare releases refused: the page was reclaimed and allocated again
+  std::int64_t orphans_drained() const { return model_.orphans_drained; }
   std::map<int, int> refusals_;  // by StateErrc
 
  private:
@@ -664,6 +817,8 @@ class Driver {
   Model model_;
   std::vector<std::string> universe_;
   int step_ = 0;
+  std::vector<std::tuple<Rank, std::string, Page>> history_;  // pages handed out by allocate, and to which key
+  std::map<std::pair<Rank, Page>, std::pair<std::string, std::int64_t>> leased_;  // read as key, until
 };
 
 // HF3FS_META_PROPERTY_SEEDS=N runs seeds 1..N instead of 1..8 (a longer soak, by hand).
@@ -692,17 +847,25 @@ TEST(StateProperty, AgreesWithTheModel) {
 TEST(StateProperty, AgreesWithTheModelWithEvictionLeasesAndReclaim) {
   const char* seeds_env = std::getenv("HF3FS_META_PROPERTY_SEEDS");
   const unsigned seeds = seeds_env ? static_cast<unsigned>(std::strtoul(seeds_env, nullptr, 10)) : 6u;
-  const Lifecycle configs[] = {{true, 0, 0}, {true, 20, 0}, {false, 20, 40}, {true, 20, 40}, {true, 0, 15}};
+  // The last: long leases, so that keys are often leased when their page moves.
+  const Lifecycle configs[] = {{true, 0, 0}, {true, 20, 0}, {false, 20, 40}, {true, 20, 40}, {true, 0, 15}, {false, 300, 0}};
+  std::int64_t all_orphans_drained = 0;
   for (const Lifecycle& life : configs) {
     const std::string config = "lru " + std::to_string(life.lru) + " lease " + std::to_string(life.lease) + " ttl " +
                                std::to_string(life.ttl);
     StateStats total;
+    std::size_t late = 0;
+    int bare_after_reclaim = 0;
+    std::int64_t orphans_drained = 0;
     for (unsigned seed = 1; seed <= seeds; ++seed) {
       SCOPED_TRACE("seed " + std::to_string(seed) + " " + config);
       Driver driver(seed, life);
       driver.run(3000);
       if (HasFailure()) return;
       EXPECT_GT(driver.accepted_, 200);
+      late += driver.late_;
+      bare_after_reclaim += driver.bare_after_reclaim_;
+      orphans_drained += driver.orphans_drained();
       const StateStats st = driver.stats();
       total.evicted_keys += st.evicted_keys;
       total.deleted_keys += st.deleted_keys;
@@ -717,7 +880,13 @@ TEST(StateProperty, AgreesWithTheModelWithEvictionLeasesAndReclaim) {
     EXPECT_TRUE(life.ttl == 0 || (total.reclaimed_keys > 20u && total.reclaimed_allocated_pages > 20u &&
                                   total.reclaimed_orphaned_pages > 0u))
         << total.reclaimed_keys << " " << total.reclaimed_allocated_pages << " " << total.reclaimed_orphaned_pages;
+    // Late releases, bare ones refused after a reclaim, and pages orphaned under a lease came up.
+    EXPECT_GT(late, 20u);
+    EXPECT_TRUE(life.ttl == 0 || bare_after_reclaim > 20) << bare_after_reclaim;
+    all_orphans_drained += orphans_drained;
   }
+  // Rarer (each takes an orphan, and the key must be leased): counted over the configurations.
+  EXPECT_GT(all_orphans_drained, 20);
 }
 
 }  // namespace
