@@ -265,7 +265,8 @@ class MetadataState {
   // A bare release of a page the allocation TTL reclaimed and that was allocated again since is a
   // conflict (nothing applied): it cannot be told from the late release of the writer whose
   // allocation was reclaimed. A keyed release (release_keys, sorted by index) frees its page only
-  // while it is allocated for that key, and is otherwise late (counted, nothing freed, no error).
+  // while it is allocated for that key, and is otherwise late (counted, nothing freed, no error),
+  // except that a mapped or draining page is kept (kept_mapped), as a bare release of it is.
   // A key under a read lease that moves to another page leaves its old page draining until the
   // lease ends (a reader told the old page may still be reading it).
   StateResult<ConfirmOutcome> confirm_write(Rank rank, std::span<const Confirmation> confirmations,

@@ -1160,8 +1160,9 @@ struct MetadataState::Impl {
     }
     return std::nullopt;
   }
-  // Applies them: a bare release frees an allocated or orphaned page (a mapped one is kept, a free
-  // one skipped); a keyed one frees only a page still allocated for its key (else it is late).
+  // Applies them: a mapped (or draining) page is kept, whichever the release; a bare release frees
+  // an allocated or orphaned page (a free one is skipped); a keyed one frees only a page still
+  // allocated for its key (else it is late).
   void release(RankData& r, std::span<const Page> pages, std::span<const ReleaseKey> keyed, Scratch& s,
                ConfirmOutcome& outcome) {
     const bool record = static_cast<bool>(sink);
@@ -1196,16 +1197,15 @@ struct MetadataState::Impl {
     for (std::size_t j = 0; j < pages.size(); ++j) {
       const auto page = static_cast<std::uint32_t>(pages[j]);
       const std::uint32_t owner = r.owner[page];
-      if (next < keyed.size() && keyed[next].index == j) {
-        const std::uint32_t hash = s.release_hashes[next++];
-        if (owner != kAllocated || r.allocated_for[page] != hash) {
-          ++outcome.late;
-          continue;
-        }
-      } else if (owner == kFree) {
-        continue;
-      } else if (owner < kKeyIdLimit) {
+      const bool is_keyed = next < keyed.size() && keyed[next].index == j;
+      const std::uint32_t hash = is_keyed ? s.release_hashes[next++] : 0;
+      if (owner < kKeyIdLimit) {
+        // Mapped or draining: kept, keyed or not (kept_on_release counts every such release).
         ++outcome.kept_mapped;
+        continue;
+      }
+      if (is_keyed ? owner != kAllocated || r.allocated_for[page] != hash : owner == kFree) {
+        if (is_keyed) ++outcome.late;
         continue;
       }
       r.to_pool(page, owner);

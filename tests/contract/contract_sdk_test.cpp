@@ -62,6 +62,25 @@ TEST_F(ContractSdkTest, AllocateConfirmExistsLocationsLifecycle) {
   EXPECT_THAT(client->confirm_write(0, {}, {}), IsOk());
 }
 
+// The SDK names the key of a page it releases (the server advertises keyed releases), so a late
+// release cannot free a page that went to another key since: vLLM's bare release would have.
+TEST_F(ContractSdkTest, ALateReleaseThroughTheSdkLeavesAnotherKeysPage) {
+  auto client = make_client();
+  ASSERT_THAT(client->ensure_initialized(0, 1), IsOk());
+  ASSERT_THAT(client->allocate(0, {"k1"}), HasValue(ElementsAre(0)));
+  // Page 0 goes back to the pool behind the SDK's back and is allocated for k3.
+  ASSERT_EQ(post("/keys/confirm_write", R"({"rank":0,"confirmations":[],"pages_to_release":[0]})").status, 204);
+  const auto k3 = post("/keys/batch_allocate", R"({"rank":0,"keys":[["k3",""]]})");
+  ASSERT_EQ(k3.status, 200);
+  ASSERT_THAT(k3.body, HasSubstr(R"(["k3",0])"));
+  // k1's writer gives its page up late: sent as ["k1",0], it frees nothing.
+  ASSERT_THAT(client->confirm_write(0, {}, {0}), IsOk());
+  EXPECT_EQ(pages(0), (RankPages{0, 1, 0, 0, 0}));
+  // k3's own confirmation still takes the page.
+  ASSERT_EQ(post("/keys/confirm_write", R"({"rank":0,"confirmations":[["k3",0]]})").status, 204);
+  EXPECT_EQ(pages(0), (RankPages{0, 0, 1, 0, 0}));
+}
+
 TEST_F(ContractSdkTest, AllocateGivesNoPageWhenThePoolIsShortAndTakesNothing) {
   auto client = make_client();
   ASSERT_THAT(client->ensure_initialized(0, 2), IsOk());

@@ -327,7 +327,7 @@ class ServerDedupRestartTest : protected DedupDataDir, public ServerTestBase {
  protected:
   ServerDedupRestartTest()
       : ServerTestBase({"--threads", "2", "--data-dir", dir_.str() + "/data", "--dedup-max-bytes",
-                        std::to_string(4 << 20)}) {}
+                        std::to_string(4 << 20), "--max-key-bytes", "2048"}) {}  // the 1.5 kB keys
 };
 
 TEST_F(ServerDedupRestartTest, EveryIdKeptInMemoryIsKeptAcrossACleanRestart) {

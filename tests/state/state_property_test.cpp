@@ -395,16 +395,17 @@ struct Model {
       }
     }
     for (const auto& [keyed, p] : rel) {
+      if (!r.is_free(p) && (r.state[p] == PageState::mapped || r.state[p] == PageState::draining)) {
+        ++out.kept_mapped;
+        ++r.kept;
+        continue;
+      }
       if (keyed) {
         if (r.is_free(p) || r.state[p] != PageState::allocated || r.allocated_for[p] != *keyed) {
           ++out.late;
           continue;
         }
       } else if (r.is_free(p)) {
-        continue;
-      } else if (r.state[p] == PageState::mapped || r.state[p] == PageState::draining) {
-        ++out.kept_mapped;
-        ++r.kept;
         continue;
       }
       r.state[p] = PageState::free;
