@@ -33,7 +33,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const int choice = (data[0] >> 1) & 3;
     file = durable::file_header(durable::kSnapshotMagic, choice == 0   ? durable::kFormatVersion
                                                          : choice == 1 ? durable::kSnapshotLifecycleVersion
-                                                                       : durable::kSnapshotDedupVersion);
+                                                         : choice == 2 ? durable::kSnapshotDedupVersion
+                                                                       : durable::kSnapshotReclaimVersion);
     file.append(rest);
     durable::put_u32(file, durable::crc32c(rest));
   } else {
@@ -46,7 +47,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return 0;
   }
   std::uint32_t version = 0;
-  HF3FS_FUZZ_CHECK(!durable::check_file_header(file, durable::kSnapshotMagic, durable::kSnapshotDedupVersion, &version));
+  HF3FS_FUZZ_CHECK(!durable::check_file_header(file, durable::kSnapshotMagic, durable::kSnapshotNewestVersion, &version));
   for (const durable::DedupEntry& entry : loaded.value().dedup) {
     if (version < durable::kSnapshotDedupVersion) HF3FS_FUZZ_CHECK(entry.status == 200 || entry.status == 204);
   }

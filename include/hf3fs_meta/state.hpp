@@ -204,6 +204,9 @@ struct RankImage {
   std::vector<std::uint32_t> owner;      // one entry per page: num_pages = owner.size()
   std::vector<std::uint32_t> allocated_for;  // per kImageAllocated page, in page order: its key's hash
   std::uint64_t kept_on_release = 0;
+  // Pages whose TTL reclaim mark is set (ascending): reclaimed, and not mapped or freed by a release
+  // since. A bare release of such a page while it is allocated again is refused.
+  std::vector<std::uint32_t> reclaimed;
   friend bool operator==(const RankImage&, const RankImage&) = default;
 };
 struct KeyImage {
@@ -239,7 +242,14 @@ struct StateImage {
   friend bool operator==(const StateImage&, const StateImage&) = default;
 
   bool has_lifecycle() const noexcept {
-    return !draining_ids.empty() || !timed_pages.empty() || !timed_keys.empty() || clock_ms.has_value();
+    return !draining_ids.empty() || !timed_pages.empty() || !timed_keys.empty() || clock_ms.has_value() ||
+           has_reclaim_marks();
+  }
+  bool has_reclaim_marks() const noexcept {
+    for (const RankImage& r : ranks) {
+      if (!r.reclaimed.empty()) return true;
+    }
+    return false;
   }
 };
 

@@ -250,6 +250,15 @@ DirResult<LoadedSnapshot> parse_snapshot(const fs::path& path, std::string_view 
       in.u32(t.id);
       t.at = static_cast<std::int64_t>(at);
     }
+    if (version >= kSnapshotReclaimVersion) {
+      for (RankImage& r : image.ranks) {
+        std::string_view marks;
+        if (!in.u32(n) || !in.raw(std::size_t{n} * 4, marks)) {
+          return fail("truncated reclaim marks of rank " + std::to_string(r.rank));
+        }
+        assign_u32s(marks, r.reclaimed);
+      }
+    }
   }
   std::uint32_t dedup_count = 0;
   if (!in.u32(dedup_count)) return fail("truncated dedup count");
@@ -279,7 +288,7 @@ DirResult<LoadedSnapshot> parse_snapshot(const fs::path& path, std::string_view 
 
 DirResult<LoadedSnapshot> read_snapshot(const fs::path& path, std::string_view all) {
   std::uint32_t version = 0;
-  if (auto error = check_file_header(all, kSnapshotMagic, kSnapshotDedupVersion, &version)) {
+  if (auto error = check_file_header(all, kSnapshotMagic, kSnapshotNewestVersion, &version)) {
     return "snapshot " + path.string() + ": " + *error;
   }
   if (all.size() < kFileHeaderSize + 4) return "snapshot " + path.string() + ": truncated (" + std::to_string(all.size()) + " bytes)";
@@ -475,12 +484,14 @@ DirResult<std::uint64_t> write_snapshot(const fs::path& dir, const StateImage& i
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return tmp.string() + ": " + errno_text(errno);
   FileWriter out(fd, tmp.string());
-  // Without request-id answers the older versions' layout is the same: written so, older servers read it.
-  const bool compact_dedup = !dedup.empty();
+  // The oldest version that holds what there is, so that older servers read what they can.
+  const bool marks = image.has_reclaim_marks();
+  const bool compact_dedup = !dedup.empty() || marks;
   const bool lifecycle = image.has_lifecycle() || compact_dedup;
-  out.add(file_header(kSnapshotMagic, compact_dedup ? kSnapshotDedupVersion
-                                      : lifecycle   ? kSnapshotLifecycleVersion
-                                                    : kFormatVersion),
+  out.add(file_header(kSnapshotMagic, marks           ? kSnapshotReclaimVersion
+                                      : compact_dedup ? kSnapshotDedupVersion
+                                      : lifecycle     ? kSnapshotLifecycleVersion
+                                                      : kFormatVersion),
           false);
   std::string small;
   auto emit_small = [&] {
@@ -528,6 +539,13 @@ DirResult<std::uint64_t> write_snapshot(const fs::path& dir, const StateImage& i
       put_u64(small, static_cast<std::uint64_t>(t.at));
       put_u32(small, t.id);
       if (small.size() > 65536) emit_small();
+    }
+    if (marks) {
+      for (const RankImage& r : image.ranks) {
+        put_u32(small, static_cast<std::uint32_t>(r.reclaimed.size()));
+        emit_small();
+        out.add({reinterpret_cast<const char*>(r.reclaimed.data()), r.reclaimed.size() * 4});
+      }
     }
   }
   put_u32(small, static_cast<std::uint32_t>(dedup.size()));

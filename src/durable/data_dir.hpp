@@ -18,6 +18,9 @@
 // answer to keep; it always has version 2's lifecycle section) their compact form, as the dedup cache
 // keeps them: u32 entries, per entry: u64 seq, u8 route, u32 length, id, u64 body hash, u64 body
 // size, u32 status, i64 at (ms, system clock; 0 unknown), u32 pages, the pages (u32 each);
+// in version 4 (written when a rank has TTL reclaim marks, StateImage::has_reclaim_marks(); else as
+// above) version 3's layout, and after the timed keys, per rank (in the order above): u32 marks, the
+// marked pages (u32 each, ascending);
 // then the file name of the journal that follows (u32 length, name); then u32 crc32c of everything
 // after the file header. (With no answer to keep the section is one u32 0 in every version, so such
 // a snapshot is written as version 1 or 2, which older servers read.)
@@ -50,6 +53,9 @@ using DirResult = boost::outcome_v2::result<T, DirError, boost::outcome_v2::poli
 inline constexpr std::uint32_t kSnapshotLifecycleVersion = 2;
 // Snapshots whose request-id answers are in the compact form (the layout above).
 inline constexpr std::uint32_t kSnapshotDedupVersion = 3;
+// Snapshots that hold the TTL's reclaim marks (RankImage::reclaimed).
+inline constexpr std::uint32_t kSnapshotReclaimVersion = 4;
+inline constexpr std::uint32_t kSnapshotNewestVersion = kSnapshotReclaimVersion;
 
 // errno's text; and write(2) of all of `bytes` (repeated on EINTR and short writes), 0 or the errno.
 std::string errno_text(int err);

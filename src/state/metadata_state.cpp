@@ -31,6 +31,7 @@
 #endif
 
 #include <algorithm>
+#include <bit>
 #include <cassert>
 #include <cstring>
 #include <deque>
@@ -210,8 +211,7 @@ struct RankData {
   // release frees it: an allocated page with its bit set was allocated after a reclaim, and a bare
   // release of it may be the late one of the writer whose allocation was reclaimed. Made at the
   // rank's first reclaim, so that a rank without one costs nothing. Replay sets it as the original
-  // did (page_reclaimed, confirmed); an image does not hold it (its format is unchanged), so after a
-  // restart from a snapshot the pages reclaimed before it count as allocated the ordinary way.
+  // did (page_reclaimed, confirmed); an image holds the set bits (RankImage::reclaimed).
   std::unique_ptr<std::uint64_t[]> reclaimed;
 
   // A new rank: every page free, the pool in page order.
@@ -287,6 +287,17 @@ struct RankData {
   }
   void clear_after_reclaim(std::uint32_t page) noexcept {
     if (reclaimed) reclaimed[page >> 6] &= ~(std::uint64_t{1} << (page & 63));
+  }
+  // The set bits, ascending (an image's RankImage::reclaimed).
+  std::vector<std::uint32_t> reclaim_marks() const {
+    std::vector<std::uint32_t> pages;
+    if (!reclaimed) return pages;
+    for (std::size_t w = 0; w < reclaimed_words(); ++w) {
+      for (std::uint64_t bits = reclaimed[w]; bits != 0; bits &= bits - 1) {
+        pages.push_back(static_cast<std::uint32_t>(w * 64 + static_cast<unsigned>(std::countr_zero(bits))));
+      }
+    }
+    return pages;
   }
   // An allocated or orphaned page (`was`: which) back to the end of the pool (a release, or a reclaim).
   // Inlined: a call per page made bench_state's Release1000Into1M a quarter slower. kMayBeReclaimed
@@ -1802,6 +1813,7 @@ StateImage MetadataState::export_image(const std::function<void(std::uint64_t se
         RankImage& ri = image.ranks[next++];
         ri.rank = r->rank;
         ri.kept_on_release = r->kept_on_release;
+        ri.reclaimed = r->reclaim_marks();
         ri.owner.resize(r->num_pages);
         std::copy_n(r->owner.data(), r->num_pages, ri.owner.begin());
         if (r->allocated != 0) std::memcpy(p.hashes.data(), r->allocated_for.get(), std::size_t{r->num_pages} * 4);
@@ -1947,6 +1959,13 @@ StateResult<void> MetadataState::import_image(StateImage image) {
       r.ring[i] = page;
     }
     r.head = 0;
+    for (std::size_t i = 0; i < ri.reclaimed.size(); ++i) {
+      const std::uint32_t page = ri.reclaimed[i];
+      if (page >= r.num_pages || (i > 0 && page <= ri.reclaimed[i - 1])) {
+        return bad(rank_text + " reclaim mark " + std::to_string(i));
+      }
+      r.set_after_reclaim(page);
+    }
     ri = RankImage{};  // gigabytes may be held twice otherwise
   }
   // The clock: the one the image's last change was recorded at, or, without one, now.

@@ -602,6 +602,44 @@ TEST_P(DurableRestart, WhatWasAllocatedBeforeIsReclaimedAtItsOwnDeadline) {
   EXPECT_EQ(stats.reclaimed_keys, 1u);
 }
 
+// Issue 23, item 1, across a restart: a page the TTL reclaimed from "k1" and allocated to "k3"
+// before the restart still refuses a bare release after it (the mark is in the snapshot, version 4,
+// and in the journal's page_reclaimed record); a keyed release still frees it for its holder only.
+TEST_P(DurableRestart, ABareReleaseOfAPageReallocatedAfterAReclaimIsStillRefused) {
+  const StateOptions options = lifecycle_options(clock_, 0, 100);
+  const std::int64_t t0 = clock_;
+  MetadataState first(options);
+  MetadataState second(options);  // before the store, which unsubscribes from its state when it goes
+  auto store = open_store(dir_.path(), first);
+  ASSERT_TRUE(first.initialize(0, 1).has_value());
+  const std::vector<BlockKey> k1{{"k1", ""}};
+  ASSERT_EQ(first.allocate(0, k1).value(), std::vector<Page>{0});
+  clock_ = t0 + 100;  // k1's page 0 reclaimed
+  const std::vector<BlockKey> k3{{"k3", ""}};
+  ASSERT_EQ(first.allocate(0, k3).value(), std::vector<Page>{0});
+  if (GetParam()) {
+    // The clean shutdown's snapshot holds the mark, and says so in its version.
+    ASSERT_TRUE(store->shutdown().has_value());
+    const std::string bytes = read_bytes(files_like(dir_.path(), "snapshot-").back());
+    std::uint32_t version = 0;
+    ASSERT_FALSE(check_file_header(bytes, kSnapshotMagic, kSnapshotNewestVersion, &version).has_value());
+    EXPECT_EQ(version, kSnapshotReclaimVersion);
+  }
+  store = restart(first, std::move(store), second, t0 + 150);
+  ASSERT_EQ(second.export_image().ranks.size(), 1u);
+  EXPECT_EQ(second.export_image().ranks[0].reclaimed, std::vector<std::uint32_t>{0});
+  const auto late = second.confirm_write(0, {}, std::vector<Page>{0});
+  ASSERT_TRUE(late.has_error());
+  EXPECT_EQ(late.error().kind, StateErrc::conflict);
+  EXPECT_THAT(late.error().message, HasSubstr("page 0 was reclaimed by the allocation TTL"));
+  EXPECT_EQ(second.page_state(0, 0), PageState::allocated);
+  const std::vector<ReleaseKey> as_k1{{0, "k1"}};
+  EXPECT_EQ(second.confirm_write(0, {}, std::vector<Page>{0}, as_k1).value().late, 1u);
+  const std::vector<ReleaseKey> as_k3{{0, "k3"}};
+  EXPECT_EQ(second.confirm_write(0, {}, std::vector<Page>{0}, as_k3).value().released, 1u);
+  EXPECT_EQ(second.page_state(0, 0), PageState::free);
+}
+
 INSTANTIATE_TEST_SUITE_P(CrashOrShutdown, DurableRestart, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "AfterShutdown" : "AfterCrash"; });
 

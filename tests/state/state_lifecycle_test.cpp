@@ -489,6 +489,35 @@ TEST_F(Lifecycle, ABareReleaseOfAPageReallocatedAfterAReclaimIsRefused) {
   EXPECT_EQ(s->page_state(0, 0), PageState::free);
 }
 
+// The reclaim marks are part of the image: a restored state refuses the same bare release, and an
+// image whose marks name no page of the rank, or repeat one, is refused whole.
+TEST_F(Lifecycle, TheReclaimMarksAreInTheImage) {
+  auto s = make({.ttl_ms = 100});
+  ASSERT_TRUE(s->initialize(0, 1).has_value());
+  EXPECT_THAT(allocate(*s, 0, {"k1"}), ElementsAre(0));
+  clock.set(100);
+  EXPECT_THAT(allocate(*s, 0, {"k3"}), ElementsAre(0));
+  const StateImage image = s->export_image();
+  ASSERT_EQ(image.ranks.size(), 1u);
+  EXPECT_EQ(image.ranks[0].reclaimed, std::vector<std::uint32_t>{0});
+  EXPECT_TRUE(image.has_reclaim_marks());
+  auto restored = make({.ttl_ms = 100});
+  ASSERT_TRUE(restored->import_image(image).has_value());
+  EXPECT_EQ(restored->export_image(), image);
+  const auto late = restored->confirm_write(0, {}, std::vector<Page>{0});
+  ASSERT_TRUE(late.has_error());
+  EXPECT_EQ(late.error().kind, StateErrc::conflict);
+  for (const std::vector<std::uint32_t>& marks : {std::vector<std::uint32_t>{1}, std::vector<std::uint32_t>{0, 0}}) {
+    StateImage bad = image;
+    bad.ranks[0].reclaimed = marks;
+    auto other = make({.ttl_ms = 100});
+    const auto refused = other->import_image(bad);
+    ASSERT_TRUE(refused.has_error());
+    EXPECT_THAT(refused.error().message, ::testing::HasSubstr("rank 0 reclaim mark"));
+    EXPECT_TRUE(other->stats().ranks.empty());
+  }
+}
+
 // The page's confirm by its new holder ends the doubt too; a page never reclaimed releases as vLLM.
 TEST_F(Lifecycle, AConfirmEndsTheDoubtAndOrdinaryAllocationsReleaseAsVllm) {
   auto s = make({.ttl_ms = 100});
