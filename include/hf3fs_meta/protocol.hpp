@@ -14,7 +14,7 @@
 #include <boost/outcome/result.hpp>
 
 #include "hf3fs_meta/error.hpp"
-#include "hf3fs_meta/state.hpp"
+#include "hf3fs_meta/stats.hpp"
 #include "hf3fs_meta/types.hpp"
 
 namespace hf3fs_meta::protocol {
