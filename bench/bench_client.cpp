@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "hf3fs_meta/protocol.hpp"
+#include "hf3fs_meta/protocol_server.hpp"
 #include "hf3fs_meta/service.hpp"
 #include "hf3fs_meta/state.hpp"
 

@@ -1,7 +1,7 @@
 # Installs headers, libraries, programs and a CMake package: find_package(hf3fs_meta CONFIG).
 include(CMakePackageConfigHelpers)
 
-install(TARGETS hf3fs_meta_state hf3fs_meta_protocol hf3fs_meta_client
+install(TARGETS hf3fs_meta_state hf3fs_meta_protocol hf3fs_meta_client hf3fs_meta_service
   EXPORT hf3fs_meta_targets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}

@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "hf3fs_meta/protocol.hpp"
+#include "hf3fs_meta/protocol_server.hpp"
 #include "internal/compact_json.hpp"  // the codec's fast path, to turn off
 #include "internal/json.hpp"          // RapidJSON with the codec's settings
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "fuzz_support.hpp"
-#include "hf3fs_meta/protocol.hpp"
+#include "hf3fs_meta/protocol_server.hpp"
 
 namespace {
 

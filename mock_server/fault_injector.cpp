@@ -2,7 +2,7 @@
 
 #include <cerrno>
 
-#include "hf3fs_meta/protocol.hpp"
+#include "hf3fs_meta/protocol_server.hpp"
 #include "internal/json.hpp"
 
 namespace hf3fs_meta::server {

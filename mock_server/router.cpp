@@ -7,7 +7,7 @@
 #include <boost/beast/core/string.hpp>
 #include <openssl/crypto.h>
 
-#include "hf3fs_meta/protocol.hpp"
+#include "hf3fs_meta/protocol_server.hpp"
 
 namespace hf3fs_meta::server {
 namespace {

@@ -27,7 +27,7 @@
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/status.hpp>
 
-#include "hf3fs_meta/protocol.hpp"
+#include "hf3fs_meta/protocol_server.hpp"
 #include "request_parser.hpp"
 #include "session_stream.hpp"
 

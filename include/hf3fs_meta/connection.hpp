@@ -14,7 +14,7 @@
 
 #include "hf3fs_meta/error.hpp"
 #include "hf3fs_meta/policies.hpp"
-#include "hf3fs_meta/state.hpp"  // StateStats
+#include "hf3fs_meta/stats.hpp"
 #include "hf3fs_meta/transport.hpp"
 #include "hf3fs_meta/types.hpp"
 
@@ -34,7 +34,8 @@ struct ClientOptions {
   // broken or hostile server cannot take the worker's memory.
   std::size_t max_answer_bytes = kDefaultMaxAnswerBytes;
   // Null: a CurlTransport for base_url (keep-alive, one pooled connection per concurrent caller).
-  // make_in_process_transport() serves tests and single-process users.
+  // make_in_process_transport() (<hf3fs_meta/in_process_transport.hpp>, in hf3fs_meta::service)
+  // serves tests and single-process users.
   std::shared_ptr<Transport> transport;
   // Resilience: see policies.hpp. Null members take the documented defaults.
   std::shared_ptr<const RetryPolicy> retry_policy;

@@ -1,5 +1,6 @@
 // Transport: how a Client's request reaches a server. CurlTransport speaks HTTP; InProcessTransport
-// calls a Service in this process; tests mock the interface.
+// (<hf3fs_meta/in_process_transport.hpp>, hf3fs_meta::service) calls a Service in this process; tests
+// mock the interface.
 #pragma once
 
 #include <chrono>
@@ -15,8 +16,6 @@
 #include "hf3fs_meta/error.hpp"
 
 namespace hf3fs_meta {
-
-class MetadataState;
 
 struct HttpHeader {
   std::string name;
@@ -81,10 +80,5 @@ class Transport {
 // An answer body beyond `max_answer_bytes` is not read further: TransportError protocol_error, sent.
 std::shared_ptr<Transport> make_curl_transport(std::string base_url, std::string ca_file = {},
                                                std::size_t max_answer_bytes = kDefaultMaxAnswerBytes);
-
-// Calls a Service over `state` in this process, through the same codec as the server. Timeouts do
-// not apply, and answers never carry X-Request-Id-Dedup (Service keeps no request ids). A null
-// state gets a fresh one.
-std::shared_ptr<Transport> make_in_process_transport(std::shared_ptr<MetadataState> state);
 
 }  // namespace hf3fs_meta

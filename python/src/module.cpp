@@ -20,7 +20,7 @@
 
 #include "hf3fs_meta/client.hpp"
 #include "hf3fs_meta/protocol.hpp"
-#include "hf3fs_meta/state.hpp"
+#include "hf3fs_meta/in_process_transport.hpp"
 
 #include "internal/field_text.hpp"
 #include "internal/token_file.hpp"

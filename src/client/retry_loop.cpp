@@ -1,6 +1,7 @@
 #include "client/retry_loop.hpp"
 
 #include <cstdio>
+#include <string>
 
 namespace hf3fs_meta::internal {
 
@@ -30,6 +31,75 @@ std::string no_time_reason(int attempts, std::chrono::nanoseconds deadline, std:
                            std::chrono::nanoseconds backoff) {
   return "stopped after " + attempts_text(attempts) + " in " + seconds_text(took) + " s: the next attempt, after a " +
          seconds_text(backoff) + " s backoff, could not start within the deadline of " + seconds_text(deadline) + " s";
+}
+
+namespace {
+
+// The limit an attempt's connect runs under: the smaller of its two.
+std::chrono::milliseconds connect_limit(const AttemptTimeouts& t) { return std::min(t.connect, t.total); }
+
+Decision stop(std::string reason = {}) { return Decision{Decision::Action::stop, {}, std::move(reason)}; }
+
+// A failure the policies classified as worth repeating (unapplied, or ambiguous): whether it is safe
+// to, whether the attempts, the budget and the deadline allow it, and after what backoff.
+Decision decide_repeat(const RetryLoopPolicies& p, const CallSpec& s, const LoopState& state,
+                       const FailedAttempt& failed, RetryClass verdict) {
+  using std::chrono::milliseconds;
+  const Error& e = failed.error;
+  // Nothing accepted the connection (the server is restarting): the request never left and costs
+  // the server nothing, so it is repeated without spending the budget, until the deadline rather
+  // than an attempt count, so that a call rides out a restart; a budget that other failures
+  // drained still stops it. A policy that does not ride out restarts counts it as any other.
+  const bool ride_out = verdict == RetryClass::unapplied && failed.unreachable && p.retry.rides_out_restarts();
+  const bool budget_left = ride_out ? p.budget.allows() : p.budget.on_failure();
+  // The server keeps the first attempt's answer for the window from when it answered, which is
+  // after the first attempt was sent: a repeat that arrives within the window from the send finds
+  // it (measured with the longest backoff the repeat may wait first).
+  const bool dedup = state.dedup_window_ms > 0 &&
+                     p.clock.now() + clamp_duration(p.backoff.delay(state.retries + 1, 1.0)) - *state.first_sent <
+                         clamp_duration(milliseconds(state.dedup_window_ms));
+  if (verdict == RetryClass::ambiguous &&
+      !p.idempotency.safe_to_repeat(RepeatQuery{s.operation, s.has_releases, dedup})) {
+    return stop("not safe to repeat " + std::string(to_string(s.operation)) + " after " +
+                std::string(to_string(e.code)) +
+                (e.status ? " (" + std::to_string(*e.status) + ")" : std::string(" (request sent)")));
+  }
+  if (state.attempts >= p.retry.max_attempts() && !ride_out) {
+    return stop(exhausted_reason(state.attempts, p.clock.now() - s.start));
+  }
+  if (!budget_left) return stop("retry budget exhausted");
+  const std::chrono::nanoseconds delay = clamp_duration(p.backoff.delay(state.retries + 1, p.jitter()));
+  if (const auto at = p.clock.now(); at + delay >= s.deadline) {
+    // The deadline came, or the next attempt would start at or after it: said as it is.
+    return stop(at >= s.deadline ? deadline_reason(state.attempts, s.deadline_length, at - s.start)
+                                 : no_time_reason(state.attempts, s.deadline_length, at - s.start, delay));
+  }
+  return Decision{Decision::Action::retry, delay, {}};
+}
+
+}  // namespace
+
+Decision decide(const RetryLoopPolicies& p, const CallSpec& s, const LoopState& state, const FailedAttempt& failed) {
+  const Error& e = failed.error;
+  // The server answered 2xx: it applied the request, whatever the answer's bytes say. No policy may
+  // repeat that (an allocate would be applied twice), so this is decided before classify.
+  // (No stop_reason: like any error that is not repeatable, it is the whole story.)
+  if (failed.answered_2xx) return stop();
+  // An attempt whose connect the deadline cut short, and that timed out before its request left,
+  // says only that the call's time ran out: the error before it (the refusals of a restarting
+  // server, say) is what the caller needs.
+  if (state.last && e.code == errc::timeout && !e.sent && connect_limit(state.timeouts) < connect_limit(p.per_attempt)) {
+    return Decision{Decision::Action::stop_at_deadline, {}, {}};
+  }
+  const RetryClass verdict = p.retry.classify(e);
+  if (verdict == RetryClass::stop) return stop();
+  if (verdict != RetryClass::rank_lost) return decide_repeat(p, s, state, failed, verdict);
+  // Ours only if the cause names this call's rank (or no rank at all).
+  if (!s.rank || (e.rank && *e.rank != *s.rank)) return stop();
+  if (state.reinitialized) {
+    return stop("rank " + std::to_string(*s.rank) + " was not initialized again after the client restored it");
+  }
+  return Decision{Decision::Action::restore_rank, {}, {}};
 }
 
 }  // namespace hf3fs_meta::internal

@@ -104,160 +104,159 @@ std::string deadline_reason(int attempts, std::chrono::nanoseconds deadline, std
 std::string no_time_reason(int attempts, std::chrono::nanoseconds deadline, std::chrono::nanoseconds took,
                            std::chrono::nanoseconds backoff);
 
-// Runs attempts until one succeeds or the policies stop the call.
-// - attempt(const AttemptTimeouts&) -> AttemptOutcome<T>
+// What a call's loop knows between its attempts.
+struct LoopState {
+  int attempts = 0;            // made so far, the last one included
+  int retries = 0;             // backoffs waited
+  bool reinitialized = false;  // this call restored its rank (once per call)
+  // The server's deduplication window as last known (0: none): the client's before the call, then
+  // what an answer of this call declared.
+  std::int64_t dedup_window_ms = 0;
+  std::optional<std::chrono::steady_clock::time_point> first_sent;
+  AttemptTimeouts timeouts;  // the last attempt's
+  std::optional<Error> last;  // the last failure repeated: what a deadline reports
+};
+
+// The failed attempt a decision is about: its error (classified, with the call's fields) and what
+// the transport saw.
+struct FailedAttempt {
+  const Error& error;
+  bool answered_2xx = false;
+  bool unreachable = false;
+};
+
+// What the loop does after a failed attempt (google-cloud-cpp's Backoff(): retry after D, or stop
+// for reason R).
+struct Decision {
+  enum class Action : std::uint8_t {
+    retry,             // after `delay` of backoff
+    stop,              // with this attempt's error and `stop_reason` (empty: the error says it all)
+    stop_at_deadline,  // the deadline ended the call: the last error that said something, and why
+    restore_rank,      // the server lost the call's rank: the restore step, then the attempt again at once
+  };
+  Action action = Action::stop;
+  std::chrono::nanoseconds delay{0};
+  std::string stop_reason;
+};
+
+// The decision after a failed attempt, from the policies, the budget (a retry takes its token here),
+// the clock and the backoff's draw; nothing else is changed.
+Decision decide(const RetryLoopPolicies& p, const CallSpec& s, const LoopState& state, const FailedAttempt& failed);
+
+// The restore step around the attempt that met "not initialized" for the call's rank: restores it
+// through the registry (or waits for another call's restore), within the call's deadline. nullopt:
+// restored, and the attempt is repeated at once (no backoff, no budget token, even past
+// max_attempts: that attempt could never have succeeded); else why the loop stops. Marks `e`
+// re-initialized once the rank is restored.
 // - initialize(Rank, num_pages, Role, const CallSpec& caller) -> Result<std::string>: the restore of
 //   a registered rank, a call of its own within what is left of the caller's deadline.
+template <class Initialize>
+std::optional<std::string> restore_rank(const RetryLoopPolicies& p, RankRegistry& ranks, const CallSpec& s,
+                                        std::uint64_t epoch, Error& e, Initialize& initialize) {
+  const Rank rank = *s.rank;
+  auto restored = ranks.restore(rank, epoch, s.deadline - p.clock.now(), [&](std::int64_t num_pages, Role role) {
+    if (p.observer) p.observer->on_reinitialize(ReinitializeEvent{s.request_id, s.operation, rank});
+    return initialize(rank, num_pages, role, s);
+  });
+  switch (restored.outcome) {
+    case RankRegistry::Outcome::unregistered:
+      return "rank " + std::to_string(rank) + " is not registered with this client: call ensure_initialized(" +
+             std::to_string(rank) + ", num_pages) or register_rank first, so that it restores the rank";
+    case RankRegistry::Outcome::failed:
+      if (restored.failure->request_id.empty()) restored.failure->request_id = s.request_id;
+      return "re-initializing rank " + std::to_string(rank) + " failed: " + restored.failure->message();
+    case RankRegistry::Outcome::restored:
+      break;
+  }
+  e.reinitialized = true;
+  if (s.names_pages) {
+    return "rank " + std::to_string(rank) + " was re-initialized: the pages this " +
+           std::string(to_string(s.operation)) + " names belong to the state the server lost; allocate again";
+  }
+  return std::nullopt;
+}
+
+// The ends of a loop: each tells the observer.
+template <class T>
+Result<T> give_up(const RetryLoopPolicies& p, Error e) {
+  if (p.observer) p.observer->on_give_up(GiveUpEvent{e.request_id, e.operation, e});
+  return Result<T>(std::move(e));
+}
+// The deadline ended the call: the last error that said something (a timeout when no attempt was
+// made), with the deadline as the reason the loop stopped.
+template <class T>
+Result<T> give_up_at_deadline(const RetryLoopPolicies& p, const CallSpec& s, LoopState& state) {
+  Error e;
+  if (state.last) {
+    e = std::move(*state.last);
+    e.attempts = state.attempts;
+  } else {
+    e.code = errc::timeout;
+    e.operation = s.operation;
+    e.detail = "the call's deadline passed before the first attempt";
+    e.request_id = s.request_id;
+  }
+  e.stop_reason = deadline_reason(state.attempts, s.deadline_length, p.clock.now() - s.start);
+  return give_up<T>(p, std::move(e));
+}
+
+// Runs attempts until one succeeds or decide() stops the call: the loop itself only counts, times
+// and waits.
+// - attempt(const AttemptTimeouts&) -> AttemptOutcome<T>
+// - initialize: as restore_rank() takes it.
 // `dedup_window_ms` is the server's deduplication window as the client knew it before the call (0:
 // none); an answer of this call may declare another.
 template <class T, class Attempt, class Initialize>
 Result<T> retry_loop(const RetryLoopPolicies& p, RankRegistry& ranks, const CallSpec& s, std::int64_t dedup_window_ms,
                      Attempt&& attempt, Initialize&& initialize) {
-  using std::chrono::milliseconds;
-  using std::chrono::nanoseconds;
-  const auto give_up = [&](Error e) -> Result<T> {
-    if (p.observer) p.observer->on_give_up(GiveUpEvent{e.request_id, e.operation, e});
-    return Result<T>(std::move(e));
-  };
-  const int max_attempts = p.retry.max_attempts();
-  bool reinitialized = false;
-  int attempts = 0;
-  int retries = 0;
-  std::optional<Error> last;
-  std::optional<std::chrono::steady_clock::time_point> first_sent;
-
-  // The deadline ended the call: the last error that said something (a timeout when no attempt was
-  // made), with the deadline as the reason the loop stopped.
-  const auto deadline_reached = [&]() -> Result<T> {
-    Error e;
-    if (last) {
-      e = std::move(*last);
-      e.attempts = attempts;
-    } else {
-      e.code = errc::timeout;
-      e.operation = s.operation;
-      e.detail = "the call's deadline passed before the first attempt";
-      e.request_id = s.request_id;
-    }
-    e.stop_reason = deadline_reason(attempts, s.deadline_length, p.clock.now() - s.start);
-    return give_up(std::move(e));
-  };
-  // The limit an attempt's connect runs under: the smaller of its two.
-  const auto connect_limit = [](const AttemptTimeouts& t) { return std::min(t.connect, t.total); };
-
+  LoopState state;
+  state.dedup_window_ms = dedup_window_ms;
   for (;;) {
     const auto now = p.clock.now();
-    if (now >= s.deadline) return deadline_reached();
-    ++attempts;
-    if (p.observer) p.observer->on_attempt(AttemptEvent{s.request_id, s.operation, attempts});
-    const auto left = std::chrono::ceil<milliseconds>(s.deadline - now);
-    const AttemptTimeouts timeouts{std::min(p.per_attempt.connect, left), std::min(p.per_attempt.total, left)};
+    if (now >= s.deadline) return give_up_at_deadline<T>(p, s, state);
+    ++state.attempts;
+    if (p.observer) p.observer->on_attempt(AttemptEvent{s.request_id, s.operation, state.attempts});
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(s.deadline - now);
+    state.timeouts = AttemptTimeouts{std::min(p.per_attempt.connect, left), std::min(p.per_attempt.total, left)};
     const std::uint64_t epoch = ranks.epoch();
+    if (!state.first_sent) state.first_sent = now;
 
-    if (!first_sent) first_sent = now;
-    AttemptOutcome<T> outcome = attempt(timeouts);
-    if (outcome.dedup_window_ms) dedup_window_ms = *outcome.dedup_window_ms;
+    AttemptOutcome<T> outcome = attempt(state.timeouts);
+    if (outcome.dedup_window_ms) state.dedup_window_ms = *outcome.dedup_window_ms;
     if (outcome.answered_2xx) p.budget.on_success();
     if (outcome.result) {
-      if (p.observer) p.observer->on_success(SuccessEvent{s.request_id, s.operation, attempts, reinitialized});
+      if (p.observer) {
+        p.observer->on_success(SuccessEvent{s.request_id, s.operation, state.attempts, state.reinitialized});
+      }
       return std::move(outcome.result);
     }
     Error e = std::move(outcome.result).error();
     e.operation = s.operation;
     e.request_id = s.request_id;
-    e.attempts = attempts;
-    e.reinitialized = reinitialized;
-    // The server answered 2xx: it applied the request, whatever the answer's bytes say. No policy may
-    // repeat that (an allocate would be applied twice), so this is decided before classify.
-    // (No stop_reason: like any error that is not repeatable, it is the whole story.)
-    if (outcome.answered_2xx) return give_up(std::move(e));
-    // An attempt whose connect the deadline cut short, and that timed out before its request left,
-    // says only that the call's time ran out: the error before it (the refusals of a restarting
-    // server, say) is what the caller needs.
-    if (last && e.code == errc::timeout && !e.sent && connect_limit(timeouts) < connect_limit(p.per_attempt)) {
-      return deadline_reached();
-    }
+    e.attempts = state.attempts;
+    e.reinitialized = state.reinitialized;
 
-    const RetryClass verdict = p.retry.classify(e);
-    if (verdict == RetryClass::stop) return give_up(std::move(e));
-
-    if (verdict == RetryClass::rank_lost) {
-      // Ours only if the cause names this call's rank (or no rank at all).
-      if (!s.rank || (e.rank && *e.rank != *s.rank)) return give_up(std::move(e));
-      const Rank rank = *s.rank;
-      if (reinitialized) {
-        e.stop_reason = "rank " + std::to_string(rank) + " was not initialized again after the client restored it";
-        return give_up(std::move(e));
-      }
-      // Waiting for another call's restore of the rank: not past this call's own deadline.
-      auto restored = ranks.restore(rank, epoch, s.deadline - p.clock.now(), [&](std::int64_t num_pages, Role role) {
-        if (p.observer) p.observer->on_reinitialize(ReinitializeEvent{s.request_id, s.operation, rank});
-        return initialize(rank, num_pages, role, s);
-      });
-      switch (restored.outcome) {
-        case RankRegistry::Outcome::unregistered:
-          e.stop_reason = "rank " + std::to_string(rank) + " is not registered with this client: call ensure_initialized(" +
-                          std::to_string(rank) + ", num_pages) or register_rank first, so that it restores the rank";
-          return give_up(std::move(e));
-        case RankRegistry::Outcome::failed:
-          if (restored.failure->request_id.empty()) restored.failure->request_id = s.request_id;
-          e.stop_reason = "re-initializing rank " + std::to_string(rank) + " failed: " + restored.failure->message();
-          return give_up(std::move(e));
-        case RankRegistry::Outcome::restored:
-          break;
-      }
-      reinitialized = true;
-      e.reinitialized = true;
-      if (s.names_pages) {
-        e.stop_reason = "rank " + std::to_string(rank) + " was re-initialized: the pages this " +
-                        std::string(to_string(s.operation)) +
-                        " names belong to the state the server lost; allocate again";
-        return give_up(std::move(e));
-      }
-      // The repeat after a restore is always allowed, even past max_attempts: the attempt that met
-      // "not initialized" could never have succeeded, and restores happen once per call.
-      last = std::move(e);
-      continue;  // at once: no backoff, no budget token
+    Decision next = decide(p, s, state, FailedAttempt{e, outcome.answered_2xx, outcome.unreachable});
+    switch (next.action) {
+      case Decision::Action::stop:
+        e.stop_reason = std::move(next.stop_reason);
+        return give_up<T>(p, std::move(e));
+      case Decision::Action::stop_at_deadline:
+        return give_up_at_deadline<T>(p, s, state);
+      case Decision::Action::restore_rank:
+        if (auto why = restore_rank(p, ranks, s, epoch, e, initialize)) {
+          e.stop_reason = std::move(*why);
+          return give_up<T>(p, std::move(e));
+        }
+        state.reinitialized = true;
+        break;  // the attempt again, at once
+      case Decision::Action::retry:
+        ++state.retries;
+        if (p.observer) p.observer->on_retry(RetryEvent{s.request_id, s.operation, state.attempts, next.delay, e});
+        p.sleeper.sleep_for(next.delay);
+        break;
     }
-
-    // Nothing accepted the connection (the server is restarting): the request never left and costs
-    // the server nothing, so it is repeated without spending the budget, until the deadline rather
-    // than an attempt count, so that a call rides out a restart; a budget that other failures
-    // drained still stops it. A policy that does not ride out restarts counts it as any other.
-    const bool ride_out = verdict == RetryClass::unapplied && outcome.unreachable && p.retry.rides_out_restarts();
-    const bool budget_left = ride_out ? p.budget.allows() : p.budget.on_failure();
-    // The server keeps the first attempt's answer for the window from when it answered, which is
-    // after the first attempt was sent: a repeat that arrives within the window from the send finds
-    // it (measured with the longest backoff the repeat may wait first).
-    const bool dedup = dedup_window_ms > 0 && p.clock.now() + clamp_duration(p.backoff.delay(retries + 1, 1.0)) -
-                                                          *first_sent <
-                                                  clamp_duration(milliseconds(dedup_window_ms));
-    if (verdict == RetryClass::ambiguous &&
-        !p.idempotency.safe_to_repeat(RepeatQuery{s.operation, s.has_releases, dedup})) {
-      e.stop_reason = "not safe to repeat " + std::string(to_string(s.operation)) + " after " +
-                      std::string(to_string(e.code)) +
-                      (e.status ? " (" + std::to_string(*e.status) + ")" : std::string(" (request sent)"));
-      return give_up(std::move(e));
-    }
-    if (attempts >= max_attempts && !ride_out) {
-      e.stop_reason = exhausted_reason(attempts, p.clock.now() - s.start);
-      return give_up(std::move(e));
-    }
-    if (!budget_left) {
-      e.stop_reason = "retry budget exhausted";
-      return give_up(std::move(e));
-    }
-    ++retries;
-    const nanoseconds delay = clamp_duration(p.backoff.delay(retries, p.jitter()));
-    if (const auto at = p.clock.now(); at + delay >= s.deadline) {
-      // The deadline came, or the next attempt would start at or after it: said as it is.
-      e.stop_reason = at >= s.deadline ? deadline_reason(attempts, s.deadline_length, at - s.start)
-                                       : no_time_reason(attempts, s.deadline_length, at - s.start, delay);
-      return give_up(std::move(e));
-    }
-    if (p.observer) p.observer->on_retry(RetryEvent{s.request_id, s.operation, attempts, delay, e});
-    p.sleeper.sleep_for(delay);
-    last = std::move(e);
+    state.last = std::move(e);
   }
 }
 

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "hf3fs_meta/protocol.hpp"
+#include "hf3fs_meta/protocol_server.hpp"
 #include "internal/field_text.hpp"
 #include "internal/utf8.hpp"
 

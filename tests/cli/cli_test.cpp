@@ -11,7 +11,7 @@
 #include <rapidjson/document.h>
 
 #include "cli.hpp"
-#include "hf3fs_meta/state.hpp"
+#include "hf3fs_meta/in_process_transport.hpp"
 #include "hf3fs_meta/transport.hpp"
 #include "support/temp_file.hpp"
 

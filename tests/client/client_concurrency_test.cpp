@@ -13,7 +13,7 @@
 #include "hf3fs_meta/client.hpp"
 #include "hf3fs_meta/routes.hpp"
 #include "hf3fs_meta/protocol.hpp"
-#include "hf3fs_meta/state.hpp"
+#include "hf3fs_meta/in_process_transport.hpp"
 #include "support/fakes.hpp"
 
 namespace hf3fs_meta {

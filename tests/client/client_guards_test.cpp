@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "hf3fs_meta/client.hpp"
-#include "hf3fs_meta/protocol.hpp"
+#include "hf3fs_meta/protocol_server.hpp"
 #include "hf3fs_meta/routes.hpp"
 
 #include "client/page_keys.hpp"

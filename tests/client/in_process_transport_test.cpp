@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "hf3fs_meta/client.hpp"
-#include "hf3fs_meta/state.hpp"
+#include "hf3fs_meta/in_process_transport.hpp"
 #include "support/fakes.hpp"
 
 namespace hf3fs_meta {

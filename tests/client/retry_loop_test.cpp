@@ -409,5 +409,171 @@ TEST_F(RetryLoopTest, ALostRankThatCannotBeRestoredSaysWhy) {
   EXPECT_EQ(initializes.size(), 1u);
 }
 
+
+// ---- decide(): the decision after a failed attempt, on its own, for each way the loop stops ----
+
+class DecideTest : public RetryLoopTest {
+ protected:
+  // The loop's state after `attempts` attempts, the first sent now, with the full per-attempt limits.
+  LoopState after(int attempts) {
+    LoopState state;
+    state.attempts = attempts;
+    state.retries = attempts - 1;
+    state.first_sent = clock->now();
+    state.timeouts = AttemptTimeouts{milliseconds(1000), milliseconds(5000)};
+    return state;
+  }
+  Decision decide_on(const CallSpec& s, const LoopState& state, const Error& e, bool answered_2xx = false,
+                     bool unreachable = false) {
+    const RetryLoopPolicies p = policies();
+    return decide(p, s, state, FailedAttempt{e, answered_2xx, unreachable});
+  }
+  static void expect_stop(const Decision& d, const std::string& reason) {
+    EXPECT_EQ(d.action, Decision::Action::stop);
+    EXPECT_EQ(d.stop_reason, reason);
+  }
+};
+
+TEST_F(DecideTest, RetriesARepeatableFailureAfterTheBackoffsDraw) {
+  const Decision d = decide_on(call(Operation::allocate), after(1), http(503, errc::unavailable));
+  EXPECT_EQ(d.action, Decision::Action::retry);
+  EXPECT_EQ(d.delay, milliseconds(37) + std::chrono::microseconds(500));  // 0.75 of 50 ms
+  EXPECT_EQ(d.stop_reason, "");
+  // The second retry draws from the doubled backoff.
+  EXPECT_EQ(decide_on(call(Operation::allocate), after(2), http(503, errc::unavailable)).delay, milliseconds(75));
+  EXPECT_THAT(sleeper.sleeps(), IsEmpty());  // deciding waits for nothing
+}
+
+TEST_F(DecideTest, StopsWithoutAReasonOnA2xxWhateverThePolicySays) {
+  retry = std::make_unique<RepeatEverything>();
+  expect_stop(decide_on(call(Operation::allocate), after(1), failure(errc::protocol_error, 200), true), "");
+}
+
+TEST_F(DecideTest, StopsWithoutAReasonOnWhatThePolicyDoesNotRepeat) {
+  expect_stop(decide_on(call(Operation::allocate), after(1), http(400, errc::invalid_request)), "");
+  // ... and takes no budget token for it: ten of them leave a retry allowed.
+  for (int i = 0; i < 10; ++i) (void)decide_on(call(Operation::allocate), after(1), http(409, errc::stale_allocation));
+  EXPECT_TRUE(budget.allows());
+}
+
+TEST_F(DecideTest, StopsAtTheDeadlineOnAnUnsentTimeoutOfAConnectTheDeadlineCut) {
+  LoopState state = after(2);
+  state.last = refused();
+  state.timeouts.connect = milliseconds(63);
+  const Error cut = failure(errc::timeout, std::nullopt, false);
+  EXPECT_EQ(decide_on(call(Operation::batch_exists), state, cut, false, true).action,
+            Decision::Action::stop_at_deadline);
+  // Not cut (the attempt's own limit), or no error before it: an unreachable server, repeated.
+  state.timeouts.connect = milliseconds(1000);
+  EXPECT_EQ(decide_on(call(Operation::batch_exists), state, cut, false, true).action, Decision::Action::retry);
+  LoopState first = after(1);
+  first.timeouts.connect = milliseconds(63);
+  EXPECT_EQ(decide_on(call(Operation::batch_exists), first, cut, false, true).action, Decision::Action::retry);
+}
+
+TEST_F(DecideTest, StopsWhenAnAmbiguousFailureIsNotSafeToRepeat) {
+  expect_stop(decide_on(call(Operation::allocate), after(1), http(502, errc::unavailable)),
+              "not safe to repeat allocate after unavailable (502)");
+  expect_stop(decide_on(call(Operation::clear), after(1), failure(errc::timeout, std::nullopt, true)),
+              "not safe to repeat clear after timeout (request sent)");
+  // Inside the server's deduplication window it is safe.
+  LoopState state = after(1);
+  state.dedup_window_ms = 60000;
+  EXPECT_EQ(decide_on(call(Operation::allocate), state, http(502, errc::unavailable)).action, Decision::Action::retry);
+}
+
+TEST_F(DecideTest, StopsWhenThePolicysAttemptsAreSpent) {
+  retry = std::make_unique<LimitedAttemptsRetryPolicy>(3);
+  const CallSpec s = call(Operation::batch_exists);
+  clock->advance(milliseconds(250));
+  expect_stop(decide_on(s, after(3), http(503, errc::unavailable)), "retry policy exhausted after 3 attempts in 0.25 s");
+  // Riding out a restart does not count attempts.
+  EXPECT_EQ(decide_on(s, after(3), refused(), false, true).action, Decision::Action::retry);
+}
+
+TEST_F(DecideTest, StopsWhenTheBudgetIsHalfSpent) {
+  // 10 tokens, a failure takes 1: the fifth leaves 5, and retries stop at 5 or fewer.
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(decide_on(call(Operation::batch_exists), after(1), http(503, errc::unavailable)).action,
+              Decision::Action::retry);
+  }
+  expect_stop(decide_on(call(Operation::batch_exists), after(1), http(503, errc::unavailable)), "retry budget exhausted");
+  // A connection nothing accepted takes no token, but a drained budget stops it too.
+  expect_stop(decide_on(call(Operation::batch_exists), after(1), refused(), false, true), "retry budget exhausted");
+}
+
+TEST_F(DecideTest, StopsWhenTheDeadlineHasPassedOrTheBackoffWouldEndPastIt) {
+  const CallSpec s = call(Operation::batch_exists, std::nullopt, milliseconds(100));
+  clock->advance(milliseconds(70));
+  expect_stop(decide_on(s, after(1), http(503, errc::unavailable)),
+              "stopped after 1 attempt in 0.07 s: the next attempt, after a 0.0375 s backoff, could not start "
+              "within the deadline of 0.1 s");
+  clock->advance(milliseconds(30));
+  expect_stop(decide_on(s, after(2), http(503, errc::unavailable)), "deadline of 0.1 s reached after 2 attempts in 0.1 s");
+}
+
+TEST_F(DecideTest, SendsALostRankOfTheCallToTheRestoreStepOnce) {
+  EXPECT_EQ(decide_on(call(Operation::allocate, 3), after(1), lost_rank(3)).action, Decision::Action::restore_rank);
+  // Another rank's, or a call with no rank: stopped without a reason.
+  expect_stop(decide_on(call(Operation::allocate, 4), after(1), lost_rank(3)), "");
+  expect_stop(decide_on(call(Operation::batch_exists), after(1), lost_rank(3)), "");
+  // Lost again after this call restored it.
+  LoopState restored = after(2);
+  restored.reinitialized = true;
+  expect_stop(decide_on(call(Operation::allocate, 3), restored, lost_rank(3)),
+              "rank 3 was not initialized again after the client restored it");
+  EXPECT_THAT(initializes, IsEmpty());  // deciding restores nothing
+}
+
+// ---- restore_rank(): the step around the attempt that met "not initialized" ----
+
+class RestoreStepTest : public RetryLoopTest {
+ protected:
+  std::optional<std::string> restore(const CallSpec& s, Error& e) {
+    const RetryLoopPolicies p = policies();
+    auto initialize = [&](Rank rank, std::int64_t num_pages, Role role, const CallSpec& caller) -> Result<std::string> {
+      initializes.push_back({rank, num_pages, role, caller.request_id});
+      if (restore_error) return *restore_error;
+      return std::string("ok");
+    };
+    return restore_rank(p, ranks, s, ranks.epoch(), e, initialize);
+  }
+};
+
+TEST_F(RestoreStepTest, ARestoredRankRepeatsTheAttempt) {
+  ranks.add(3, 64, Role::worker);
+  Error e = lost_rank(3);
+  EXPECT_FALSE(restore(call(Operation::allocate, 3), e).has_value());
+  EXPECT_TRUE(e.reinitialized);
+  ASSERT_EQ(initializes.size(), 1u);
+  EXPECT_EQ(initializes[0].num_pages, 64);
+  EXPECT_THAT(observer.trace(), ElementsAre("reinitialize 3"));
+}
+
+TEST_F(RestoreStepTest, StopsForAnUnregisteredRankAFailedRestoreOrACallNamingPages) {
+  Error unregistered = lost_rank(3);
+  EXPECT_EQ(restore(call(Operation::allocate, 3), unregistered),
+            "rank 3 is not registered with this client: call ensure_initialized(3, num_pages) or register_rank "
+            "first, so that it restores the rank");
+  EXPECT_FALSE(unregistered.reinitialized);
+
+  ranks.add(3, 64, Role::worker);
+  restore_error = http(400, errc::invalid_initialization);
+  Error failed = lost_rank(3);
+  const auto why = restore(call(Operation::allocate, 3), failed);
+  ASSERT_TRUE(why);
+  EXPECT_THAT(*why, ::testing::StartsWith("re-initializing rank 3 failed: "));
+  EXPECT_FALSE(failed.reinitialized);
+
+  restore_error.reset();
+  CallSpec confirm = call(Operation::confirm_write, 3);
+  confirm.names_pages = true;
+  Error lost = lost_rank(3);
+  EXPECT_EQ(restore(confirm, lost),
+            "rank 3 was re-initialized: the pages this confirm_write names belong to the state the server lost; "
+            "allocate again");
+  EXPECT_TRUE(lost.reinitialized);
+}
+
 }  // namespace
 }  // namespace hf3fs_meta::internal

@@ -5,14 +5,23 @@ build=$1 consumer=$2 work=$3 python=${4:-} python_dir=${5:-}
 rm -rf "$work"
 prefix=$work/prefix
 cmake --install "$build" --prefix "$prefix" > "$work.install.log" 2>&1 || { cat "$work.install.log"; exit 1; }
-for f in include/hf3fs_meta/client.hpp include/hf3fs_meta/mocks/mock_connection.hpp bin/hf3fs-meta bin/hf3fs-meta-server lib/cmake/hf3fs_meta/hf3fs_meta-config.cmake; do
+for f in include/hf3fs_meta/client.hpp include/hf3fs_meta/stats.hpp include/hf3fs_meta/mocks/mock_connection.hpp include/hf3fs_meta/in_process_transport.hpp lib/libhf3fs_meta_service.so bin/hf3fs-meta bin/hf3fs-meta-server lib/cmake/hf3fs_meta/hf3fs_meta-config.cmake; do
   [ -e "$prefix/$f" ] || { echo "not installed: $f"; exit 1; }
 done
 soname=$(objdump -p "$prefix"/lib/libhf3fs_meta_client.so | awk '/SONAME/ {print $2}')
 [ "$soname" = "libhf3fs_meta_client.so.0.1" ] || { echo "unexpected SONAME '$soname'"; exit 1; }
 cmake -S "$consumer" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release
 cmake --build "$work/consumer"
-LD_LIBRARY_PATH="$prefix/lib" "$work/consumer/consumer"
+# The client-only program against the installed server, then the in-process one.
+LD_LIBRARY_PATH="$prefix/lib" "$(dirname "$0")/../../scripts/with_server" "$prefix/bin/hf3fs-meta-server" \
+  -- "$work/consumer/consumer"
+LD_LIBRARY_PATH="$prefix/lib" "$work/consumer/consumer_in_process"
+# hf3fs_meta::client, and the protocol library under it, link nothing of the state model.
+for lib in client protocol; do
+  if objdump -p "$prefix/lib/libhf3fs_meta_$lib.so" | grep -q 'NEEDED.*hf3fs_meta_\(state\|service\)'; then
+    echo "libhf3fs_meta_$lib.so needs the state model"; exit 1
+  fi
+done
 LD_LIBRARY_PATH="$prefix/lib" "$work/consumer/consumer_mock_test" > "$work.mock_test.log" || { cat "$work.mock_test.log"; exit 1; }
 "$prefix/bin/hf3fs-meta" --help > /dev/null
 if [ -n "$python" ]; then

@@ -4,7 +4,7 @@
 #include <optional>
 #include <string>
 
-#include "hf3fs_meta/protocol.hpp"
+#include "hf3fs_meta/protocol_server.hpp"
 
 namespace hf3fs_meta::protocol {
 namespace {

@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "hf3fs_meta/protocol.hpp"
+#include "hf3fs_meta/protocol_server.hpp"
 #include "hf3fs_meta/routes.hpp"
 
 namespace hf3fs_meta::protocol {

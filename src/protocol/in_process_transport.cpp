@@ -3,9 +3,9 @@
 #include <memory>
 #include <utility>
 
+#include "hf3fs_meta/in_process_transport.hpp"
+
 #include "hf3fs_meta/service.hpp"
-#include "hf3fs_meta/state.hpp"
-#include "hf3fs_meta/transport.hpp"
 
 namespace hf3fs_meta {
 
