@@ -152,12 +152,16 @@ DirResult<DirListing> list(const fs::path& dir) {
 // One request-id answer of a version-3 snapshot (data_dir.hpp); an error says what is wrong.
 std::optional<std::string> read_dedup_entry(Reader& in, DedupEntry& e) {
   std::string_view id;
+  std::uint8_t route = 0;
   std::uint64_t at = 0;
   std::uint32_t pages = 0;
-  if (!in.u64(e.seq) || !in.u8(e.tag.route) || !in.bytes(id) || !in.u64(e.tag.body_hash) ||
+  if (!in.u64(e.seq) || !in.u8(route) || !in.bytes(id) || !in.u64(e.tag.body_hash) ||
       !in.u64(e.tag.body_size) || !in.u32(e.status) || !in.u64(at) || !in.u32(pages)) {
     return "truncated request-id entry";
   }
+  const auto named = route_of_wire(route);
+  if (!named) return "unknown route " + std::to_string(route) + " of request-id entry " + std::to_string(e.seq);
+  e.tag.route = *named;
   e.tag.id = id;
   e.at_ms = static_cast<std::int64_t>(at);
   std::string_view raw;
@@ -168,7 +172,7 @@ std::optional<std::string> read_dedup_entry(Reader& in, DedupEntry& e) {
 
 void write_dedup_entry(const DedupEntry& e, std::string& out) {
   put_u64(out, e.seq);
-  put_u8(out, e.tag.route);
+  put_u8(out, wire_number(e.tag.route));
   put_bytes(out, e.tag.id);
   put_u64(out, e.tag.body_hash);
   put_u64(out, e.tag.body_size);

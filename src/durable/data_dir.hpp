@@ -16,8 +16,9 @@
 // then the request-id answers: in versions 1 and 2 u32 records, per record: u64 seq, u32 length, a
 // journal payload carrying its DedupTag (key names and all); in version 3 (written when there is any
 // answer to keep; it always has version 2's lifecycle section) their compact form, as the dedup cache
-// keeps them: u32 entries, per entry: u64 seq, u8 route, u32 length, id, u64 body hash, u64 body
-// size, u32 status, i64 at (ms, system clock; 0 unknown), u32 pages, the pages (u32 each);
+// keeps them: u32 entries, per entry: u64 seq, u8 route (its wire number, RouteInfo::wire), u32
+// length, id, u64 body hash, u64 body size, u32 status, i64 at (ms, system clock; 0 unknown), u32
+// pages, the pages (u32 each);
 // in version 4 (written when a rank has TTL reclaim marks, StateImage::has_reclaim_marks(); else as
 // above) version 3's layout, and after the timed keys, per rank (in the order above): u32 marks, the
 // marked pages (u32 each, ascending);

@@ -61,7 +61,7 @@ void encode_payload(const Change& change, const DedupTag* tag, std::string& out)
   put_u8(out, static_cast<std::uint8_t>(change.kind));
   put_u8(out, tag ? kHasTag : 0);
   if (tag) {
-    put_u8(out, tag->route);
+    put_u8(out, wire_number(tag->route));
     put_bytes(out, tag->id);
     put_u64(out, tag->body_hash);
     put_u64(out, tag->body_size);
@@ -192,10 +192,14 @@ bool Record::decode_into(Record& record, std::uint64_t seq, std::string_view pay
   if (flags & ~kHasTag) return fail("unknown flags " + std::to_string(flags));
   if (flags & kHasTag) {
     DedupTag tag;
+    std::uint8_t route = 0;
     std::string_view id;
-    if (!in.u8(tag.route) || !in.bytes(id) || !in.u64(tag.body_hash) || !in.u64(tag.body_size)) {
+    if (!in.u8(route) || !in.bytes(id) || !in.u64(tag.body_hash) || !in.u64(tag.body_size)) {
       return fail("truncated request id");
     }
+    const auto named = route_of_wire(route);
+    if (!named) return fail("unknown route " + std::to_string(route) + " (written by a newer server?)");
+    tag.route = *named;
     tag.id = id;
     record.tag_ = std::move(tag);
   }

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "durable/crc32c.hpp"
+#include "hf3fs_meta/routes.hpp"
 #include "hf3fs_meta/state.hpp"
 
 namespace hf3fs_meta::durable {
@@ -31,7 +32,10 @@ inline constexpr std::size_t kRecordTrailerSize = 4;
 // The request-id deduplication entry of a request that carried X-Request-Id: with it a restarted
 // server answers a repeat as the first attempt was answered.
 struct DedupTag {
-  std::uint8_t route = 0;  // the server's number for the route
+  // On disk as its wire number (RouteInfo::wire). Format versions 1-4 were specified as writing the
+  // route's row in kRoutes; the wire numbers were given as those rows (as of bad7982, the last
+  // release before them), so files of every version read alike and no position needs mapping.
+  Route route = Route::not_found;
   std::string id;
   std::uint64_t body_hash = 0;
   std::uint64_t body_size = 0;

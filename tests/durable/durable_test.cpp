@@ -278,7 +278,7 @@ TEST(DurableRecord, EveryKindRoundTrips) {
   changes[10].rank = -7;
   changes[10].page = 0xFFFFFFF1u;
   changes[10].key_id = 654321;
-  const DedupTag tag{1, "req-1", 0x1234567890ull, 42};
+  const DedupTag tag{Route::batch_allocate, "req-1", 0x1234567890ull, 42};
   for (std::size_t i = 0; i < changes.size(); ++i) {
     changes[i].seq = 10 + i;
     for (const DedupTag* t : {static_cast<const DedupTag*>(nullptr), &tag}) {
@@ -652,7 +652,7 @@ TEST(DurableSnapshot, AnOlderSnapshotsTaggedRecordsAreReadIntoTheCompactForm) {
     change.kind = ChangeKind::allocated;
     const std::vector<AllocatedItem> items{{"x", 0, 0}, {"y", kNoPage32, kNoPage32}};
     change.allocated = items;
-    const DedupTag tag{1, "req-old", 42, 77};
+    const DedupTag tag{Route::batch_allocate, "req-old", 42, 77};
     std::string body;
     put_u64(body, 0);  // seq
     put_u32(body, 0);  // ranks
@@ -684,8 +684,8 @@ TEST(DurableSnapshot, RequestIdAnswersAreKeptInTheirCompactForm) {
   MetadataState state;
   ASSERT_TRUE(state.initialize(0, 4).has_value());
   const std::vector<DedupEntry> dedup{
-      {3, DedupTag{1, "req-a", 11, 100}, 200, {2, kNoPage32, 0}, 1'764'590'000'123},
-      {4, DedupTag{2, "req-b", 22, 200}, 204, {}, 0}};
+      {3, DedupTag{Route::batch_allocate, "req-a", 11, 100}, 200, {2, kNoPage32, 0}, 1'764'590'000'123},
+      {4, DedupTag{Route::confirm_write, "req-b", 22, 200}, 204, {}, 0}};
   const StateImage image = state.export_image();
   ASSERT_TRUE(write_snapshot(dir.path(), image, dedup, journal_name(image.seq + 1)).has_value());
   const auto path = files_like(dir.path(), "snapshot-").back();
@@ -771,8 +771,8 @@ TEST(DurableRecovery, AShutdownSnapshotAloneRestoresEverything) {
 
 TEST(DurableRecovery, DedupTagsSurviveInTheJournalAndInSnapshots) {
   TempDir dir;
-  const DedupTag first{1, "req-a", 11, 100};
-  const DedupTag second{2, "req-b", 22, 200};
+  const DedupTag first{Route::batch_allocate, "req-a", 11, 100};
+  const DedupTag second{Route::confirm_write, "req-b", 22, 200};
   {
     MetadataState state;
     auto store = open_store(dir.path(), state);
@@ -819,7 +819,7 @@ TEST(DurableRecovery, DedupTagsSurviveInTheJournalAndInSnapshots) {
 TEST(DurableRecovery, AClearForgetsNoRequestId) {
   for (const bool snapshot : {false, true}) {
     TempDir dir;
-    const DedupTag tag{1, "req-before", 5, 20};
+    const DedupTag tag{Route::batch_allocate, "req-before", 5, 20};
     {
       MetadataState state;
       auto store = open_store(dir.path(), state);
@@ -854,7 +854,7 @@ TEST(DurableRecovery, ASnapshotKeepsTheNewestAnswersWithinTheBudgetAsTheCacheWei
     auto store = open_store(dir.path(), state, FsyncMode::no, 3 * dedup_weight(5, 1));
     ASSERT_TRUE(state.initialize(0, 8).has_value());
     for (int i = 0; i < 5; ++i) {
-      const DedupTag tag{1, "req-" + std::to_string(i), 0, 0};
+      const DedupTag tag{Route::batch_allocate, "req-" + std::to_string(i), 0, 0};
       TagScope scope(&tag);
       const std::vector<BlockKey> keys{{long_key + std::to_string(i), ""}};
       ASSERT_TRUE(state.allocate(0, keys).has_value());
@@ -875,7 +875,7 @@ TEST(DurableRecovery, ASnapshotKeepsTheNewestAnswersWithinTheBudgetAsTheCacheWei
 // with) is the state's doing, not the request's answer: only the allocate's record carries the id.
 TEST(DurableRecovery, OnlyTheRequestsOwnRecordCarriesItsRequestId) {
   TempDir dir;
-  const DedupTag tag{1, "req-evicting", 7, 30};
+  const DedupTag tag{Route::batch_allocate, "req-evicting", 7, 30};
   StateOptions options;
   options.eviction = Eviction::lru;
   {
@@ -917,7 +917,7 @@ TEST(DurableRecovery, ASnapshotKeepsThousandsOfRequestIdsInOrder) {
       if (i == kTagged) {
         ASSERT_TRUE(store.value()->snapshot().has_value());
       }
-      const DedupTag tag{1, std::string("req-").append(std::to_string(i)), static_cast<std::uint64_t>(i), 40};
+      const DedupTag tag{Route::batch_allocate, std::string("req-").append(std::to_string(i)), static_cast<std::uint64_t>(i), 40};
       TagScope scope(&tag);
       const std::vector<BlockKey> keys{{std::string("k").append(std::to_string(i)), ""}};
       ASSERT_TRUE(state.allocate(0, keys).has_value());
