@@ -186,7 +186,7 @@ TEST_P(DedupRecoveryTest, RequestIdsSurviveARestartAsTheySurviveInMemory) {
       const std::string id = "big-" + std::to_string(i);
       auto acquired = cache.acquire(kAllocate, id, bodies.back(), kKeys);
       ASSERT_EQ(acquired.kind, Kind::owner);
-      const durable::DedupTag tag{kAllocate, id, DedupCache::body_hash(bodies.back()), bodies.back().size()};
+      const durable::DedupTag tag{Route::batch_allocate, id, DedupCache::body_hash(bodies.back()), bodies.back().size()};
       durable::Journal::reset_thread_seq();
       std::vector<Page> pages;
       {
