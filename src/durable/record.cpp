@@ -1,61 +1,13 @@
 #include "durable/record.hpp"
 
-#include <bit>
-#include <cstring>
+#include "durable/log_writer.hpp"
 
 namespace hf3fs_meta::durable {
 namespace {
 
-static_assert(std::endian::native == std::endian::little, "the data directory format is little-endian");
-
-
-template <class T>
-void put(std::string& out, T v) {
-  char bytes[sizeof v];
-  std::memcpy(bytes, &v, sizeof v);
-  out.append(bytes, sizeof v);
-}
-
 constexpr std::uint8_t kHasTag = 1;
 
 }  // namespace
-
-void put_u8(std::string& out, std::uint8_t v) { out.push_back(static_cast<char>(v)); }
-void put_u32(std::string& out, std::uint32_t v) { put(out, v); }
-void put_u64(std::string& out, std::uint64_t v) { put(out, v); }
-void put_bytes(std::string& out, std::string_view bytes) {
-  put_u32(out, static_cast<std::uint32_t>(bytes.size()));
-  out.append(bytes);
-}
-
-bool Reader::raw(std::size_t n, std::string_view& v) {
-  if (left() < n) return false;
-  v = bytes_.substr(at_, n);
-  at_ += n;
-  return true;
-}
-bool Reader::u8(std::uint8_t& v) {
-  std::string_view b;
-  if (!raw(1, b)) return false;
-  v = static_cast<std::uint8_t>(b[0]);
-  return true;
-}
-bool Reader::u32(std::uint32_t& v) {
-  std::string_view b;
-  if (!raw(sizeof v, b)) return false;
-  std::memcpy(&v, b.data(), sizeof v);
-  return true;
-}
-bool Reader::u64(std::uint64_t& v) {
-  std::string_view b;
-  if (!raw(sizeof v, b)) return false;
-  std::memcpy(&v, b.data(), sizeof v);
-  return true;
-}
-bool Reader::bytes(std::string_view& v) {
-  std::uint32_t n = 0;
-  return u32(n) && raw(n, v);
-}
 
 void encode_payload(const Change& change, const DedupTag* tag, std::string& out) {
   put_u8(out, static_cast<std::uint8_t>(change.kind));
@@ -126,22 +78,6 @@ void encode_payload(const Change& change, const DedupTag* tag, std::string& out)
   }
 }
 
-namespace {
-
-// Fills in the header reserved at `header_at` for the payload after it (up to the end of `out`) and
-// appends the payload's checksum: the record framing, written in one place.
-void finish_record(std::uint64_t seq, std::size_t header_at, std::string& out) {
-  const std::size_t payload_at = header_at + kRecordHeaderSize;
-  const auto payload_len = static_cast<std::uint32_t>(out.size() - payload_at);
-  std::memcpy(out.data() + header_at, &seq, 8);
-  std::memcpy(out.data() + header_at + 8, &payload_len, 4);
-  const std::uint32_t header_crc = crc32c(std::string_view(out).substr(header_at, 12));
-  std::memcpy(out.data() + header_at + 12, &header_crc, 4);
-  put_u32(out, crc32c(std::string_view(out).substr(payload_at, payload_len)));
-}
-
-}  // namespace
-
 DedupEntry dedup_entry(std::uint64_t seq, const DedupTag& tag, const Change& change, std::int64_t at_ms) {
   DedupEntry entry{seq, tag, change.kind == ChangeKind::allocated ? 200u : 204u, {}, at_ms};
   if (change.kind == ChangeKind::allocated) {
@@ -151,42 +87,31 @@ DedupEntry dedup_entry(std::uint64_t seq, const DedupTag& tag, const Change& cha
   return entry;
 }
 
-void frame_record(std::uint64_t seq, std::string_view payload, std::string& out) {
-  const std::size_t header_at = out.size();
-  out.append(kRecordHeaderSize, '\0');
-  out.append(payload);
-  finish_record(seq, header_at, out);
-}
-
 void encode_record(const Change& change, const DedupTag* tag, std::string& out) {
-  // The payload is encoded in place, after a header filled in once its length is known.
-  const std::size_t header_at = out.size();
-  out.append(kRecordHeaderSize, '\0');
-  encode_payload(change, tag, out);
-  finish_record(change.seq, header_at, out);
+  LogWriter(out).add_record_encoded(change.seq, [&](std::string& payload) { encode_payload(change, tag, payload); });
 }
 
-std::optional<Record> Record::decode(std::uint64_t seq, std::string_view payload, std::string& error) {
+Result<Record> Record::decode(std::uint64_t seq, std::string_view payload) {
   Record record;
   record.payload_.assign(payload.begin(), payload.end());
-  if (!decode_into(record, seq, {record.payload_.data(), record.payload_.size()}, error)) return std::nullopt;
+  if (auto decoded = record.decode_into(seq, {record.payload_.data(), record.payload_.size()}); !decoded) {
+    return std::move(decoded).error();
+  }
   return record;
 }
 
-bool Record::decode_view(std::uint64_t seq, std::string_view payload, std::string& error) {
-  return decode_into(*this, seq, payload, error);
-}
+Result<void> Record::decode_view(std::uint64_t seq, std::string_view payload) { return decode_into(seq, payload); }
 
-bool Record::decode_into(Record& record, std::uint64_t seq, std::string_view payload, std::string& error) {
+Result<void> Record::decode_into(std::uint64_t seq, std::string_view payload) {
+  Record& record = *this;
   record.payload_view_ = payload;
   record.tag_.reset();
   record.change_ = Change{};
   Reader in(payload);
   std::uint8_t kind = 0;
   std::uint8_t flags = 0;
-  auto fail = [&](const std::string& why) {
-    error = "record " + std::to_string(seq) + ": " + why;
-    return false;
+  auto fail = [&](const std::string& why, Errc code = Errc::corrupt) -> Result<void> {
+    return Error{code, "record " + std::to_string(seq) + ": " + why};
   };
   if (!in.u8(kind) || !in.u8(flags)) return fail("payload too short");
   if (flags & ~kHasTag) return fail("unknown flags " + std::to_string(flags));
@@ -198,7 +123,7 @@ bool Record::decode_into(Record& record, std::uint64_t seq, std::string_view pay
       return fail("truncated request id");
     }
     const auto named = route_of_wire(route);
-    if (!named) return fail("unknown route " + std::to_string(route) + " (written by a newer server?)");
+    if (!named) return fail("unknown route " + std::to_string(route) + " (written by a newer server?)", Errc::unsupported);
     tag.route = *named;
     tag.id = id;
     record.tag_ = std::move(tag);
@@ -279,7 +204,7 @@ bool Record::decode_into(Record& record, std::uint64_t seq, std::string_view pay
       break;
     }
     default:
-      return fail("unknown kind " + std::to_string(kind) + " (written by a newer server?)");
+      return fail("unknown kind " + std::to_string(kind) + " (written by a newer server?)", Errc::unsupported);
   }
   if (in.left() != 0) return fail(std::to_string(in.left()) + " bytes after the record's fields");
   c.rank = static_cast<Rank>(rank);
@@ -287,32 +212,7 @@ bool Record::decode_into(Record& record, std::uint64_t seq, std::string_view pay
   c.confirmed = record.confirmed_;
   c.released = record.released_;
   c.deleted = record.deleted_;
-  return true;
-}
-
-std::string file_header(std::string_view magic, std::uint32_t version) {
-  std::string out(magic);
-  put_u32(out, version);
-  put_u32(out, crc32c(out));
-  return out;
-}
-
-std::optional<std::string> check_file_header(std::string_view bytes, std::string_view magic, std::uint32_t newest,
-                                             std::uint32_t* version_out) {
-  if (bytes.size() < kFileHeaderSize) return "file header truncated";
-  if (bytes.substr(0, magic.size()) != magic) return "not a " + std::string(magic) + " file";
-  Reader in(bytes.substr(8));
-  std::uint32_t version = 0;
-  std::uint32_t crc = 0;
-  in.u32(version);
-  in.u32(crc);
-  if (crc != crc32c(bytes.substr(0, 12))) return "file header checksum mismatch";
-  if (version < kFormatVersion || version > newest) {
-    return "unknown format version " + std::to_string(version) + " (this server reads " +
-           std::to_string(kFormatVersion) + (newest > kFormatVersion ? ".." + std::to_string(newest) : "") + ")";
-  }
-  if (version_out) *version_out = version;
-  return std::nullopt;
+  return boost::outcome_v2::success();
 }
 
 }  // namespace hf3fs_meta::durable

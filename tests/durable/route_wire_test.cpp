@@ -9,8 +9,11 @@
 #include <utility>
 #include <vector>
 
+#include "durable/crc32c.hpp"
 #include "durable/data_dir.hpp"
+#include "durable/log_writer.hpp"
 #include "durable/record.hpp"
+#include "durable/snapshot.hpp"
 #include "hf3fs_meta/routes.hpp"
 
 namespace hf3fs_meta::durable {
@@ -65,14 +68,15 @@ TEST(RouteWireNumbers, AJournalRecordHoldsTheWireNumberAndANumberNoRowHasIsRefus
   encode_payload(allocate_change(), &tag, payload);
   ASSERT_GT(payload.size(), kRouteByte);
   EXPECT_EQ(static_cast<unsigned char>(payload[kRouteByte]), route_info(Route::confirm_write).wire);
-  std::string error;
-  const auto record = Record::decode(1, payload, error);
-  ASSERT_TRUE(record) << error;
-  EXPECT_EQ(record->tag()->route, Route::confirm_write);
+  const auto record = Record::decode(1, payload);
+  ASSERT_TRUE(record) << record.error().message;
+  EXPECT_EQ(record.value().tag()->route, Route::confirm_write);
 
   payload[kRouteByte] = static_cast<char>(200);
-  EXPECT_FALSE(Record::decode(1, payload, error));
-  EXPECT_EQ(error, "record 1: unknown route 200 (written by a newer server?)");
+  const auto refused = Record::decode(1, payload);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, Errc::unsupported);
+  EXPECT_EQ(refused.error().message, "record 1: unknown route 200 (written by a newer server?)");
 }
 
 TEST(RouteWireNumbers, ASnapshotHoldsTheWireNumberAndANumberNoRowHasIsRefused) {
@@ -108,6 +112,7 @@ TEST(RouteWireNumbers, ASnapshotHoldsTheWireNumberAndANumberNoRowHasIsRefused) {
   body[route_at] = static_cast<char>(200);
   const auto refused = read_snapshot("snapshot-x", file_of(body));
   ASSERT_FALSE(refused.has_value());
+  EXPECT_EQ(refused.error().code, Errc::unsupported);
   EXPECT_THAT(refused.error().message, HasSubstr("snapshot-x at offset "));
   EXPECT_THAT(refused.error().message, HasSubstr("unknown route 200 of request-id entry 7"));
 }
