@@ -55,12 +55,13 @@ struct Recovered {
 // else wrong is an error naming the file and offset, with `state` unusable.
 Result<Recovered> recover(const std::filesystem::path& dir, MetadataState& state);
 
-// The journal reader recover() uses, on the bytes of one file (a fuzz target calls it directly; the
-// snapshot's is read_snapshot). Replays one journal file into `state`, its first record following out.seq, and advances `out`. In
-// the `last` file a torn record at the end is left out (reported in out.cut); anything else wrong
-// is an error naming the file and the offset.
+// The journal replay recover() uses, on the bytes of one file (a fuzz target calls it directly; the
+// snapshot's reader is read_snapshot, snapshot.hpp). Replays one journal file into `state`, its first
+// record following out.seq, and advances `out`. In the `last` file a torn record at the end is left
+// out (reported in out.cut); anything else wrong is an error naming the file and the offset.
 Result<void> replay_journal(const std::filesystem::path& path, std::string_view bytes, bool last,
-                               MetadataState& state, Recovered& out);
+                            MetadataState& state, Recovered& out);
+
 // Removes the snapshots older than `seq` and the journal files whose records all come before it.
 void remove_before(const std::filesystem::path& dir, std::uint64_t seq);
 

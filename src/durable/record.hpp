@@ -80,6 +80,9 @@ class Record {
 
  private:
   Result<void> decode_into(std::uint64_t seq, std::string_view payload);
+  Result<void> decode_tag(Reader& in, std::uint64_t seq);
+  Result<void> decode_items(Reader& in, std::uint64_t seq, std::uint64_t& rank);
+  Result<void> decode_keys(Reader& in, std::uint64_t seq);
   std::vector<char> payload_;
   std::string_view payload_view_;  // payload_'s bytes, or the bytes decode_view was given
   Change change_;
