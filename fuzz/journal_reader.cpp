@@ -15,7 +15,10 @@
 #include <string_view>
 #include <vector>
 
+#include "durable/crc32c.hpp"
 #include "durable/data_dir.hpp"
+#include "durable/log_format.hpp"
+#include "durable/log_writer.hpp"
 #include "durable/record.hpp"
 #include "fuzz_support.hpp"
 #include "hf3fs_meta/state.hpp"
@@ -42,7 +45,7 @@ std::string frame(std::string_view in, std::vector<std::string_view>& payloads) 
     in.remove_prefix(whole_len);
     payloads.push_back(payload);
     const std::size_t at = file.size();
-    durable::frame_record(seq++, payload, file);
+    durable::LogWriter(file).add_record(seq++, payload);
     if (whole_len < len) {
       // Torn: cut the file somewhere inside the record, its header included.
       file.resize(at + (file.size() - at) * (len % 7) / 7);
@@ -81,14 +84,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string file = framed ? frame(rest, payloads) : std::string(rest);
 
   for (const std::string_view payload : payloads) {
-    std::string error;
-    const auto record = durable::Record::decode(1, payload, error);
+    const auto record = durable::Record::decode(1, payload);
     if (!record) {
-      HF3FS_FUZZ_CHECK(!error.empty());
+      HF3FS_FUZZ_CHECK(record.error().message.starts_with("record 1: "));
       continue;
     }
+    const auto& tag = record.value().tag();
     std::string again;
-    durable::encode_payload(record->change(), record->tag() ? &*record->tag() : nullptr, again);
+    durable::encode_payload(record.value().change(), tag ? &*tag : nullptr, again);
     HF3FS_FUZZ_CHECK(again == payload);
   }
 

@@ -3,8 +3,9 @@
 //  even: as the file itself (file header and checksum as the fuzzer wrote them);
 //  odd:  as the body between the file header and the checksum, which are added right, so that the
 //        parser and the image's consistency checks are reached; bits 1-2 choose the version: 0
-//        version 1, 1 version 2 (the cache lifecycle's section follows the free key ids), 2 or 3
-//        version 3 (that section, and the request-id answers in their compact form).
+//        version 1, 1 version 2 (the cache lifecycle's section follows the free key ids), 2
+//        version 3 (that section, and the request-id answers in their compact form), 3 version 4
+//        (the TTL's reclaim marks after the timed keys).
 // What must hold: a failure is an error naming the file; a snapshot that loads and imports gives
 // exactly its image back (never a part of it), and every request-id entry an older version holds
 // (a whole journal payload) is an allocate's 200 or another change's 204.
@@ -12,8 +13,11 @@
 #include <string>
 #include <string_view>
 
-#include "durable/data_dir.hpp"
+#include "durable/crc32c.hpp"
+#include "durable/log_reader.hpp"
+#include "durable/log_writer.hpp"
 #include "durable/record.hpp"
+#include "durable/snapshot.hpp"
 #include "fuzz_support.hpp"
 #include "hf3fs_meta/state.hpp"
 
@@ -46,10 +50,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     HF3FS_FUZZ_CHECK(loaded.error().message.find(kPath.string()) != std::string::npos);
     return 0;
   }
-  std::uint32_t version = 0;
-  HF3FS_FUZZ_CHECK(!durable::check_file_header(file, durable::kSnapshotMagic, durable::kSnapshotNewestVersion, &version));
+  const auto version = durable::check_file_header(file, durable::kSnapshotMagic, durable::kSnapshotNewestVersion);
+  HF3FS_FUZZ_CHECK(version.has_value());
   for (const durable::DedupEntry& entry : loaded.value().dedup) {
-    if (version < durable::kSnapshotDedupVersion) HF3FS_FUZZ_CHECK(entry.status == 200 || entry.status == 204);
+    if (version.value() < durable::kSnapshotDedupVersion) HF3FS_FUZZ_CHECK(entry.status == 200 || entry.status == 204);
   }
   const StateImage image = loaded.value().image;
   // Small limits, as a server with small --max-* flags would have.

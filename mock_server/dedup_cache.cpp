@@ -128,7 +128,7 @@ void DedupCache::restore(int route, std::string_view id, std::uint64_t body_hash
 
 void DedupCache::restore(const durable::DedupEntry& e, std::int64_t now_ms) {
   const auto age = std::chrono::milliseconds(e.at_ms == 0 ? 0 : std::max<std::int64_t>(now_ms - e.at_ms, 0));
-  restore(e.tag.route, e.tag.id, e.tag.body_hash, e.tag.body_size,
+  restore(static_cast<int>(e.tag.route), e.tag.id, e.tag.body_hash, e.tag.body_size,
           KeptAnswer{static_cast<int>(e.status), e.pages, e.seq}, age);
 }
 

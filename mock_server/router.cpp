@@ -243,7 +243,7 @@ void Router::serve_protocol(const Request& request, Exchange& exchange) {
       // The change's record carries the request id, so that a restarted server still knows the answer.
       durable::DedupTag tag;
       if (exchange.claim) {
-        tag = durable::DedupTag{static_cast<std::uint8_t>(route), request.request_id,
+        tag = durable::DedupTag{route, request.request_id,
                                 DedupCache::body_hash(request.body), request.body.size()};
       }
       durable::Journal::reset_thread_seq();

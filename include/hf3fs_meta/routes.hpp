@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -14,8 +15,9 @@
 
 namespace hf3fs_meta {
 
-// Declared in the order of kRoutes' rows: a route's number is its row (servers index per-route
-// metrics by it). The last three are what routing answers when no endpoint takes the request.
+// Declared in the order of kRoutes' rows: a route's value is its row (servers index per-route
+// metrics by it), which inserting a row changes; files hold RouteInfo::wire instead. The last three
+// are what routing answers when no endpoint takes the request.
 enum class Route : std::uint8_t {
   initialize,
   batch_allocate,
@@ -66,6 +68,10 @@ inline constexpr std::string_view kKeyedReleaseHeader = "X-Hf3fs-Keyed-Release";
 
 struct RouteInfo {
   Route route = Route::not_found;
+  // The route's number in files (a request id's records in a data dir's journal and snapshots):
+  // given once, never changed and never reused by another row, whatever the row's place here. A
+  // new row takes a number no row ever had; a removed row's number stays retired.
+  std::uint8_t wire = 0;
   // An endpoint's path ("{rank}" stands for the path's rank segment), else the routing outcome's
   // name. Either way it is the route's name in metrics, logs and to_string().
   std::string_view name{};
@@ -86,12 +92,14 @@ struct RouteInfo {
 
 inline constexpr RouteInfo kRoutes[] = {
     {.route = Route::initialize,
+     .wire = 0,
      .name = "/rank/{rank}/initialize",
      .method = "POST",
      .operation = Operation::initialize,
      .repeat = Repeat::always,
      .changes_state = true},
     {.route = Route::batch_allocate,
+     .wire = 1,
      .name = "/keys/batch_allocate",
      .method = "POST",
      .operation = Operation::allocate,
@@ -102,6 +110,7 @@ inline constexpr RouteInfo kRoutes[] = {
      .repeat = Repeat::if_deduplicated,
      .changes_state = true},
     {.route = Route::confirm_write,
+     .wire = 2,
      .name = "/keys/confirm_write",
      .method = "POST",
      .operation = Operation::confirm_write,
@@ -113,6 +122,7 @@ inline constexpr RouteInfo kRoutes[] = {
      .changes_state = true,
      .names_pages = true},
     {.route = Route::batch_exists,
+     .wire = 3,
      .name = "/keys/batch_exists",
      .method = "POST",
      .operation = Operation::batch_exists,
@@ -121,6 +131,7 @@ inline constexpr RouteInfo kRoutes[] = {
      .missing_rank = MissingRank::prefixed,
      .repeat = Repeat::always},
     {.route = Route::get_locations,
+     .wire = 4,
      .name = "/keys/get_locations",
      .method = "POST",
      .operation = Operation::get_locations,
@@ -129,6 +140,7 @@ inline constexpr RouteInfo kRoutes[] = {
      .missing_rank = MissingRank::prefixed,
      .repeat = Repeat::always},
     {.route = Route::clear,
+     .wire = 5,
      .name = "/clear",
      .method = "POST",
      .operation = Operation::clear,
@@ -137,22 +149,24 @@ inline constexpr RouteInfo kRoutes[] = {
     // Extensions of the reference server (PROTOCOL.md, "Opt-in extensions"); no 500s of their own.
     // A repeated delete could delete the key saved again since the first attempt.
     {.route = Route::delete_keys,
+     .wire = 6,
      .name = "/keys/delete",
      .method = "POST",
      .operation = Operation::delete_keys,
      .repeat = Repeat::never,
      .changes_state = true},
-    {.route = Route::stats, .name = "/stats", .method = "GET", .operation = Operation::stats, .repeat = Repeat::always},
+    {.route = Route::stats, .wire = 7, .name = "/stats", .method = "GET", .operation = Operation::stats, .repeat = Repeat::always},
     // Never repeated: it could drop a rank initialized again since the first attempt.
     {.route = Route::drop_rank,
+     .wire = 8,
      .name = "/rank/{rank}/drop",
      .method = "POST",
      .operation = Operation::drop_rank,
      .repeat = Repeat::never,
      .changes_state = true},
-    {.route = Route::redirect, .name = "redirect"},
-    {.route = Route::method_not_allowed, .name = "method_not_allowed"},
-    {.route = Route::not_found, .name = "not_found"},
+    {.route = Route::redirect, .wire = 9, .name = "redirect"},
+    {.route = Route::method_not_allowed, .wire = 10, .name = "method_not_allowed"},
+    {.route = Route::not_found, .wire = 11, .name = "not_found"},
 };
 inline constexpr std::size_t kRouteCount = std::size(kRoutes);
 
@@ -164,8 +178,27 @@ constexpr bool routes_in_order() {
 }
 static_assert(routes_in_order(), "kRoutes has one row per Route, in declaration order");
 
+constexpr bool wire_numbers_unique() {
+  for (std::size_t i = 0; i < kRouteCount; ++i) {
+    for (std::size_t j = i + 1; j < kRouteCount; ++j) {
+      if (kRoutes[i].wire == kRoutes[j].wire) return false;
+    }
+  }
+  return true;
+}
+static_assert(wire_numbers_unique(), "two rows of kRoutes share a wire number");
+
 constexpr const RouteInfo& route_info(Route route) noexcept { return kRoutes[static_cast<std::size_t>(route)]; }
 constexpr std::string_view to_string(Route route) noexcept { return route_info(route).name; }
+// The route's number in files, and the route a number in a file names (none: a number no row has,
+// e.g. a newer server's route).
+constexpr std::uint8_t wire_number(Route route) noexcept { return route_info(route).wire; }
+constexpr std::optional<Route> route_of_wire(std::uint8_t wire) noexcept {
+  for (const auto& row : kRoutes) {
+    if (row.wire == wire) return row.route;
+  }
+  return std::nullopt;
+}
 // The path pattern of an endpoint ("/keys/batch_allocate", "/rank/{rank}/initialize").
 constexpr std::string_view path_of(Route route) noexcept { return route_info(route).name; }
 

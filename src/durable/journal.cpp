@@ -7,6 +7,9 @@
 #include <cerrno>
 #include <system_error>
 
+#include "durable/log_format.hpp"
+#include "durable/log_writer.hpp"
+
 namespace hf3fs_meta::durable {
 namespace {
 
@@ -56,27 +59,29 @@ void Journal::reset_thread_seq() noexcept { t_seq = 0; }
 
 Journal::Journal(Options options) : options_(std::move(options)) {}
 
-DirResult<std::unique_ptr<Journal>> Journal::open(Options options, const Recovered& recovered) {
+Result<std::unique_ptr<Journal>> Journal::open(Options options, const Recovered& recovered) {
   std::unique_ptr<Journal> j(new Journal(std::move(options)));
   j->appended_ = j->written_ = j->durable_ = recovered.seq;
   if (!recovered.journal.empty() && recovered.journal_valid_bytes >= kFileHeaderSize) {
     const int fd = ::open(recovered.journal.c_str(), O_WRONLY | O_CLOEXEC);
-    if (fd < 0) return recovered.journal.string() + ": " + errno_text(errno);
+    if (fd < 0) return Error{Errc::io, recovered.journal.string() + ": " + errno_text(errno)};
     // A torn record at the end (recovery left it out) goes, so that the next record follows the last whole one.
     if (::ftruncate(fd, static_cast<off_t>(recovered.journal_valid_bytes)) != 0 ||
         ::lseek(fd, 0, SEEK_END) < 0) {
       const int err = errno;
       ::close(fd);
-      return "truncate " + recovered.journal.string() + ": " + errno_text(err);
+      return Error{Errc::io, "truncate " + recovered.journal.string() + ": " + errno_text(err)};
     }
     j->fd_ = fd;
     j->file_first_seq_ = recovered.journal_first_seq;
     j->file_bytes_ = recovered.journal_valid_bytes;
   } else {
     const std::uint64_t first = recovered.journal.empty() ? recovered.seq + 1 : recovered.journal_first_seq;
-    if (auto error = j->open_file(first, true)) return std::move(*error);
-    if (::fsync(j->fd_) != 0) return "fsync " + (j->options_.dir / journal_name(first)).string() + ": " + errno_text(errno);
-    if (auto error = sync_dir(j->options_.dir)) return std::move(*error);
+    if (auto opened = j->open_file(first, true); !opened) return std::move(opened).error();
+    if (::fsync(j->fd_) != 0) {
+      return Error{Errc::io, "fsync " + (j->options_.dir / journal_name(first)).string() + ": " + errno_text(errno)};
+    }
+    if (auto synced = sync_dir(j->options_.dir); !synced) return std::move(synced).error();
   }
   j->acked_ = Acked{recovered.seq, j->file_first_seq_, j->file_bytes_};
   // An answer replayed from a journal has no time: its window starts now, in the cache as here.
@@ -92,21 +97,21 @@ DirResult<std::unique_ptr<Journal>> Journal::open(Options options, const Recover
 
 // Opens journal-<first_seq>.log, new, with its header; becomes the current file (write mutex held
 // or no other thread yet).
-std::optional<std::string> Journal::open_file(std::uint64_t first_seq, bool create) {
+Result<void> Journal::open_file(std::uint64_t first_seq, bool create) {
   const auto path = options_.dir / journal_name(first_seq);
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return path.string() + ": " + errno_text(errno);
+  if (fd < 0) return Error{Errc::io, path.string() + ": " + errno_text(errno)};
   if (const int err = write_all(fd, file_header(kJournalMagic))) {
     ::close(fd);
     ::unlink(path.c_str());
-    return "write " + path.string() + ": " + errno_text(err);
+    return Error{Errc::io, "write " + path.string() + ": " + errno_text(err)};
   }
   std::lock_guard lock(mutex_);
   if (!create) retired_fds_.push_back(fd_);
   fd_ = fd;
   file_first_seq_ = first_seq;
   file_bytes_ = kFileHeaderSize;
-  return std::nullopt;
+  return boost::outcome_v2::success();
 }
 
 Journal::~Journal() {
@@ -212,29 +217,29 @@ std::optional<std::string> Journal::write_through(std::uint64_t seq) {
       ack_written_locked();
     }
     if (switch_after) {
-      if (auto error = switch_file()) return error;
+      if (auto switched = switch_file(); !switched) return std::move(switched).error().message;
     }
   }
 }
 
 // Write mutex held, rotation pending, the records before it written: the records after it go to a
 // new file, opened here; finish_rotation makes it durable (no fsync on an I/O thread).
-std::optional<std::string> Journal::switch_file() {
+Result<void> Journal::switch_file() {
   std::uint64_t first = 0;
   {
     std::lock_guard lock(mutex_);
     first = *rotation_;
   }
-  if (auto error = open_file(first, false)) {
-    fail("journal file could not be created: " + *error);
-    return failure();
+  if (auto opened = open_file(first, false); !opened) {
+    fail("journal file could not be created: " + opened.error().message);
+    return Error{Errc::journal_failed, failure().value_or("")};
   }
   std::lock_guard lock(mutex_);
   buffer_ = std::move(next_buffer_);
   next_buffer_.clear();
   rotation_.reset();
   wake_syncer_.notify_all();
-  return std::nullopt;
+  return boost::outcome_v2::success();
 }
 
 void Journal::when_durable(std::uint64_t seq, Done done) {
@@ -283,7 +288,7 @@ std::vector<DedupEntry> Journal::tagged_up_to(std::uint64_t seq) const {
   }
 }
 
-DirResult<Journal::FileName> Journal::finish_rotation() {
+Result<Journal::FileName> Journal::finish_rotation() {
   std::unique_lock writer(write_mutex_);
   std::string out;
   int fd = -1;
@@ -313,7 +318,7 @@ DirResult<Journal::FileName> Journal::finish_rotation() {
       ack_written_locked();
     }
   }
-  if (auto error = switch_file()) return DirError(std::move(*error));
+  if (auto switched = switch_file(); !switched) return std::move(switched).error();
   std::string name;
   {
     std::lock_guard lock(mutex_);
@@ -322,8 +327,8 @@ DirResult<Journal::FileName> Journal::finish_rotation() {
   }
   writer.unlock();
   // Only this thread retires the current file (at the next rotation), so fd stays open meanwhile.
-  if (::fsync(fd) != 0) return DirError("fsync " + (options_.dir / name).string() + ": " + errno_text(errno));
-  if (auto error = sync_dir(options_.dir)) return DirError(std::move(*error));
+  if (::fsync(fd) != 0) return Error{Errc::io, "fsync " + (options_.dir / name).string() + ": " + errno_text(errno)};
+  if (auto synced = sync_dir(options_.dir); !synced) return std::move(synced).error();
   return FileName{name};
 }
 
@@ -353,7 +358,7 @@ void Journal::clear_failure(std::uint64_t snapshot_seq) {
   for (auto& [seq, done] : woken) done(std::nullopt);
 }
 
-DirResult<std::uint64_t> Journal::roll_back() {
+Result<std::uint64_t> Journal::roll_back() {
   std::lock_guard writer(write_mutex_);
   std::lock_guard lock(mutex_);
   const Acked a = acked_;
@@ -365,15 +370,17 @@ DirResult<std::uint64_t> Journal::roll_back() {
     // longer follows the last record kept).
     const auto earlier = options_.dir / journal_name(a.file_first_seq);
     if (::truncate(earlier.c_str(), static_cast<off_t>(a.bytes)) != 0) {
-      return "truncate " + earlier.string() + ": " + errno_text(errno);
+      return Error{Errc::io, "truncate " + earlier.string() + ": " + errno_text(errno)};
     }
     keep = kFileHeaderSize;
     if (file_first_seq_ != a.seq + 1 && ::unlink(current.c_str()) != 0 && errno != ENOENT) {
-      return "unlink " + current.string() + ": " + errno_text(errno);
+      return Error{Errc::io, "unlink " + current.string() + ": " + errno_text(errno)};
     }
   }
   // ftruncate needs no free block: it works on a full disk.
-  if (::ftruncate(fd_, static_cast<off_t>(keep)) != 0) return "truncate " + current.string() + ": " + errno_text(errno);
+  if (::ftruncate(fd_, static_cast<off_t>(keep)) != 0) {
+    return Error{Errc::io, "truncate " + current.string() + ": " + errno_text(errno)};
+  }
   file_bytes_ = keep;
   buffer_.clear();
   next_buffer_.clear();

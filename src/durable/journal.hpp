@@ -83,7 +83,7 @@ class Journal {
   using Done = std::function<void(const std::optional<std::string>& error)>;
 
   // Continues the journal recovery ended in (its torn tail cut off), or starts journal-<seq+1>.
-  static DirResult<std::unique_ptr<Journal>> open(Options options, const Recovered& recovered);
+  static Result<std::unique_ptr<Journal>> open(Options options, const Recovered& recovered);
   ~Journal();  // writes and syncs what is left (a clean shutdown loses nothing)
   Journal(const Journal&) = delete;
   Journal& operator=(const Journal&) = delete;
@@ -113,7 +113,7 @@ class Journal {
   struct FileName {
     std::string name;
   };
-  DirResult<FileName> finish_rotation();
+  Result<FileName> finish_rotation();
   // The snapshot covering everything up to the rotation failed: forget an unused new file.
   void abandon_rotation();
   // The snapshot of every change up to `snapshot_seq` is durable: those changes are acknowledged
@@ -125,7 +125,7 @@ class Journal {
   bool rollback_pending() const noexcept { return rollback_pending_.load(std::memory_order_acquire); }
   // With every change to the state stopped: cuts the files back to the last acknowledged record,
   // forgets every record after it, and returns its seq. Repeatable until rollback_done().
-  DirResult<std::uint64_t> roll_back();
+  Result<std::uint64_t> roll_back();
   void rollback_done() noexcept { rollback_pending_.store(false, std::memory_order_release); }
 
   std::uint64_t bytes_since_rotation() const;
@@ -138,8 +138,8 @@ class Journal {
   void sync_loop();
   void fail_locked(std::string error);
   void fail(std::string error);  // and tells every waiter
-  std::optional<std::string> switch_file();
-  std::optional<std::string> open_file(std::uint64_t first_seq, bool create);
+  Result<void> switch_file();
+  Result<void> open_file(std::uint64_t first_seq, bool create);
 
   Options options_;
   mutable std::mutex mutex_;  // everything below, except where noted

@@ -1,67 +1,19 @@
 #include "durable/record.hpp"
 
-#include <bit>
-#include <cstring>
+#include "durable/log_writer.hpp"
 
 namespace hf3fs_meta::durable {
 namespace {
-
-static_assert(std::endian::native == std::endian::little, "the data directory format is little-endian");
-
-
-template <class T>
-void put(std::string& out, T v) {
-  char bytes[sizeof v];
-  std::memcpy(bytes, &v, sizeof v);
-  out.append(bytes, sizeof v);
-}
 
 constexpr std::uint8_t kHasTag = 1;
 
 }  // namespace
 
-void put_u8(std::string& out, std::uint8_t v) { out.push_back(static_cast<char>(v)); }
-void put_u32(std::string& out, std::uint32_t v) { put(out, v); }
-void put_u64(std::string& out, std::uint64_t v) { put(out, v); }
-void put_bytes(std::string& out, std::string_view bytes) {
-  put_u32(out, static_cast<std::uint32_t>(bytes.size()));
-  out.append(bytes);
-}
-
-bool Reader::raw(std::size_t n, std::string_view& v) {
-  if (left() < n) return false;
-  v = bytes_.substr(at_, n);
-  at_ += n;
-  return true;
-}
-bool Reader::u8(std::uint8_t& v) {
-  std::string_view b;
-  if (!raw(1, b)) return false;
-  v = static_cast<std::uint8_t>(b[0]);
-  return true;
-}
-bool Reader::u32(std::uint32_t& v) {
-  std::string_view b;
-  if (!raw(sizeof v, b)) return false;
-  std::memcpy(&v, b.data(), sizeof v);
-  return true;
-}
-bool Reader::u64(std::uint64_t& v) {
-  std::string_view b;
-  if (!raw(sizeof v, b)) return false;
-  std::memcpy(&v, b.data(), sizeof v);
-  return true;
-}
-bool Reader::bytes(std::string_view& v) {
-  std::uint32_t n = 0;
-  return u32(n) && raw(n, v);
-}
-
 void encode_payload(const Change& change, const DedupTag* tag, std::string& out) {
   put_u8(out, static_cast<std::uint8_t>(change.kind));
   put_u8(out, tag ? kHasTag : 0);
   if (tag) {
-    put_u8(out, tag->route);
+    put_u8(out, wire_number(tag->route));
     put_bytes(out, tag->id);
     put_u64(out, tag->body_hash);
     put_u64(out, tag->body_size);
@@ -126,22 +78,6 @@ void encode_payload(const Change& change, const DedupTag* tag, std::string& out)
   }
 }
 
-namespace {
-
-// Fills in the header reserved at `header_at` for the payload after it (up to the end of `out`) and
-// appends the payload's checksum: the record framing, written in one place.
-void finish_record(std::uint64_t seq, std::size_t header_at, std::string& out) {
-  const std::size_t payload_at = header_at + kRecordHeaderSize;
-  const auto payload_len = static_cast<std::uint32_t>(out.size() - payload_at);
-  std::memcpy(out.data() + header_at, &seq, 8);
-  std::memcpy(out.data() + header_at + 8, &payload_len, 4);
-  const std::uint32_t header_crc = crc32c(std::string_view(out).substr(header_at, 12));
-  std::memcpy(out.data() + header_at + 12, &header_crc, 4);
-  put_u32(out, crc32c(std::string_view(out).substr(payload_at, payload_len)));
-}
-
-}  // namespace
-
 DedupEntry dedup_entry(std::uint64_t seq, const DedupTag& tag, const Change& change, std::int64_t at_ms) {
   DedupEntry entry{seq, tag, change.kind == ChangeKind::allocated ? 200u : 204u, {}, at_ms};
   if (change.kind == ChangeKind::allocated) {
@@ -151,164 +87,169 @@ DedupEntry dedup_entry(std::uint64_t seq, const DedupTag& tag, const Change& cha
   return entry;
 }
 
-void frame_record(std::uint64_t seq, std::string_view payload, std::string& out) {
-  const std::size_t header_at = out.size();
-  out.append(kRecordHeaderSize, '\0');
-  out.append(payload);
-  finish_record(seq, header_at, out);
-}
-
 void encode_record(const Change& change, const DedupTag* tag, std::string& out) {
-  // The payload is encoded in place, after a header filled in once its length is known.
-  const std::size_t header_at = out.size();
-  out.append(kRecordHeaderSize, '\0');
-  encode_payload(change, tag, out);
-  finish_record(change.seq, header_at, out);
+  LogWriter(out).add_record_encoded(change.seq, [&](std::string& payload) { encode_payload(change, tag, payload); });
 }
 
-std::optional<Record> Record::decode(std::uint64_t seq, std::string_view payload, std::string& error) {
+Result<Record> Record::decode(std::uint64_t seq, std::string_view payload) {
   Record record;
   record.payload_.assign(payload.begin(), payload.end());
-  if (!decode_into(record, seq, {record.payload_.data(), record.payload_.size()}, error)) return std::nullopt;
+  if (auto decoded = record.decode_into(seq, {record.payload_.data(), record.payload_.size()}); !decoded) {
+    return std::move(decoded).error();
+  }
   return record;
 }
 
-bool Record::decode_view(std::uint64_t seq, std::string_view payload, std::string& error) {
-  return decode_into(*this, seq, payload, error);
+Result<void> Record::decode_view(std::uint64_t seq, std::string_view payload) { return decode_into(seq, payload); }
+
+namespace {
+
+Error bad_record(std::uint64_t seq, const std::string& why, Errc code = Errc::corrupt) {
+  return Error{code, "record " + std::to_string(seq) + ": " + why};
 }
 
-bool Record::decode_into(Record& record, std::uint64_t seq, std::string_view payload, std::string& error) {
-  record.payload_view_ = payload;
-  record.tag_.reset();
-  record.change_ = Change{};
+}  // namespace
+
+Result<void> Record::decode_tag(Reader& in, std::uint64_t seq) {
+  DedupTag tag;
+  std::uint8_t route = 0;
+  std::string_view id;
+  if (!in.u8(route) || !in.bytes(id) || !in.u64(tag.body_hash) || !in.u64(tag.body_size)) {
+    return bad_record(seq, "truncated request id");
+  }
+  const auto named = route_of_wire(route);
+  if (!named) {
+    return bad_record(seq, "unknown route " + std::to_string(route) + " (written by a newer server?)", Errc::unsupported);
+  }
+  tag.route = *named;
+  tag.id = id;
+  tag_ = std::move(tag);
+  return boost::outcome_v2::success();
+}
+
+// allocated and confirmed: rank, then the items.
+Result<void> Record::decode_items(Reader& in, std::uint64_t seq, std::uint64_t& rank) {
+  const bool allocated = change_.kind == ChangeKind::allocated;
+  const std::string what = allocated ? "allocated" : "confirmed";
+  std::uint32_t n = 0;
+  if (!in.u64(rank) || !in.u32(n)) return bad_record(seq, "truncated " + what);
+  if (n > in.left() / 12) return bad_record(seq, what + " count " + std::to_string(n) + " past the payload");
+  if (allocated) {
+    allocated_.resize(n);
+    for (AllocatedItem& item : allocated_) {
+      if (!in.bytes(item.key) || !in.u32(item.taken) || !in.u32(item.page)) {
+        return bad_record(seq, "truncated allocated item");
+      }
+    }
+    return boost::outcome_v2::success();
+  }
+  confirmed_.resize(n);
+  for (ConfirmedItem& item : confirmed_) {
+    if (!in.bytes(item.key) || !in.u32(item.page) || !in.u32(item.new_key_tp_world_size)) {
+      return bad_record(seq, "truncated confirmed item");
+    }
+  }
+  std::uint32_t m = 0;
+  if (!in.u32(m) || m > in.left() / 4) return bad_record(seq, "truncated released pages");
+  released_.resize(m);
+  for (std::uint32_t& page : released_) in.u32(page);
+  if (!in.u32(change_.kept_mapped)) return bad_record(seq, "truncated kept count");
+  return boost::outcome_v2::success();
+}
+
+// keys_removed (why, and whether draining, first) and keys_deleted: the keys.
+Result<void> Record::decode_keys(Reader& in, std::uint64_t seq) {
+  Change& c = change_;
+  if (c.kind == ChangeKind::keys_removed) {
+    std::uint8_t removal = 0;
+    std::uint8_t draining = 0;
+    if (!in.u8(removal) || !in.u8(draining)) return bad_record(seq, "truncated keys_removed");
+    if (removal < 1 || removal > 3 || draining > 1) {
+      return bad_record(seq, "unknown removal " + std::to_string(removal) + "/" + std::to_string(draining));
+    }
+    c.removal = static_cast<Removal>(removal);
+    c.draining = draining == 1;
+  }
+  std::uint32_t n = 0;
+  if (!in.u32(n)) return bad_record(seq, "truncated keys_deleted");
+  if (n > in.left() / 4) return bad_record(seq, "deleted count " + std::to_string(n) + " past the payload");
+  deleted_.resize(n);
+  for (std::string_view& key : deleted_) {
+    if (!in.bytes(key)) return bad_record(seq, "truncated deleted key");
+  }
+  return boost::outcome_v2::success();
+}
+
+Result<void> Record::decode_into(std::uint64_t seq, std::string_view payload) {
+  payload_view_ = payload;
+  tag_.reset();
+  change_ = Change{};
   Reader in(payload);
   std::uint8_t kind = 0;
   std::uint8_t flags = 0;
-  auto fail = [&](const std::string& why) {
-    error = "record " + std::to_string(seq) + ": " + why;
-    return false;
-  };
-  if (!in.u8(kind) || !in.u8(flags)) return fail("payload too short");
-  if (flags & ~kHasTag) return fail("unknown flags " + std::to_string(flags));
+  if (!in.u8(kind) || !in.u8(flags)) return bad_record(seq, "payload too short");
+  if (flags & ~kHasTag) return bad_record(seq, "unknown flags " + std::to_string(flags));
   if (flags & kHasTag) {
-    DedupTag tag;
-    std::string_view id;
-    if (!in.u8(tag.route) || !in.bytes(id) || !in.u64(tag.body_hash) || !in.u64(tag.body_size)) {
-      return fail("truncated request id");
-    }
-    tag.id = id;
-    record.tag_ = std::move(tag);
+    if (auto tagged = decode_tag(in, seq); !tagged) return tagged;
   }
-  Change& c = record.change_;
+  Change& c = change_;
   c.seq = seq;
   c.kind = static_cast<ChangeKind>(kind);
   std::uint64_t rank = 0;
-  std::uint32_t n = 0;
+  Result<void> fields = boost::outcome_v2::success();
+  // The fixed-size kinds: all their fields read, or "truncated <kind>".
+  auto truncated = [&](bool read, const char* name) {
+    if (!read) fields = bad_record(seq, std::string("truncated ") + name);
+  };
   switch (c.kind) {
     case ChangeKind::rank_created:
-      if (!in.u64(rank) || !in.u32(c.num_pages)) return fail("truncated rank_created");
+      truncated(in.u64(rank) && in.u32(c.num_pages), "rank_created");
       break;
     case ChangeKind::allocated:
-      if (!in.u64(rank) || !in.u32(n)) return fail("truncated allocated");
-      if (n > in.left() / 12) return fail("allocated count " + std::to_string(n) + " past the payload");
-      record.allocated_.resize(n);
-      for (AllocatedItem& item : record.allocated_) {
-        if (!in.bytes(item.key) || !in.u32(item.taken) || !in.u32(item.page)) return fail("truncated allocated item");
-      }
+    case ChangeKind::confirmed:
+      fields = decode_items(in, seq, rank);
       break;
-    case ChangeKind::confirmed: {
-      if (!in.u64(rank) || !in.u32(n)) return fail("truncated confirmed");
-      if (n > in.left() / 12) return fail("confirmed count " + std::to_string(n) + " past the payload");
-      record.confirmed_.resize(n);
-      for (ConfirmedItem& item : record.confirmed_) {
-        if (!in.bytes(item.key) || !in.u32(item.page) || !in.u32(item.new_key_tp_world_size)) {
-          return fail("truncated confirmed item");
-        }
-      }
-      std::uint32_t m = 0;
-      if (!in.u32(m) || m > in.left() / 4) return fail("truncated released pages");
-      record.released_.resize(m);
-      for (std::uint32_t& page : record.released_) in.u32(page);
-      if (!in.u32(c.kept_mapped)) return fail("truncated kept count");
-      break;
-    }
     case ChangeKind::cleared:
       break;
     case ChangeKind::rank_dropped:
-      if (!in.u64(rank)) return fail("truncated rank_dropped");
+      truncated(in.u64(rank), "rank_dropped");
       break;
     case ChangeKind::keys_removed:
-    case ChangeKind::keys_deleted: {
-      if (c.kind == ChangeKind::keys_removed) {
-        std::uint8_t removal = 0;
-        std::uint8_t draining = 0;
-        if (!in.u8(removal) || !in.u8(draining)) return fail("truncated keys_removed");
-        if (removal < 1 || removal > 3 || draining > 1) return fail("unknown removal " + std::to_string(removal) + "/" + std::to_string(draining));
-        c.removal = static_cast<Removal>(removal);
-        c.draining = draining == 1;
-      }
-      if (!in.u32(n)) return fail("truncated keys_deleted");
-      if (n > in.left() / 4) return fail("deleted count " + std::to_string(n) + " past the payload");
-      record.deleted_.resize(n);
-      for (std::string_view& key : record.deleted_) {
-        if (!in.bytes(key)) return fail("truncated deleted key");
-      }
+    case ChangeKind::keys_deleted:
+      fields = decode_keys(in, seq);
       break;
-    }
     case ChangeKind::page_reclaimed: {
       std::uint8_t was = 0;
-      if (!in.u64(rank) || !in.u32(c.page) || !in.u8(was)) return fail("truncated page_reclaimed");
+      truncated(in.u64(rank) && in.u32(c.page) && in.u8(was), "page_reclaimed");
       c.was = static_cast<PageState>(was);
-      if (c.was != PageState::allocated && c.was != PageState::orphaned) return fail("reclaimed page state " + std::to_string(was));
+      if (fields && c.was != PageState::allocated && c.was != PageState::orphaned) {
+        fields = bad_record(seq, "reclaimed page state " + std::to_string(was));
+      }
       break;
     }
     case ChangeKind::key_drained:
-      if (!in.u32(c.key_id)) return fail("truncated key_drained");
+      truncated(in.u32(c.key_id), "key_drained");
       break;
     case ChangeKind::page_draining:
-      if (!in.u64(rank) || !in.u32(c.page) || !in.u32(c.key_id)) return fail("truncated page_draining");
+      truncated(in.u64(rank) && in.u32(c.page) && in.u32(c.key_id), "page_draining");
       break;
     case ChangeKind::clock: {
       std::uint64_t ms = 0;
-      if (!in.u64(ms)) return fail("truncated clock");
+      truncated(in.u64(ms), "clock");
       c.clock_ms = static_cast<std::int64_t>(ms);
       break;
     }
     default:
-      return fail("unknown kind " + std::to_string(kind) + " (written by a newer server?)");
+      return bad_record(seq, "unknown kind " + std::to_string(kind) + " (written by a newer server?)", Errc::unsupported);
   }
-  if (in.left() != 0) return fail(std::to_string(in.left()) + " bytes after the record's fields");
+  if (!fields) return fields;
+  if (in.left() != 0) return bad_record(seq, std::to_string(in.left()) + " bytes after the record's fields");
   c.rank = static_cast<Rank>(rank);
-  c.allocated = record.allocated_;
-  c.confirmed = record.confirmed_;
-  c.released = record.released_;
-  c.deleted = record.deleted_;
-  return true;
-}
-
-std::string file_header(std::string_view magic, std::uint32_t version) {
-  std::string out(magic);
-  put_u32(out, version);
-  put_u32(out, crc32c(out));
-  return out;
-}
-
-std::optional<std::string> check_file_header(std::string_view bytes, std::string_view magic, std::uint32_t newest,
-                                             std::uint32_t* version_out) {
-  if (bytes.size() < kFileHeaderSize) return "file header truncated";
-  if (bytes.substr(0, magic.size()) != magic) return "not a " + std::string(magic) + " file";
-  Reader in(bytes.substr(8));
-  std::uint32_t version = 0;
-  std::uint32_t crc = 0;
-  in.u32(version);
-  in.u32(crc);
-  if (crc != crc32c(bytes.substr(0, 12))) return "file header checksum mismatch";
-  if (version < kFormatVersion || version > newest) {
-    return "unknown format version " + std::to_string(version) + " (this server reads " +
-           std::to_string(kFormatVersion) + (newest > kFormatVersion ? ".." + std::to_string(newest) : "") + ")";
-  }
-  if (version_out) *version_out = version;
-  return std::nullopt;
+  c.allocated = allocated_;
+  c.confirmed = confirmed_;
+  c.released = released_;
+  c.deleted = deleted_;
+  return boost::outcome_v2::success();
 }
 
 }  // namespace hf3fs_meta::durable

@@ -1,14 +1,11 @@
-// The journal's on-disk format, version 1 (kFormatVersion), little-endian. The cache lifecycle's
-// kinds (7-11) came later without a new version: a reader refuses a kind it does not know, naming
-// its number.
+// The journal's payload codecs: a Change (and the DedupTag of the request that made it) to the bytes
+// of a record's payload and back. The framing around a payload is log_format.hpp's.
 //
-// journal-<first seq, 20 digits>.log:
-//   file header  "HF3FSJNL" u32 version u32 crc32c(the 12 bytes before)
-//   records      u64 seq u32 payload_len u32 crc32c(header's first 12 bytes)
-//                payload (payload_len bytes) u32 crc32c(payload)
-// payload: u8 kind (ChangeKind; new kinds get new numbers, a reader refuses a kind it does not know)
-//          u8 flags (bit 0: a DedupTag follows) [tag] then the kind's fields (record.cpp).
-// snapshot-<seq, 20 digits>.snap: see data_dir.hpp (version 1, or 2 with the lifecycle's state).
+// payload: u8 kind (ChangeKind; new kinds get new numbers, a reader refuses a kind it does not know,
+//          naming its number: the cache lifecycle's kinds 7-11 came later without a new version)
+//          u8 flags (bit 0: a DedupTag follows)
+//          [tag: u8 route (its wire number, RouteInfo::wire), u32 length, id, u64 body hash, u64 body size]
+//          then the kind's fields (record.cpp).
 #pragma once
 
 #include <cstddef>
@@ -18,20 +15,20 @@
 #include <string_view>
 #include <vector>
 
-#include "durable/crc32c.hpp"
+#include "durable/coding.hpp"
+#include "durable/error.hpp"
+#include "hf3fs_meta/routes.hpp"
 #include "hf3fs_meta/state.hpp"
 
 namespace hf3fs_meta::durable {
 
-inline constexpr std::uint32_t kFormatVersion = 1;
-inline constexpr std::size_t kFileHeaderSize = 16;
-inline constexpr std::size_t kRecordHeaderSize = 16;
-inline constexpr std::size_t kRecordTrailerSize = 4;
-
 // The request-id deduplication entry of a request that carried X-Request-Id: with it a restarted
 // server answers a repeat as the first attempt was answered.
 struct DedupTag {
-  std::uint8_t route = 0;  // the server's number for the route
+  // On disk as its wire number (RouteInfo::wire). Format versions 1-4 were specified as writing the
+  // route's row in kRoutes; the wire numbers were given as those rows (as of bad7982, the last
+  // release before them), so files of every version read alike and no position needs mapping.
+  Route route = Route::not_found;
   std::string id;
   std::uint64_t body_hash = 0;
   std::uint64_t body_size = 0;
@@ -74,16 +71,18 @@ class Record {
   const std::optional<DedupTag>& tag() const noexcept { return tag_; }
   std::string_view payload() const noexcept { return payload_view_; }
 
-  // Decodes a payload into a record that owns a copy of it; an error names what is wrong (the caller
-  // adds file and offset).
-  static std::optional<Record> decode(std::uint64_t seq, std::string_view payload, std::string& error);
+  // Decodes a payload into a record that owns a copy of it; an error names the record and what is
+  // wrong (the caller adds file and offset).
+  static Result<Record> decode(std::uint64_t seq, std::string_view payload);
   // Decodes a payload into this record, reusing its storage; its views then point into `payload`
   // (not copied: replay decodes each record once, keeping of a tagged one only its DedupEntry).
-  // false: an error, in `error`.
-  bool decode_view(std::uint64_t seq, std::string_view payload, std::string& error);
+  Result<void> decode_view(std::uint64_t seq, std::string_view payload);
 
  private:
-  static bool decode_into(Record& record, std::uint64_t seq, std::string_view payload, std::string& error);
+  Result<void> decode_into(std::uint64_t seq, std::string_view payload);
+  Result<void> decode_tag(Reader& in, std::uint64_t seq);
+  Result<void> decode_items(Reader& in, std::uint64_t seq, std::uint64_t& rank);
+  Result<void> decode_keys(Reader& in, std::uint64_t seq);
   std::vector<char> payload_;
   std::string_view payload_view_;  // payload_'s bytes, or the bytes decode_view was given
   Change change_;
@@ -96,39 +95,7 @@ class Record {
 
 // Appends a change's payload (no header) to `out`.
 void encode_payload(const Change& change, const DedupTag* tag, std::string& out);
-// Appends a whole record (header, payload, trailer) to `out`.
+// Appends a whole record (header, payload, trailer) to `out`: the payload encoded in place.
 void encode_record(const Change& change, const DedupTag* tag, std::string& out);
-// Appends a record around an already encoded payload.
-void frame_record(std::uint64_t seq, std::string_view payload, std::string& out);
-
-std::string file_header(std::string_view magic, std::uint32_t version = kFormatVersion);  // kFileHeaderSize bytes
-inline constexpr std::string_view kJournalMagic = "HF3FSJNL";
-inline constexpr std::string_view kSnapshotMagic = "HF3FSSNP";
-// Checks a file header, accepting versions kFormatVersion..newest (stored in *version); an error
-// says what is wrong.
-std::optional<std::string> check_file_header(std::string_view bytes, std::string_view magic,
-                                             std::uint32_t newest = kFormatVersion, std::uint32_t* version = nullptr);
-
-// Little-endian readers and writers, shared with the snapshot code.
-void put_u8(std::string& out, std::uint8_t v);
-void put_u32(std::string& out, std::uint32_t v);
-void put_u64(std::string& out, std::uint64_t v);
-void put_bytes(std::string& out, std::string_view bytes);  // u32 length, then the bytes
-
-class Reader {
- public:
-  explicit Reader(std::string_view bytes) : bytes_(bytes) {}
-  bool u8(std::uint8_t& v);
-  bool u32(std::uint32_t& v);
-  bool u64(std::uint64_t& v);
-  bool bytes(std::string_view& v);  // u32 length, then the bytes
-  bool raw(std::size_t n, std::string_view& v);
-  std::size_t offset() const noexcept { return at_; }
-  std::size_t left() const noexcept { return bytes_.size() - at_; }
-
- private:
-  std::string_view bytes_;
-  std::size_t at_ = 0;
-};
 
 }  // namespace hf3fs_meta::durable

@@ -4,15 +4,17 @@
 
 #include <system_error>
 
+#include "durable/snapshot.hpp"
+
 namespace hf3fs_meta::durable {
 
 Store::Store(Options options, MetadataState& state, DirLock lock)
     : options_(std::move(options)), state_(state), lock_(std::move(lock)) {}
 
-DirResult<std::unique_ptr<Store>> Store::open(Options options, MetadataState& state) {
+Result<std::unique_ptr<Store>> Store::open(Options options, MetadataState& state) {
   std::error_code ec;
   std::filesystem::create_directories(options.dir, ec);
-  if (ec) return options.dir.string() + ": " + ec.message();
+  if (ec) return Error{Errc::io, options.dir.string() + ": " + ec.message()};
   auto lock = DirLock::acquire(options.dir);
   if (!lock) return std::move(lock).error();
   std::unique_ptr<Store> store(new Store(options, state, std::move(lock).value()));
@@ -43,26 +45,26 @@ Store::~Store() {
   state_.set_change_sink({});
 }
 
-DirResult<std::uint64_t> Store::snapshot() {
+Result<std::uint64_t> Store::snapshot() {
   std::lock_guard one(snapshot_mutex_);
   // Checked again at the end: a failure may come while the image is written.
   if (journal_->rollback_pending()) {
     std::lock_guard lock(mutex_);
     ++stats_.snapshot_failures;
-    return DirError("a journal failure is not rolled back yet: it is rolled back first");
+    return Error{Errc::journal_failed, "a journal failure is not rolled back yet: it is rolled back first"};
   }
   const auto start = std::chrono::steady_clock::now();
   const StateImage image = state_.export_image([&](std::uint64_t seq) { journal_->rotate_at(seq); });
   const std::vector<DedupEntry> dedup = journal_->tagged_up_to(image.seq);
   auto next = journal_->finish_rotation();
-  DirResult<std::uint64_t> written = next ? write_snapshot(options_.dir, image, dedup, next.value().name)
-                                          : DirResult<std::uint64_t>(std::move(next).error());
+  Result<std::uint64_t> written = next ? write_snapshot(options_.dir, image, dedup, next.value().name)
+                                       : Result<std::uint64_t>(std::move(next).error());
   std::lock_guard lock(mutex_);
   if (written && journal_->rollback_pending()) {
     // A journal failure since the image was taken: it may hold changes answered 503, which must
     // not become durable. settle() first, then a snapshot.
     ::unlink((options_.dir / snapshot_name(image.seq)).c_str());
-    written = DirError("a journal failure while the snapshot was taken: it is rolled back first");
+    written = Error{Errc::journal_failed, "a journal failure while the snapshot was taken: it is rolled back first"};
   }
   if (!written) {
     journal_->abandon_rotation();
@@ -79,7 +81,7 @@ DirResult<std::uint64_t> Store::snapshot() {
   return written;
 }
 
-DirResult<std::uint64_t> Store::settle() {
+Result<std::uint64_t> Store::settle() {
   if (!journal_->rollback_pending()) return state_.seq();
   std::unique_lock gate(gate_);
   std::lock_guard one(snapshot_mutex_);
@@ -90,13 +92,16 @@ DirResult<std::uint64_t> Store::settle() {
   // its own, then moved in whole (recovery needs an empty state; import_image records nothing).
   MetadataState fresh(state_.options());
   auto recovered = recover(options_.dir, fresh);
-  if (!recovered) return DirError("rolling back after a journal failure: " + recovered.error().message);
+  if (!recovered) {
+    return Error{recovered.error().code, "rolling back after a journal failure: " + recovered.error().message};
+  }
   if (recovered.value().seq != kept.value()) {
-    return DirError("rolling back after a journal failure: recovered change " +
-                    std::to_string(recovered.value().seq) + ", expected " + std::to_string(kept.value()));
+    return Error{Errc::inconsistent, "rolling back after a journal failure: recovered change " +
+                                         std::to_string(recovered.value().seq) + ", expected " +
+                                         std::to_string(kept.value())};
   }
   if (auto imported = state_.import_image(fresh.export_image()); !imported) {
-    return DirError("rolling back after a journal failure: " + imported.error().message);
+    return Error{Errc::inconsistent, "rolling back after a journal failure: " + imported.error().message};
   }
   state_.restarted();  // leases were not kept: every key counts as leased, as after a restart
   journal_->rollback_done();
@@ -105,7 +110,7 @@ DirResult<std::uint64_t> Store::settle() {
   return kept;
 }
 
-DirResult<std::uint64_t> Store::shutdown() {
+Result<std::uint64_t> Store::shutdown() {
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;

@@ -44,13 +44,13 @@ class Store {
   };
 
   // `state` must be empty and outlive the Store. The recovered dedup records are in recovered().
-  static DirResult<std::unique_ptr<Store>> open(Options options, MetadataState& state);
+  static Result<std::unique_ptr<Store>> open(Options options, MetadataState& state);
   ~Store();  // unsubscribes; takes no snapshot (shutdown() does)
 
   // A snapshot now, on this thread. Returns its size in bytes.
-  DirResult<std::uint64_t> snapshot();
+  Result<std::uint64_t> snapshot();
   // The clean-shutdown snapshot, then the background thread stops.
-  DirResult<std::uint64_t> shutdown();
+  Result<std::uint64_t> shutdown();
 
   // Held (shared) by every call into the state, from the journal-failure check to its write_through.
   std::shared_lock<std::shared_mutex> gate() { return std::shared_lock(gate_); }
@@ -58,7 +58,7 @@ class Store {
   // back (Journal::roll_back, then recovery into the state) and returns the seq kept; an error
   // leaves it pending (the caller answers 503 and the next call tries again). Without a failure,
   // at once. Not under a Gate.
-  DirResult<std::uint64_t> settle();
+  Result<std::uint64_t> settle();
 
   Recovered& recovered() noexcept { return recovered_; }
   Journal& journal() noexcept { return *journal_; }

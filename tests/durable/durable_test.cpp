@@ -15,9 +15,13 @@
 #include <map>
 #include <tuple>
 
+#include "durable/crc32c.hpp"
 #include "durable/data_dir.hpp"
 #include "durable/journal.hpp"
+#include "durable/log_reader.hpp"
+#include "durable/log_writer.hpp"
 #include "durable/record.hpp"
+#include "durable/snapshot.hpp"
 #include "durable/store.hpp"
 #include "support/durable_support.hpp"
 
@@ -278,16 +282,16 @@ TEST(DurableRecord, EveryKindRoundTrips) {
   changes[10].rank = -7;
   changes[10].page = 0xFFFFFFF1u;
   changes[10].key_id = 654321;
-  const DedupTag tag{1, "req-1", 0x1234567890ull, 42};
+  const DedupTag tag{Route::batch_allocate, "req-1", 0x1234567890ull, 42};
   for (std::size_t i = 0; i < changes.size(); ++i) {
     changes[i].seq = 10 + i;
     for (const DedupTag* t : {static_cast<const DedupTag*>(nullptr), &tag}) {
       std::string payload;
       encode_payload(changes[i], t, payload);
-      std::string error;
-      auto record = Record::decode(changes[i].seq, payload, error);
-      ASSERT_TRUE(record) << error;
-      const Change& c = record->change();
+      auto decoded = Record::decode(changes[i].seq, payload);
+      ASSERT_TRUE(decoded) << decoded.error().message;
+      const Record& record = decoded.value();
+      const Change& c = record.change();
       EXPECT_EQ(c.kind, changes[i].kind);
       EXPECT_EQ(c.seq, changes[i].seq);
       EXPECT_EQ(c.rank, changes[i].rank);
@@ -313,30 +317,36 @@ TEST(DurableRecord, EveryKindRoundTrips) {
       EXPECT_EQ(c.was, changes[i].was);
       EXPECT_EQ(c.key_id, changes[i].key_id);
       EXPECT_EQ(c.clock_ms, changes[i].clock_ms);
-      EXPECT_EQ(record->tag().has_value(), t != nullptr);
+      EXPECT_EQ(record.tag().has_value(), t != nullptr);
       if (t) {
-        EXPECT_EQ(*record->tag(), tag);
+        EXPECT_EQ(*record.tag(), tag);
       }
       // Every shorter payload is refused, never read past its end.
       for (std::size_t cut = 0; cut < payload.size(); ++cut) {
-        EXPECT_FALSE(Record::decode(1, std::string_view(payload).substr(0, cut), error)) << "cut " << cut;
+        const auto refused = Record::decode(1, std::string_view(payload).substr(0, cut));
+        ASSERT_FALSE(refused) << "cut " << cut;
+        EXPECT_EQ(refused.error().code, Errc::corrupt) << "cut " << cut;
       }
     }
   }
-  std::string error;
-  EXPECT_FALSE(Record::decode(1, std::string("\x0c\x00", 2), error));
-  EXPECT_THAT(error, HasSubstr("unknown kind 12"));
+  // The error of a payload the decoder refuses, with its code.
+  auto refused = [](std::string_view payload, Errc code) {
+    const auto decoded = Record::decode(1, payload);
+    if (decoded) return std::string("accepted");
+    EXPECT_EQ(decoded.error().code, code) << decoded.error().message;
+    return decoded.error().message;
+  };
+  // A kind from a newer server is unsupported; the rest is corrupt.
+  EXPECT_THAT(refused(std::string("\x0c\x00", 2), Errc::unsupported), HasSubstr("unknown kind 12"));
   // A removal or a page state the format does not know is refused, not guessed.
-  EXPECT_FALSE(Record::decode(1, std::string("\x07\x00\x04\x00\x00\x00\x00\x00", 8), error));
-  EXPECT_THAT(error, HasSubstr("unknown removal 4"));
-  EXPECT_FALSE(Record::decode(1, std::string("\x08\x00\x00\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00\x02", 15), error));
-  EXPECT_THAT(error, HasSubstr("reclaimed page state 2"));
+  EXPECT_THAT(refused(std::string("\x07\x00\x04\x00\x00\x00\x00\x00", 8), Errc::corrupt), HasSubstr("unknown removal 4"));
+  EXPECT_THAT(refused(std::string("\x08\x00\x00\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00\x02", 15), Errc::corrupt),
+              HasSubstr("reclaimed page state 2"));
   // Flags the format does not know, and bytes after the last field, are refused too.
-  EXPECT_FALSE(Record::decode(1, std::string("\x04\x02", 2), error));
-  EXPECT_THAT(error, HasSubstr("record 1: unknown flags 2"));
-  EXPECT_TRUE(Record::decode(1, std::string("\x04\x00", 2), error));  // the same cleared record, whole
-  EXPECT_FALSE(Record::decode(1, std::string("\x04\x00\x00\x00", 4), error));
-  EXPECT_THAT(error, HasSubstr("record 1: 2 bytes after the record's fields"));
+  EXPECT_THAT(refused(std::string("\x04\x02", 2), Errc::corrupt), HasSubstr("record 1: unknown flags 2"));
+  EXPECT_TRUE(Record::decode(1, std::string("\x04\x00", 2)));  // the same cleared record, whole
+  EXPECT_THAT(refused(std::string("\x04\x00\x00\x00", 4), Errc::corrupt),
+              HasSubstr("record 1: 2 bytes after the record's fields"));
 }
 
 // Drives a state through a Store and keeps, for each record, the image right after it and where it
@@ -404,10 +414,11 @@ std::size_t most_keys_evicted_at_once(const fs::path& dir) {
       if (static_cast<ChangeKind>(bytes[at + kRecordHeaderSize]) != ChangeKind::keys_removed) continue;
       const std::string_view payload(bytes.data() + at + kRecordHeaderSize,
                                      record_length(journal, at) - kRecordHeaderSize - kRecordTrailerSize);
-      std::string error;
-      const auto record = Record::decode(0, payload, error);
-      EXPECT_TRUE(record.has_value()) << error;
-      if (record && record->change().removal == Removal::evicted) most = std::max(most, record->change().deleted.size());
+      const auto record = Record::decode(0, payload);
+      EXPECT_TRUE(record.has_value()) << record.error().message;
+      if (record && record.value().change().removal == Removal::evicted) {
+        most = std::max(most, record.value().change().deleted.size());
+      }
     }
   }
   return most;
@@ -621,9 +632,9 @@ TEST_P(DurableRestart, ABareReleaseOfAPageReallocatedAfterAReclaimIsStillRefused
     // The clean shutdown's snapshot holds the mark, and says so in its version.
     ASSERT_TRUE(store->shutdown().has_value());
     const std::string bytes = read_bytes(files_like(dir_.path(), "snapshot-").back());
-    std::uint32_t version = 0;
-    ASSERT_FALSE(check_file_header(bytes, kSnapshotMagic, kSnapshotNewestVersion, &version).has_value());
-    EXPECT_EQ(version, kSnapshotReclaimVersion);
+    const auto version = check_file_header(bytes, kSnapshotMagic, kSnapshotNewestVersion);
+    ASSERT_TRUE(version.has_value()) << version.error().message;
+    EXPECT_EQ(version.value(), kSnapshotReclaimVersion);
   }
   store = restart(first, std::move(store), second, t0 + 150);
   ASSERT_EQ(second.export_image().ranks.size(), 1u);
@@ -652,7 +663,7 @@ TEST(DurableSnapshot, AnOlderSnapshotsTaggedRecordsAreReadIntoTheCompactForm) {
     change.kind = ChangeKind::allocated;
     const std::vector<AllocatedItem> items{{"x", 0, 0}, {"y", kNoPage32, kNoPage32}};
     change.allocated = items;
-    const DedupTag tag{1, "req-old", 42, 77};
+    const DedupTag tag{Route::batch_allocate, "req-old", 42, 77};
     std::string body;
     put_u64(body, 0);  // seq
     put_u32(body, 0);  // ranks
@@ -684,15 +695,15 @@ TEST(DurableSnapshot, RequestIdAnswersAreKeptInTheirCompactForm) {
   MetadataState state;
   ASSERT_TRUE(state.initialize(0, 4).has_value());
   const std::vector<DedupEntry> dedup{
-      {3, DedupTag{1, "req-a", 11, 100}, 200, {2, kNoPage32, 0}, 1'764'590'000'123},
-      {4, DedupTag{2, "req-b", 22, 200}, 204, {}, 0}};
+      {3, DedupTag{Route::batch_allocate, "req-a", 11, 100}, 200, {2, kNoPage32, 0}, 1'764'590'000'123},
+      {4, DedupTag{Route::confirm_write, "req-b", 22, 200}, 204, {}, 0}};
   const StateImage image = state.export_image();
   ASSERT_TRUE(write_snapshot(dir.path(), image, dedup, journal_name(image.seq + 1)).has_value());
   const auto path = files_like(dir.path(), "snapshot-").back();
   const std::string bytes = read_bytes(path);
-  std::uint32_t version = 0;
-  ASSERT_FALSE(check_file_header(bytes, kSnapshotMagic, kSnapshotDedupVersion, &version).has_value());
-  EXPECT_EQ(version, kSnapshotDedupVersion);
+  const auto version = check_file_header(bytes, kSnapshotMagic, kSnapshotDedupVersion);
+  ASSERT_TRUE(version.has_value()) << version.error().message;
+  EXPECT_EQ(version.value(), kSnapshotDedupVersion);
   auto loaded = read_snapshot(path, bytes);
   ASSERT_TRUE(loaded.has_value()) << loaded.error().message;
   EXPECT_EQ(loaded.value().dedup, dedup);
@@ -716,14 +727,15 @@ TEST(DurableSnapshot, TheFormatChangesOnlyWithTheCacheLifecycle) {
     for (int i = 0; i < 200; ++i) work.step(state);
     ASSERT_TRUE(store->shutdown().has_value());
     const std::string bytes = read_bytes(files_like(dir.path(), "snapshot-").back());
-    std::uint32_t version = 0;
-    EXPECT_FALSE(check_file_header(bytes, kSnapshotMagic, kSnapshotLifecycleVersion, &version).has_value());
-    EXPECT_EQ(version, lifecycle ? kSnapshotLifecycleVersion : kFormatVersion);
+    const auto version = check_file_header(bytes, kSnapshotMagic, kSnapshotLifecycleVersion);
+    ASSERT_TRUE(version.has_value()) << version.error().message;
+    EXPECT_EQ(version.value(), lifecycle ? kSnapshotLifecycleVersion : kFormatVersion);
     // A reader of version 1 only says so, naming the version.
-    const auto refused = check_file_header(bytes, kSnapshotMagic);
-    EXPECT_EQ(refused.has_value(), lifecycle);
-    if (refused) {
-      EXPECT_THAT(*refused, HasSubstr("unknown format version 2"));
+    const auto v1 = check_file_header(bytes, kSnapshotMagic);
+    EXPECT_EQ(v1.has_value(), !lifecycle);
+    if (!v1) {
+      EXPECT_EQ(v1.error().code, Errc::unsupported);
+      EXPECT_THAT(v1.error().message, HasSubstr("unknown format version 2"));
     }
   }
 }
@@ -771,8 +783,8 @@ TEST(DurableRecovery, AShutdownSnapshotAloneRestoresEverything) {
 
 TEST(DurableRecovery, DedupTagsSurviveInTheJournalAndInSnapshots) {
   TempDir dir;
-  const DedupTag first{1, "req-a", 11, 100};
-  const DedupTag second{2, "req-b", 22, 200};
+  const DedupTag first{Route::batch_allocate, "req-a", 11, 100};
+  const DedupTag second{Route::confirm_write, "req-b", 22, 200};
   {
     MetadataState state;
     auto store = open_store(dir.path(), state);
@@ -819,7 +831,7 @@ TEST(DurableRecovery, DedupTagsSurviveInTheJournalAndInSnapshots) {
 TEST(DurableRecovery, AClearForgetsNoRequestId) {
   for (const bool snapshot : {false, true}) {
     TempDir dir;
-    const DedupTag tag{1, "req-before", 5, 20};
+    const DedupTag tag{Route::batch_allocate, "req-before", 5, 20};
     {
       MetadataState state;
       auto store = open_store(dir.path(), state);
@@ -854,7 +866,7 @@ TEST(DurableRecovery, ASnapshotKeepsTheNewestAnswersWithinTheBudgetAsTheCacheWei
     auto store = open_store(dir.path(), state, FsyncMode::no, 3 * dedup_weight(5, 1));
     ASSERT_TRUE(state.initialize(0, 8).has_value());
     for (int i = 0; i < 5; ++i) {
-      const DedupTag tag{1, "req-" + std::to_string(i), 0, 0};
+      const DedupTag tag{Route::batch_allocate, "req-" + std::to_string(i), 0, 0};
       TagScope scope(&tag);
       const std::vector<BlockKey> keys{{long_key + std::to_string(i), ""}};
       ASSERT_TRUE(state.allocate(0, keys).has_value());
@@ -875,7 +887,7 @@ TEST(DurableRecovery, ASnapshotKeepsTheNewestAnswersWithinTheBudgetAsTheCacheWei
 // with) is the state's doing, not the request's answer: only the allocate's record carries the id.
 TEST(DurableRecovery, OnlyTheRequestsOwnRecordCarriesItsRequestId) {
   TempDir dir;
-  const DedupTag tag{1, "req-evicting", 7, 30};
+  const DedupTag tag{Route::batch_allocate, "req-evicting", 7, 30};
   StateOptions options;
   options.eviction = Eviction::lru;
   {
@@ -917,7 +929,7 @@ TEST(DurableRecovery, ASnapshotKeepsThousandsOfRequestIdsInOrder) {
       if (i == kTagged) {
         ASSERT_TRUE(store.value()->snapshot().has_value());
       }
-      const DedupTag tag{1, std::string("req-").append(std::to_string(i)), static_cast<std::uint64_t>(i), 40};
+      const DedupTag tag{Route::batch_allocate, std::string("req-").append(std::to_string(i)), static_cast<std::uint64_t>(i), 40};
       TagScope scope(&tag);
       const std::vector<BlockKey> keys{{std::string("k").append(std::to_string(i)), ""}};
       ASSERT_TRUE(state.allocate(0, keys).has_value());

@@ -33,7 +33,7 @@ class DedupCacheTest : public ::testing::Test {
   DedupCache::Clock::time_point now_{};
 };
 
-constexpr int kAllocate = 1;
+constexpr int kAllocate = static_cast<int>(Route::batch_allocate);  // the router keys its cache by the route
 
 TEST_F(DedupCacheTest, ARepeatInsideTheWindowGetsTheKeptPagesAndNothingIsApplied) {
   auto cache = make(1 << 20);
@@ -147,7 +147,7 @@ TEST_F(DedupCacheTest, ARestoredAnswerKeepsWhatWasLeftOfItsWindow) {
   EXPECT_EQ(cache.acquire(kAllocate, "a", "body", 1).kind, Kind::owner);
   EXPECT_EQ(cache.acquire(kAllocate, "b", "body", 1).kind, Kind::hit);
   // An entry recovery found, aged by the system clock's difference.
-  durable::DedupEntry e{9, durable::DedupTag{kAllocate, "c", hash, 4}, 200, {4}, 10'000};
+  durable::DedupEntry e{9, durable::DedupTag{Route::batch_allocate, "c", hash, 4}, 200, {4}, 10'000};
   cache.restore(e, 10'999);
   EXPECT_EQ(cache.acquire(kAllocate, "c", "body", 1).kind, Kind::hit);
   now_ += 1ms;
@@ -186,7 +186,7 @@ TEST_P(DedupRecoveryTest, RequestIdsSurviveARestartAsTheySurviveInMemory) {
       const std::string id = "big-" + std::to_string(i);
       auto acquired = cache.acquire(kAllocate, id, bodies.back(), kKeys);
       ASSERT_EQ(acquired.kind, Kind::owner);
-      const durable::DedupTag tag{kAllocate, id, DedupCache::body_hash(bodies.back()), bodies.back().size()};
+      const durable::DedupTag tag{Route::batch_allocate, id, DedupCache::body_hash(bodies.back()), bodies.back().size()};
       durable::Journal::reset_thread_seq();
       std::vector<Page> pages;
       {
