@@ -280,6 +280,7 @@ int run(const std::vector<std::string>& args, const Environment& env, std::ostre
   cl.url = env.default_url.empty() ? "http://127.0.0.1:18000" : env.default_url;
   CLI::App app("Poke a live HF3FS metadata server.", "hf3fs-meta");
   define(app, cl);
+  app.set_version_flag("--version", std::string("hf3fs-meta ") + HF3FS_META_VERSION, "print the version and exit");
   try {
     app.parse(std::vector<std::string>(args.rbegin(), args.rend()));  // CLI11 takes them reversed
   } catch (const CLI::CallForHelp&) {
@@ -287,6 +288,9 @@ int run(const std::vector<std::string>& args, const Environment& env, std::ostre
     return kSuccess;
   } catch (const CLI::CallForAllHelp&) {
     out << app.help("", CLI::AppFormatMode::All);
+    return kSuccess;
+  } catch (const CLI::CallForVersion& e) {
+    out << e.what() << '\n';
     return kSuccess;
   } catch (const CLI::ParseError& e) {
     // CLI11's own exit codes are 100 and up; every usage error here exits 2.
