@@ -149,11 +149,10 @@ bool Router::serve_server_route(const Request& request, std::string_view path, E
         if (request.method != "GET") break;
         reply.status = 200;
         reply.content_type = "text/plain; version=0.0.4; charset=utf-8";
-        reply.body = metrics_.render(service_.state(), dedup_.stats());
-        if (store_) {
-          reply.body += render_durability(store_->stats(), store_->journal().stats(),
-                                          store_->journal().failure().has_value());
-        }
+        reply.body = metrics_.render(service_.state(), dedup_.stats(),
+                                     store_ ? durability_families(store_->stats(), store_->journal().stats(),
+                                                                  store_->journal().failure().has_value())
+                                            : std::vector<prometheus::MetricFamily>{});
         reply.location.clear();
         reply.allow.clear();
         return true;
