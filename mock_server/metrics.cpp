@@ -115,6 +115,12 @@ RequestCounters::RequestCounters(std::size_t shards)
 
 RequestCounters::~RequestCounters() = default;
 
+// The request path's cost of recording one answer, CPU time per request, bench_metrics (Release,
+// 2 cores shared with other builds, load average 3.6; median of 5 repetitions):
+//   these sharded counters:                          19.6 ns on 1 thread, 20.3 ns on each of 2
+//   prometheus-cpp's Counter + Histogram children,   41.2 ns on 1 thread, 75.5 ns on each of 2
+//   looked up once (their best case here)
+// so the request path keeps these, and prometheus-cpp gets them at scrape time (Collect).
 void RequestCounters::record(std::size_t shard, RouteLabel route, int status,
                              std::chrono::nanoseconds latency) noexcept {
   auto& s = shards_[shard % shard_count_];
