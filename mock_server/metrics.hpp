@@ -1,5 +1,7 @@
-// Server metrics, rendered as Prometheus text by the server's metrics route. Counters are sharded per
-// I/O thread so that recording a request touches no cache line another thread writes.
+// Server metrics, rendered as Prometheus text by the server's metrics route through prometheus-cpp's
+// core (its families and text serializer; not its HTTP server). The request counters are sharded per
+// I/O thread so that recording a request touches no cache line another thread writes, and given to
+// prometheus-cpp at scrape time (RequestCounters, a prometheus::Collectable).
 #pragma once
 
 #include <array>
@@ -10,6 +12,12 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include <prometheus/collectable.h>
+#include <prometheus/counter.h>
+#include <prometheus/metric_family.h>
+#include <prometheus/registry.h>
 
 #include "dedup_cache.hpp"
 #include "hf3fs_meta/routes.hpp"
@@ -68,21 +76,26 @@ struct LimitCounters {
   std::atomic<std::uint64_t> accept_failures{0};       // accept() errors (EMFILE...), each survived
   std::atomic<std::uint64_t> session_failures{0};      // exceptions that closed one connection
 };
-// The figures of a durable server's data dir (appended to Metrics::render's).
-std::string render_durability(const durable::StoreStats& store, const durable::JournalStats& journal, bool failed);
+// The figures of a durable server's data dir (given to Metrics::render after its own).
+std::vector<prometheus::MetricFamily> durability_families(const durable::StoreStats& store,
+                                                          const durable::JournalStats& journal, bool failed);
 
-class Metrics {
+// Requests answered, by route and status, and their latency, counted on the request path. Kept as
+// relaxed uint64 counters sharded per I/O thread, not as prometheus-cpp's Counter and Histogram: those
+// are shared by every thread (an atomic<double> CAS loop; the histogram takes a mutex), and the
+// status, known only at the answer, would need a child lookup per request (or 600 children per route,
+// every one of them exported); bench_metrics measures the two side by side. Collect() turns the
+// counters into prometheus-cpp's families at scrape time.
+class RequestCounters final : public prometheus::Collectable {
  public:
-  explicit Metrics(std::size_t shards);
-  ~Metrics();
+  explicit RequestCounters(std::size_t shards);
+  ~RequestCounters() override;
 
   void record(std::size_t shard, RouteLabel route, int status, std::chrono::nanoseconds latency) noexcept;
 
-  std::string render(const MetadataState& state, const DedupCache::Stats& dedup) const;
-
-  LimitCounters limits;
-
-  void count_num_pages_mismatch() noexcept { num_pages_mismatches_.fetch_add(1, std::memory_order_relaxed); }
+  // hf3fs_meta_requests_total (the non-zero (route, status) pairs) and
+  // hf3fs_meta_request_duration_seconds.
+  std::vector<prometheus::MetricFamily> Collect() const override;
 
  private:
   static constexpr std::array<double, 15> kBuckets = {0.00005, 0.0001, 0.00025, 0.0005, 0.001,
@@ -96,7 +109,32 @@ class Metrics {
   };
   std::size_t shard_count_;
   std::unique_ptr<Shard[]> shards_;
-  std::atomic<std::uint64_t> num_pages_mismatches_{0};
+};
+
+class Metrics {
+ public:
+  explicit Metrics(std::size_t shards);
+  ~Metrics();
+
+  void record(std::size_t shard, RouteLabel route, int status, std::chrono::nanoseconds latency) noexcept {
+    requests_.record(shard, route, status, latency);
+  }
+
+  // The Prometheus text of every family: the requests, the state's figures, the request-id cache's,
+  // the limits', then `more` (a durable server's).
+  std::string render(const MetadataState& state, const DedupCache::Stats& dedup,
+                     std::vector<prometheus::MetricFamily> more = {}) const;
+
+  LimitCounters limits;
+
+  void count_num_pages_mismatch() noexcept { num_pages_mismatches_.Increment(); }
+
+ private:
+  RequestCounters requests_;
+  // The counters the server keeps in prometheus-cpp itself (off the request path), each child looked
+  // up once, here.
+  prometheus::Registry registry_;
+  prometheus::Counter& num_pages_mismatches_;
 };
 
 }  // namespace hf3fs_meta::server

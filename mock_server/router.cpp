@@ -149,11 +149,10 @@ bool Router::serve_server_route(const Request& request, std::string_view path, E
         if (request.method != "GET") break;
         reply.status = 200;
         reply.content_type = "text/plain; version=0.0.4; charset=utf-8";
-        reply.body = metrics_.render(service_.state(), dedup_.stats());
-        if (store_) {
-          reply.body += render_durability(store_->stats(), store_->journal().stats(),
-                                          store_->journal().failure().has_value());
-        }
+        reply.body = metrics_.render(service_.state(), dedup_.stats(),
+                                     store_ ? durability_families(store_->stats(), store_->journal().stats(),
+                                                                  store_->journal().failure().has_value())
+                                            : std::vector<prometheus::MetricFamily>{});
         reply.location.clear();
         reply.allow.clear();
         return true;
@@ -229,7 +228,6 @@ void Router::serve_protocol(const Request& request, Exchange& exchange) {
   // Nothing is served while a journal failure's unacknowledged changes are still applied.
   if (store_ && !settle(reply)) {
     if (exchange.claim) exchange.claim.complete(503, {}, 0);
-    exchange.has_reply = true;
     return;
   }
   std::shared_lock<std::shared_mutex> gate;  // see Store::gate; released before any settle()
@@ -270,7 +268,6 @@ void Router::serve_protocol(const Request& request, Exchange& exchange) {
   // A failed record: the change (and any other not acknowledged) is rolled back before the 503.
   if (store_ && !settle(exchange.reply)) {
     if (exchange.claim) exchange.claim.complete(503, {}, 0);
-    exchange.has_reply = true;
     return;
   }
   if (answer.num_pages_kept != 0) {
@@ -304,124 +301,134 @@ void Router::serve_protocol(const Request& request, Exchange& exchange) {
     reply.location += request.host.empty() ? default_host_ : request.host;
     reply.location += answer.location;
   }
-  exchange.has_reply = true;
 }
 
 Router::Next Router::step(const Request& request, Exchange& exchange) {
+  for (;;) {
+    const Stage stage = exchange.stage;
+    // Advanced before the stage runs: a stage that returns resumes at the next one (dedup's wait
+    // sets it back to run again).
+    exchange.stage = static_cast<Stage>(static_cast<std::uint8_t>(stage) + 1);
+    Outcome next;
+    switch (stage) {
+      case Stage::admit:
+        next = admit(request, exchange);
+        break;
+      case Stage::dedup:
+        next = deduplicate(request, exchange);
+        break;
+      case Stage::delay:
+        if (exchange.action.kind == FaultAction::Kind::delay) next = Next::delay;
+        break;
+      case Stage::serve:
+        if (!exchange.answered) serve_protocol(request, exchange);
+        break;
+      case Stage::sync:
+        if (exchange.durable_seq != 0) next = Next::durable;
+        break;
+      case Stage::finish:
+        return finish(exchange);
+    }
+    if (next) return *next;
+  }
+}
+
+Router::Outcome Router::admit(const Request& request, Exchange& exchange) {
   auto& reply = exchange.reply;
-  if (!exchange.started) {
-    exchange.started = true;
-    std::string_view path = request.target;
-    path = path.substr(0, path.find('?'));
-    if (!options_.auth_token.empty() && path != route_info(ServerRoute::healthz).name &&
-        !bearer_matches(request.authorization, options_.auth_token)) {
-      exchange.label = ServerRoute::unauthorized;
-      set_json(reply, 401, protocol::encode_detail(request.authorization.empty() ? "Not authenticated"
-                                                                                 : "Invalid authentication credentials"));
+  std::string_view path = request.target;
+  path = path.substr(0, path.find('?'));
+  if (!options_.auth_token.empty() && path != route_info(ServerRoute::healthz).name &&
+      !bearer_matches(request.authorization, options_.auth_token)) {
+    exchange.label = ServerRoute::unauthorized;
+    set_json(reply, 401, protocol::encode_detail(request.authorization.empty() ? "Not authenticated"
+                                                                               : "Invalid authentication credentials"));
+    return Next::reply;
+  }
+  if (serve_server_route(request, path, exchange)) return Next::reply;
+
+  Service::route(request.method, request.target, exchange.target);
+  exchange.label = exchange.target.route;
+  if (!options_.enable_fault_injection) return std::nullopt;
+  exchange.action = faults_.match(path, route_info(exchange.target.route).is_endpoint());
+  switch (exchange.action.kind) {
+    case FaultAction::Kind::status:
+      set_json(reply, exchange.action.status, std::move(exchange.action.body));
       return Next::reply;
-    }
-    if (serve_server_route(request, path, exchange)) return Next::reply;
-
-    Service::route(request.method, request.target, exchange.target);
-    exchange.label = exchange.target.route;
-    if (options_.enable_fault_injection) {
-      exchange.action = faults_.match(path, route_info(exchange.target.route).is_endpoint());
-      switch (exchange.action.kind) {
-        case FaultAction::Kind::status:
-          set_json(reply, exchange.action.status, std::move(exchange.action.body));
-          return Next::reply;
-        case FaultAction::Kind::close_before:
-          return Next::close;
-        case FaultAction::Kind::exception:
-          return Next::fail;
-        default:
-          break;
-      }
-    }
+    case FaultAction::Kind::close_before:
+      return Next::close;
+    case FaultAction::Kind::exception:
+      return Next::fail;
+    default:
+      return std::nullopt;
   }
+}
 
-  if (!exchange.dedup_done) {
-    const Dedup kept = route_info(exchange.target.route).dedup;
-    const bool deduplicated = kept != Dedup::none && dedup_.enabled() && !request.request_id.empty();
-    if (deduplicated && !valid_request_id(request.request_id)) {
+Router::Outcome Router::deduplicate(const Request& request, Exchange& exchange) {
+  auto& reply = exchange.reply;
+  const Dedup kept = route_info(exchange.target.route).dedup;
+  if (kept == Dedup::none || !dedup_.enabled() || request.request_id.empty()) return std::nullopt;
+  if (!valid_request_id(request.request_id)) {
+    set_json(reply, 400,
+             protocol::encode_detail("X-Request-Id must be at most " + std::to_string(kMaxRequestIdBytes) +
+                                     " visible ASCII characters"));
+    exchange.answered = true;
+    return std::nullopt;
+  }
+  auto acquired = dedup_.acquire(static_cast<int>(exchange.target.route), request.request_id, request.body,
+                                 kept == Dedup::pages ? most_pages(request.body) : 0);
+  exchange.wait_entry.reset();
+  switch (acquired.kind) {
+    case DedupCache::Kind::owner:
+      exchange.claim = std::move(acquired.claim);
+      break;
+    case DedupCache::Kind::hit:
+      answer_again(request, kept, acquired.answer, service_.state(), reply);
+      // Not before the first answer's record is as durable as that answer was.
+      if (store_ && store_->journal().mode() == durable::FsyncMode::always && reply.status < 300) {
+        exchange.durable_seq = acquired.answer.seq;
+      }
+      break;
+    case DedupCache::Kind::conflict:
       set_json(reply, 400,
-               protocol::encode_detail("X-Request-Id must be at most " + std::to_string(kMaxRequestIdBytes) +
-                                       " visible ASCII characters"));
-      exchange.has_reply = true;
-    } else if (deduplicated) {
-      auto acquired = dedup_.acquire(static_cast<int>(exchange.target.route), request.request_id, request.body,
-                                     kept == Dedup::pages ? most_pages(request.body) : 0);
-      switch (acquired.kind) {
-        case DedupCache::Kind::owner:
-          exchange.claim = std::move(acquired.claim);
-          break;
-        case DedupCache::Kind::hit:
-          answer_again(request, route_info(exchange.target.route).dedup, acquired.answer, service_.state(), reply);
-          exchange.has_reply = true;
-          // Not before the first answer's record is as durable as that answer was.
-          if (store_ && store_->journal().mode() == durable::FsyncMode::always && reply.status < 300) {
-            exchange.durable_seq = acquired.answer.seq;
-          }
-          break;
-        case DedupCache::Kind::conflict:
-          set_json(reply, 400,
-                   protocol::encode_detail("X-Request-Id " + request.request_id +
-                                           " was already used with a different body"));
-          exchange.has_reply = true;
-          break;
-        case DedupCache::Kind::wait:
-          exchange.wait_entry = std::move(acquired.entry);
-          return Next::wait;
-        case DedupCache::Kind::full: {
-          const auto seconds = (acquired.retry_after.count() + 999) / 1000;
-          set_json(reply, 503,
-                   protocol::encode_detail("Request-id deduplication is full: every kept answer is inside its " +
-                                           std::to_string(dedup_.window().count()) +
-                                           " ms window; nothing was applied, retry later"));
-          reply.retry_after = std::to_string(seconds);
-          exchange.has_reply = true;
-          break;
-        }
-        case DedupCache::Kind::too_large:
-          // Not 503: waiting never makes room for an answer larger than the whole budget.
-          set_json(reply, 413,
-                   protocol::encode_detail("the answer to this X-Request-Id could never fit --dedup-max-bytes (" +
-                                           std::to_string(options_.dedup_max_bytes) +
-                                           " bytes); nothing was applied: send it without X-Request-Id or in "
-                                           "smaller batches"));
-          exchange.has_reply = true;
-          break;
-      }
-    }
-    exchange.dedup_done = true;
-    exchange.wait_entry.reset();
+               protocol::encode_detail("X-Request-Id " + request.request_id + " was already used with a different body"));
+      break;
+    case DedupCache::Kind::wait:
+      exchange.wait_entry = std::move(acquired.entry);
+      exchange.stage = Stage::dedup;  // the first request's answer, then this stage again
+      return Next::wait;
+    case DedupCache::Kind::full:
+      set_json(reply, 503,
+               protocol::encode_detail("Request-id deduplication is full: every kept answer is inside its " +
+                                       std::to_string(dedup_.window().count()) +
+                                       " ms window; nothing was applied, retry later"));
+      reply.retry_after = std::to_string((acquired.retry_after.count() + 999) / 1000);
+      break;
+    case DedupCache::Kind::too_large:
+      // Not 503: waiting never makes room for an answer larger than the whole budget.
+      set_json(reply, 413,
+               protocol::encode_detail("the answer to this X-Request-Id could never fit --dedup-max-bytes (" +
+                                       std::to_string(options_.dedup_max_bytes) +
+                                       " bytes); nothing was applied: send it without X-Request-Id or in "
+                                       "smaller batches"));
+      break;
   }
+  exchange.answered = acquired.kind != DedupCache::Kind::owner;  // a kept answer or a refusal
+  return std::nullopt;
+}
 
-  if (exchange.action.kind == FaultAction::Kind::delay && !exchange.delayed) {
-    exchange.delayed = true;
-    return Next::delay;
-  }
-
-  if (!exchange.has_reply) serve_protocol(request, exchange);
-
-  if (exchange.durable_seq != 0 && !exchange.durable_waited) {
-    exchange.durable_waited = true;
-    return Next::durable;
-  }
+Router::Next Router::finish(Exchange& exchange) {
   if (!exchange.durable_error.empty()) {
     const std::string error = std::move(exchange.durable_error);
     exchange.durable_error.clear();
-    if (settle(reply)) {
-      set_json(reply, 503, protocol::encode_detail("the change was written but not synced to disk (" + error +
-                                                   "): not acknowledged, and rolled back"));
+    if (settle(exchange.reply)) {
+      set_json(exchange.reply, 503, protocol::encode_detail("the change was written but not synced to disk (" + error +
+                                                            "): not acknowledged, and rolled back"));
     }
     if (exchange.claim) exchange.claim.complete(503, {}, 0);
   } else if (exchange.claim && exchange.durable_seq != 0) {
     exchange.claim.complete(exchange.claim_status, exchange.claim_pages, exchange.durable_seq);
   }
-
-  if (exchange.action.kind == FaultAction::Kind::close_after) return Next::close;
-  return Next::reply;
+  return exchange.action.kind == FaultAction::Kind::close_after ? Next::close : Next::reply;
 }
 
 }  // namespace hf3fs_meta::server

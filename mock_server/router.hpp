@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -28,15 +29,24 @@ struct Reply {
   std::string retry_after;  // seconds, for a 503 of the server's own limits
 };
 
+// Where a request is in the router. The stages run once each, in this order; a stage that makes the
+// connection wait (a repeat of an id in flight, a delay fault, an fsync) returns, and the next
+// Router::step resumes at the stage after it (a repeat's wait: at dedup again).
+enum class Stage : std::uint8_t {
+  admit,   // the bearer token, the server's own routes, routing, fault rules
+  dedup,   // the request-id cache: a claim, a kept answer, or a wait for the first request's
+  delay,   // a delay fault's wait
+  serve,   // Service::handle under the journal (skipped when dedup answered)
+  sync,    // --fsync always: the wait for the record's (or the kept answer's) fsync
+  finish,  // a failed sync's rollback, the claim's answer, a close-after fault
+};
+
 // The progress of one request through the router; reused from one request to the next.
 struct Exchange {
   RouteLabel label = Route::not_found;
   RoutedTarget target;  // routed once, handed to Service::handle
-  bool started = false;
-  bool dedup_done = false;
-  bool delayed = false;
-  bool has_reply = false;
-  bool durable_waited = false;
+  Stage stage = Stage::admit;
+  bool answered = false;  // dedup answered (a kept answer or a refusal): nothing to serve
   std::uint64_t durable_seq = 0;  // --fsync always: the record the reply waits for
   std::string durable_error;      // set by the journal's syncer before the session is woken
   // --fsync always: the answer the claim keeps once the record is synced (a repeat is never given
@@ -51,7 +61,8 @@ struct Exchange {
   void reset() {
     label = Route::not_found;
     target.route = Route::not_found;
-    started = dedup_done = delayed = has_reply = durable_waited = false;
+    stage = Stage::admit;
+    answered = false;
     durable_seq = 0;
     durable_error.clear();
     claim_pages.clear();
@@ -72,6 +83,7 @@ class Router {
     wait,   // DedupCache::wait(exchange.wait_entry, ...), then step again
     durable,  // await_durable(exchange, ...), then step again
   };
+  using Outcome = std::optional<Next>;  // a stage's: nullopt goes on to the next stage
 
   // `store`: the data dir of a durable server (null: memory only).
   Router(const ServerOptions& options, MetadataState& state, Metrics& metrics, durable::Store* store = nullptr);
@@ -90,6 +102,11 @@ class Router {
   const std::string& dedup_header() const noexcept { return dedup_header_; }
 
  private:
+  // The stages (Stage), in their order.
+  Outcome admit(const Request& request, Exchange& exchange);
+  Outcome deduplicate(const Request& request, Exchange& exchange);
+  Next finish(Exchange& exchange);
+
   bool serve_server_route(const Request& request, std::string_view path, Exchange& exchange);
   void serve_faults(const Request& request, Exchange& exchange);
   void serve_protocol(const Request& request, Exchange& exchange);

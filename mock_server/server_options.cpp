@@ -156,10 +156,14 @@ ParsedOptions parse_options(const std::vector<std::string>& args) {
   ServerOptions options;
   CLI::App app("The reference metadata server of vLLM's HF3FS KV-cache connector.", "hf3fs-meta-server");
   define(app, options);
+  app.set_version_flag("--version", std::string("hf3fs-meta-server ") + HF3FS_META_VERSION,
+                       "print the version and exit");
   try {
     app.parse(std::vector<std::string>(args.rbegin(), args.rend()));  // CLI11 takes them reversed
   } catch (const CLI::CallForHelp&) {
     return ParsedOptions{std::nullopt, 0, app.help()};
+  } catch (const CLI::CallForVersion& e) {
+    return ParsedOptions{std::nullopt, 0, std::string(e.what()) + "\n"};
   } catch (const CLI::ParseError& e) {
     // CLI11's own exit codes are 100 and up; every usage error exits 2.
     return ParsedOptions{std::nullopt, 2, "hf3fs-meta-server: " + std::string(e.what()) + "\n(see --help)\n"};

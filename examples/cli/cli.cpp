@@ -7,6 +7,8 @@
 #include <ostream>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <variant>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -53,79 +55,6 @@ struct CommandLine {
   std::optional<std::int64_t> ensure_pages;
   std::vector<Page> releases;
 };
-
-// Each command is a CLI11 subcommand with its own options: an option given to another command is
-// a usage error. The options of the whole program may come before or after the command.
-void define(CLI::App& app, CommandLine& cl) {
-  app.add_option("--url", cl.url, "the metadata server (default $HF3FS_META_URL, else http://127.0.0.1:18000)");
-  app.add_option("--token-file", cl.token_file,
-                 "send the file's content (without surrounding whitespace) as a bearer token "
-                 "(default: $HF3FS_META_TOKEN if set; for a server with --auth-token-file); visible ASCII "
-                 "only (0x21-0x7E), else refused before anything is sent");
-  app.add_option("--ca-file", cl.ca_file,
-                 "for an https:// URL: the PEM file of the CA that signed the server's certificate "
-                 "(default: the system's CAs)");
-  app.add_option("--timeout-ms", cl.timeout_ms, "the request timeout of one attempt (default 5000)")
-      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
-  app.add_option("--attempts", cl.attempts,
-                 "the retry policy's maximum attempts (default 4); a refused connection (the request never "
-                 "left) is repeated until the deadline whatever the count")
-      ->check(CLI::Range(1, 100));
-  app.add_option("--deadline-ms", cl.deadline_ms, "the whole call's deadline, retries included (default 10000)")
-      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
-  app.add_flag("--json", cl.json, "print one JSON object on stdout");
-  app.require_subcommand(1);
-  app.fallthrough();  // inherited by the commands: the options above are accepted after them too
-  app.footer(std::string(kFooter));
-
-  const auto command = [&](const char* name, const char* description) { return app.add_subcommand(name, description); };
-  const auto rank = [&](CLI::App* sub) { sub->add_option("RANK", cl.rank, "the rank")->required(); };
-  const auto ensure_pages = [&](CLI::App* sub) {
-    sub->add_option("--ensure-pages", cl.ensure_pages,
-                    "register the rank without sending anything, so that a \"not initialized\" answer "
-                    "re-initializes it with N pages and repeats the call")
-        ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
-  };
-
-  CLI::App* init = command("init", "initialize a rank");
-  rank(init);
-  init->add_option("--pages", cl.pages, "the rank's pages (a worker needs them)");
-  init->add_option("--role", cl.role, "worker (default) or scheduler")->check(CLI::IsMember({"worker", "scheduler"}));
-
-  CLI::App* allocate = command("allocate", "allocate a page for each key");
-  rank(allocate);
-  allocate->add_option("KEY", cl.items, "KEY or KEY:PREFIX")->required();
-  ensure_pages(allocate);
-
-  CLI::App* confirm = command("confirm", "confirm written pages and release others (at least one of them)");
-  rank(confirm);
-  confirm->add_option("CONFIRMATION", cl.items, "KEY=PAGE: a key written to a page");
-  confirm->add_option("--release", cl.releases, "a page to give back (repeatable)");
-  ensure_pages(confirm);
-
-  CLI::App* exists = command("exists", "whether each key is complete");
-  exists->add_option("KEY", cl.items, "a key")->required();
-
-  CLI::App* locations = command("locations", "the rank's page of each complete key");
-  rank(locations);
-  locations->add_option("KEY", cl.items, "a key")->required();
-  ensure_pages(locations);
-
-  command("clear", "the server forgets every rank and key");
-
-  CLI::App* del = command("delete", "delete keys from every lookup (a reference-server extension)");
-  del->add_option("KEY", cl.items, "a key")->required();
-
-  command("stats", "pages by state per rank, keys, evictions, deletions, reclaims (a reference-server extension)");
-  CLI::App* drop = command("drop-rank",
-                           "forget the rank, its pages and its keys' mappings on it (reference server; for a "
-                           "redeploy with other num_pages or fewer ranks: README, \"Durability\")");
-  rank(drop);
-
-  CLI::App* raw = command("raw", "post BODY as it is, and show how the SDK classifies the answer");
-  raw->add_option("PATH", cl.path, "the path to post to")->required();
-  raw->add_option("BODY", cl.body, "the body to post")->required();
-}
 
 using Writer = rapidjson::Writer<rapidjson::StringBuffer>;
 
@@ -273,11 +202,301 @@ int usage_error(const CommandLine& cl, const std::string& message, std::ostream&
   return kUsage;
 }
 
-}  // namespace
+// ---- the commands: each its options and its one call ----
 
-int run(const std::vector<std::string>& args, const Environment& env, std::ostream& out, std::ostream& err) {
-  CommandLine cl;
-  cl.url = env.default_url.empty() ? "http://127.0.0.1:18000" : env.default_url;
+// What a command's function gets: the command line, the client for its one call, what that call saw.
+struct Call {
+  const CommandLine& cl;
+  Client& client;
+  const CallRecorder& recorder;
+  std::ostream& out;
+  std::ostream& err;
+
+  Rank rank() const { return cl.rank.value_or(0); }
+  int usage(const std::string& message) const { return usage_error(cl, message, out, err); }
+  int failed(const Error& e) const { return report_error(cl, e, out, err); }
+  template <class Fields, class Text>
+  int succeeded(Fields&& fields, Text&& text) const {
+    return report_success(cl, recorder, out, err, std::forward<Fields>(fields), std::forward<Text>(text));
+  }
+  // One answer per key (exists, delete): a list in JSON, "KEY WORD" lines in text.
+  int per_key(const std::vector<bool>& answers, const char* field, const char* yes, const char* no) const {
+    return succeeded(
+        [&](Writer& w) {
+          w.Key(field);
+          w.StartArray();
+          for (bool b : answers) w.Bool(b);
+          w.EndArray();
+        },
+        [&](std::ostream& o) {
+          for (std::size_t i = 0; i < cl.items.size(); ++i) o << cl.items[i] << ' ' << (answers[i] ? yes : no) << '\n';
+        });
+  }
+  int ok() const {
+    return succeeded([](Writer& w) { w.Key("ok"); w.Bool(true); }, [](std::ostream& o) { o << "ok\n"; });
+  }
+};
+
+void rank_argument(CLI::App& sub, CommandLine& cl) { sub.add_option("RANK", cl.rank, "the rank")->required(); }
+void keys_argument(CLI::App& sub, CommandLine& cl) { sub.add_option("KEY", cl.items, "a key")->required(); }
+void ensure_pages_option(CLI::App& sub, CommandLine& cl) {
+  sub.add_option("--ensure-pages", cl.ensure_pages,
+                 "register the rank without sending anything, so that a \"not initialized\" answer "
+                 "re-initializes it with N pages and repeats the call")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
+}
+void no_options(CLI::App&, CommandLine&) {}
+
+void init_options(CLI::App& sub, CommandLine& cl) {
+  rank_argument(sub, cl);
+  sub.add_option("--pages", cl.pages, "the rank's pages (a worker needs them)");
+  sub.add_option("--role", cl.role, "worker (default) or scheduler")->check(CLI::IsMember({"worker", "scheduler"}));
+}
+int init(const Call& c) {
+  const Role role = c.cl.role == "scheduler" ? Role::scheduler : Role::worker;
+  if (!c.cl.pages && role == Role::worker) return c.usage("init needs --pages N");
+  auto r = c.client.initialize(c.rank(), c.cl.pages.value_or(0), role);
+  if (!r) return c.failed(r.error());
+  return c.succeeded([&](Writer& w) { w.Key("message"); write_string(w, r.value()); },
+                     [&](std::ostream& o) { o << r.value() << '\n'; });
+}
+
+void allocate_options(CLI::App& sub, CommandLine& cl) {
+  rank_argument(sub, cl);
+  sub.add_option("KEY", cl.items, "KEY or KEY:PREFIX")->required();
+  ensure_pages_option(sub, cl);
+}
+int allocate(const Call& c) {
+  std::vector<BlockKey> keys;
+  for (const auto& item : c.cl.items) {
+    auto colon = item.find(':');
+    keys.push_back(colon == std::string::npos ? BlockKey{item, ""}
+                                              : BlockKey{item.substr(0, colon), item.substr(colon + 1)});
+  }
+  auto r = c.client.allocate(c.rank(), keys);
+  if (!r) return c.failed(r.error());
+  return c.succeeded(
+      [&](Writer& w) {
+        w.Key("rank");
+        w.Int64(c.rank());
+        w.Key("allocations");
+        w.StartArray();
+        for (std::size_t i = 0; i < keys.size(); ++i) {
+          w.StartObject();
+          w.Key("key");
+          write_string(w, keys[i].key);
+          w.Key("page");
+          w.Int64(r.value()[i]);
+          w.EndObject();
+        }
+        w.EndArray();
+      },
+      [&](std::ostream& o) {
+        for (std::size_t i = 0; i < keys.size(); ++i) {
+          const Page page = r.value()[i];
+          o << keys[i].key << ' ' << (page == kNoPage ? std::string("none") : std::to_string(page)) << '\n';
+        }
+      });
+}
+
+void confirm_options(CLI::App& sub, CommandLine& cl) {
+  rank_argument(sub, cl);
+  sub.add_option("CONFIRMATION", cl.items, "KEY=PAGE: a key written to a page");
+  sub.add_option("--release", cl.releases, "a page to give back (repeatable)");
+  ensure_pages_option(sub, cl);
+}
+int confirm(const Call& c) {
+  std::vector<Confirmation> confirmations;
+  for (const auto& item : c.cl.items) {
+    auto eq = item.rfind('=');
+    auto page = eq == std::string::npos ? std::nullopt : parse_int<Page>(std::string_view(item).substr(eq + 1));
+    if (!page) return c.usage("confirm takes KEY=PAGE, got '" + item + "'");
+    confirmations.push_back({item.substr(0, eq), *page});
+  }
+  if (confirmations.empty() && c.cl.releases.empty()) return c.usage("confirm needs KEY=PAGE or --release PAGE");
+  auto r = c.client.confirm_write(c.rank(), confirmations, c.cl.releases);
+  if (!r) return c.failed(r.error());
+  return c.ok();
+}
+
+int exists(const Call& c) {
+  auto r = c.client.batch_exists(c.cl.items);
+  if (!r) return c.failed(r.error());
+  return c.per_key(r.value(), "exists", "true", "false");
+}
+
+void locations_options(CLI::App& sub, CommandLine& cl) {
+  rank_argument(sub, cl);
+  keys_argument(sub, cl);
+  ensure_pages_option(sub, cl);
+}
+int locations(const Call& c) {
+  auto r = c.client.get_locations(c.rank(), c.cl.items);
+  if (!r) return c.failed(r.error());
+  return c.succeeded(
+      [&](Writer& w) {
+        w.Key("locations");
+        w.StartArray();
+        for (const auto& p : r.value()) write_optional(w, p);
+        w.EndArray();
+      },
+      [&](std::ostream& o) {
+        for (std::size_t i = 0; i < c.cl.items.size(); ++i) {
+          const auto& p = r.value()[i];
+          o << c.cl.items[i] << ' ' << (p ? std::to_string(*p) : std::string("null")) << '\n';
+        }
+      });
+}
+
+int clear(const Call& c) {
+  auto r = c.client.clear();
+  if (!r) return c.failed(r.error());
+  return c.ok();
+}
+
+int delete_keys(const Call& c) {
+  auto r = c.client.delete_keys(c.cl.items);
+  if (!r) return c.failed(r.error());
+  return c.per_key(r.value(), "deleted", "deleted", "absent");
+}
+
+int stats(const Call& c) {
+  auto r = c.client.stats();
+  if (!r) return c.failed(r.error());
+  const StateStats& st = r.value();
+  // The figures under GET /stats' names (protocol.hpp's tables).
+  return c.succeeded(
+      [&](Writer& w) {
+        w.Key("ranks");
+        w.StartArray();
+        for (const auto& [rank_of, rs] : st.ranks) {
+          w.StartObject();
+          w.Key("rank");
+          w.Int64(rank_of);
+          for (const auto& [name, member] : protocol::kRankStatsFields) {
+            write_key(w, name);
+            w.Int64(rs.*member);
+          }
+          write_key(w, protocol::kKeptOnReleaseField);
+          w.Uint64(rs.kept_on_release);
+          w.EndObject();
+        }
+        w.EndArray();
+        for (const auto& [name, member, counter, help] : protocol::kStateStatsFields) {
+          write_key(w, name);
+          w.Uint64(st.*member);
+        }
+      },
+      [&](std::ostream& o) {
+        for (const auto& [rank_of, rs] : st.ranks) {
+          o << "rank " << rank_of;
+          for (const auto& [name, member] : protocol::kRankStatsFields) o << ' ' << name << ' ' << rs.*member;
+          o << ' ' << protocol::kKeptOnReleaseField << ' ' << rs.kept_on_release << '\n';
+        }
+        for (const auto& [name, member, counter, help] : protocol::kStateStatsFields) o << name << ' ' << st.*member << '\n';
+      });
+}
+
+int drop_rank(const Call& c) {
+  const Rank rank = c.rank();
+  auto r = c.client.drop_rank(rank);
+  if (!r) return c.failed(r.error());
+  const DropOutcome& d = r.value();
+  return c.succeeded(
+      [&](Writer& w) {
+        w.Key("dropped");
+        w.Bool(d.dropped);
+        w.Key("pages");
+        w.Int64(d.pages);
+        w.Key("mappings");
+        w.Uint64(d.mappings);
+        w.Key("keys_removed");
+        w.Uint64(d.keys_removed);
+      },
+      [&](std::ostream& o) {
+        if (!d.dropped) {
+          o << "rank " << rank << " did not exist\n";
+        } else {
+          o << "dropped rank " << rank << ": " << d.pages << " pages, " << d.mappings << " key mappings, "
+            << d.keys_removed << " keys removed\n";
+        }
+      });
+}
+
+void raw_options(CLI::App& sub, CommandLine& cl) {
+  sub.add_option("PATH", cl.path, "the path to post to")->required();
+  sub.add_option("BODY", cl.body, "the body to post")->required();
+}
+int raw(const Call& c) {
+  auto r = c.client.raw(c.cl.path, c.cl.body);
+  if (!r) return c.failed(r.error());
+  return c.succeeded(
+      [&](Writer& w) {
+        w.Key("status");
+        w.Int(r.value().status);
+        w.Key("body");
+        write_raw_body(w, r.value().body);
+      },
+      [&](std::ostream& o) {
+        o << r.value().status << '\n';
+        if (!r.value().body.empty()) o << r.value().body << '\n';
+      });
+}
+
+// The commands, in the order --help lists them. Each is a CLI11 subcommand with its own options:
+// an option given to another command is a usage error.
+struct Command {
+  const char* name;
+  const char* description;
+  void (*options)(CLI::App&, CommandLine&);
+  int (*run)(const Call&);
+};
+constexpr Command kCommands[] = {
+    {"init", "initialize a rank", init_options, init},
+    {"allocate", "allocate a page for each key", allocate_options, allocate},
+    {"confirm", "confirm written pages and release others (at least one of them)", confirm_options, confirm},
+    {"exists", "whether each key is complete", keys_argument, exists},
+    {"locations", "the rank's page of each complete key", locations_options, locations},
+    {"clear", "the server forgets every rank and key", no_options, clear},
+    {"delete", "delete keys from every lookup (a reference-server extension)", keys_argument, delete_keys},
+    {"stats", "pages by state per rank, keys, evictions, deletions, reclaims (a reference-server extension)",
+     no_options, stats},
+    {"drop-rank",
+     "forget the rank, its pages and its keys' mappings on it (reference server; for a redeploy with other "
+     "num_pages or fewer ranks: README, \"Durability\")",
+     rank_argument, drop_rank},
+    {"raw", "post BODY as it is, and show how the SDK classifies the answer", raw_options, raw},
+};
+
+// The options of the whole program, then the commands'. The program's may come before or after the
+// command.
+void define(CLI::App& app, CommandLine& cl) {
+  app.add_option("--url", cl.url, "the metadata server (default $HF3FS_META_URL, else http://127.0.0.1:18000)");
+  app.add_option("--token-file", cl.token_file,
+                 "send the file's content (without surrounding whitespace) as a bearer token "
+                 "(default: $HF3FS_META_TOKEN if set; for a server with --auth-token-file); visible ASCII "
+                 "only (0x21-0x7E), else refused before anything is sent");
+  app.add_option("--ca-file", cl.ca_file,
+                 "for an https:// URL: the PEM file of the CA that signed the server's certificate "
+                 "(default: the system's CAs)");
+  app.add_option("--timeout-ms", cl.timeout_ms, "the request timeout of one attempt (default 5000)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
+  app.add_option("--attempts", cl.attempts,
+                 "the retry policy's maximum attempts (default 4); a refused connection (the request never "
+                 "left) is repeated until the deadline whatever the count")
+      ->check(CLI::Range(1, 100));
+  app.add_option("--deadline-ms", cl.deadline_ms, "the whole call's deadline, retries included (default 10000)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
+  app.add_flag("--json", cl.json, "print one JSON object on stdout");
+  app.set_version_flag("--version", std::string("hf3fs-meta ") + HF3FS_META_VERSION, "print the version and exit");
+  app.require_subcommand(1);
+  app.fallthrough();  // inherited by the commands: the options above are accepted after them too
+  app.footer(std::string(kFooter));
+  for (const Command& command : kCommands) command.options(*app.add_subcommand(command.name, command.description), cl);
+}
+
+// Parses args into cl; an exit status when the run ends here (help, version, a usage error).
+std::optional<int> parse(const std::vector<std::string>& args, CommandLine& cl, std::ostream& out, std::ostream& err) {
   CLI::App app("Poke a live HF3FS metadata server.", "hf3fs-meta");
   define(app, cl);
   try {
@@ -288,6 +507,9 @@ int run(const std::vector<std::string>& args, const Environment& env, std::ostre
   } catch (const CLI::CallForAllHelp&) {
     out << app.help("", CLI::AppFormatMode::All);
     return kSuccess;
+  } catch (const CLI::CallForVersion& e) {
+    out << e.what() << '\n';
+    return kSuccess;
   } catch (const CLI::ParseError& e) {
     // CLI11's own exit codes are 100 and up; every usage error here exits 2.
     if (app.get_subcommands().empty() && !app.remaining().empty()) {
@@ -296,25 +518,26 @@ int run(const std::vector<std::string>& args, const Environment& env, std::ostre
     return usage_error(cl, e.what(), out, err);
   }
   cl.command = app.get_subcommands().front()->get_name();
+  return std::nullopt;
+}
 
+// The client of the run's one call, or the usage error that refuses the token before anything is sent.
+std::variant<ClientOptions, std::string> client_options(const CommandLine& cl, const Environment& env) {
   std::string token = env.default_token;
   if (cl.token_file) {
     std::string error;
     auto read = internal::read_token_file(*cl.token_file, error);
-    if (!read) return usage_error(cl, "--token-file: " + error, out, err);
+    if (!read) return "--token-file: " + error;
     token = std::move(*read);
   } else if (auto problem = internal::token_problem(token)) {
     // Refused before anything is sent: a CR or LF in it would add headers to the request.
-    return usage_error(cl, "$HF3FS_META_TOKEN: " + *problem, out, err);
+    return "$HF3FS_META_TOKEN: " + *problem;
   }
-
-  auto calls = std::make_shared<CallRecorder>();
   ClientOptions options;
   options.base_url = cl.url;
   options.auth_token = std::move(token);
   options.ca_file = cl.ca_file;
   options.transport = env.transport;
-  options.observer = calls;
   if (cl.timeout_ms) options.request_timeout = std::chrono::milliseconds(*cl.timeout_ms);
   if (cl.attempts || cl.deadline_ms) {
     const LimitedAttemptsRetryPolicy defaults;
@@ -322,210 +545,29 @@ int run(const std::vector<std::string>& args, const Environment& env, std::ostre
         cl.attempts.value_or(defaults.max_attempts()),
         cl.deadline_ms ? std::chrono::milliseconds(*cl.deadline_ms) : defaults.deadline());
   }
-  Client client(std::move(options));
+  return options;
+}
 
-  auto fail = [&](const std::string& message) { return usage_error(cl, message, out, err); };
+}  // namespace
+
+int run(const std::vector<std::string>& args, const Environment& env, std::ostream& out, std::ostream& err) {
+  CommandLine cl;
+  cl.url = env.default_url.empty() ? "http://127.0.0.1:18000" : env.default_url;
+  if (auto parsed = parse(args, cl, out, err)) return *parsed;
+
+  auto options = client_options(cl, env);
+  if (auto* refused = std::get_if<std::string>(&options)) return usage_error(cl, *refused, out, err);
+  auto recorder = std::make_shared<CallRecorder>();
+  std::get<ClientOptions>(options).observer = recorder;
+  Client client(std::move(std::get<ClientOptions>(options)));
   // Registered before the call, so that a "not initialized" answer restores the rank and repeats.
   if (cl.ensure_pages) client.register_rank(*cl.rank, *cl.ensure_pages);
-  const Rank rank = cl.rank.value_or(0);
 
-  if (cl.command == "init") {
-    const Role role = cl.role == "scheduler" ? Role::scheduler : Role::worker;
-    if (!cl.pages && role == Role::worker) return fail("init needs --pages N");
-    auto r = client.initialize(rank, cl.pages.value_or(0), role);
-    if (!r) return report_error(cl, r.error(), out, err);
-    return report_success(
-        cl, *calls, out, err, [&](Writer& w) { w.Key("message"); write_string(w, r.value()); },
-        [&](std::ostream& o) { o << r.value() << '\n'; });
+  const Call call{cl, client, *recorder, out, err};
+  for (const Command& command : kCommands) {
+    if (cl.command == command.name) return command.run(call);
   }
-
-  if (cl.command == "allocate") {
-    std::vector<BlockKey> keys;
-    for (const auto& item : cl.items) {
-      auto colon = item.find(':');
-      keys.push_back(colon == std::string::npos ? BlockKey{item, ""}
-                                                : BlockKey{item.substr(0, colon), item.substr(colon + 1)});
-    }
-    auto r = client.allocate(rank, keys);
-    if (!r) return report_error(cl, r.error(), out, err);
-    return report_success(
-        cl, *calls, out, err,
-        [&](Writer& w) {
-          w.Key("rank");
-          w.Int64(rank);
-          w.Key("allocations");
-          w.StartArray();
-          for (std::size_t i = 0; i < keys.size(); ++i) {
-            w.StartObject();
-            w.Key("key");
-            write_string(w, keys[i].key);
-            w.Key("page");
-            w.Int64(r.value()[i]);
-            w.EndObject();
-          }
-          w.EndArray();
-        },
-        [&](std::ostream& o) {
-          for (std::size_t i = 0; i < keys.size(); ++i) {
-            const Page page = r.value()[i];
-            o << keys[i].key << ' ' << (page == kNoPage ? std::string("none") : std::to_string(page)) << '\n';
-          }
-        });
-  }
-
-  if (cl.command == "confirm") {
-    std::vector<Confirmation> confirmations;
-    for (const auto& item : cl.items) {
-      auto eq = item.rfind('=');
-      auto page = eq == std::string::npos ? std::nullopt : parse_int<Page>(std::string_view(item).substr(eq + 1));
-      if (!page) return fail("confirm takes KEY=PAGE, got '" + item + "'");
-      confirmations.push_back({item.substr(0, eq), *page});
-    }
-    if (confirmations.empty() && cl.releases.empty()) return fail("confirm needs KEY=PAGE or --release PAGE");
-    auto r = client.confirm_write(rank, confirmations, cl.releases);
-    if (!r) return report_error(cl, r.error(), out, err);
-    return report_success(
-        cl, *calls, out, err, [&](Writer& w) { w.Key("ok"); w.Bool(true); },
-        [&](std::ostream& o) { o << "ok\n"; });
-  }
-
-  // One answer per key (exists, delete): a list in JSON, "KEY WORD" lines in text.
-  const auto report_per_key = [&](const std::vector<bool>& answers, const char* field, const char* yes,
-                                  const char* no) {
-    return report_success(
-        cl, *calls, out, err,
-        [&](Writer& w) {
-          w.Key(field);
-          w.StartArray();
-          for (bool b : answers) w.Bool(b);
-          w.EndArray();
-        },
-        [&](std::ostream& o) {
-          for (std::size_t i = 0; i < cl.items.size(); ++i) o << cl.items[i] << ' ' << (answers[i] ? yes : no) << '\n';
-        });
-  };
-
-  if (cl.command == "exists") {
-    auto r = client.batch_exists(cl.items);
-    if (!r) return report_error(cl, r.error(), out, err);
-    return report_per_key(r.value(), "exists", "true", "false");
-  }
-
-  if (cl.command == "locations") {
-    auto r = client.get_locations(rank, cl.items);
-    if (!r) return report_error(cl, r.error(), out, err);
-    return report_success(
-        cl, *calls, out, err,
-        [&](Writer& w) {
-          w.Key("locations");
-          w.StartArray();
-          for (const auto& p : r.value()) write_optional(w, p);
-          w.EndArray();
-        },
-        [&](std::ostream& o) {
-          for (std::size_t i = 0; i < cl.items.size(); ++i) {
-            const auto& p = r.value()[i];
-            o << cl.items[i] << ' ' << (p ? std::to_string(*p) : std::string("null")) << '\n';
-          }
-        });
-  }
-
-  if (cl.command == "clear") {
-    auto r = client.clear();
-    if (!r) return report_error(cl, r.error(), out, err);
-    return report_success(
-        cl, *calls, out, err, [&](Writer& w) { w.Key("ok"); w.Bool(true); },
-        [&](std::ostream& o) { o << "ok\n"; });
-  }
-
-  if (cl.command == "delete") {
-    auto r = client.delete_keys(cl.items);
-    if (!r) return report_error(cl, r.error(), out, err);
-    return report_per_key(r.value(), "deleted", "deleted", "absent");
-  }
-
-  if (cl.command == "drop-rank") {
-    auto r = client.drop_rank(rank);
-    if (!r) return report_error(cl, r.error(), out, err);
-    const DropOutcome& d = r.value();
-    return report_success(
-        cl, *calls, out, err,
-        [&](Writer& w) {
-          w.Key("dropped");
-          w.Bool(d.dropped);
-          w.Key("pages");
-          w.Int64(d.pages);
-          w.Key("mappings");
-          w.Uint64(d.mappings);
-          w.Key("keys_removed");
-          w.Uint64(d.keys_removed);
-        },
-        [&](std::ostream& o) {
-          if (!d.dropped) {
-            o << "rank " << rank << " did not exist\n";
-          } else {
-            o << "dropped rank " << rank << ": " << d.pages << " pages, " << d.mappings << " key mappings, "
-              << d.keys_removed << " keys removed\n";
-          }
-        });
-  }
-
-  if (cl.command == "stats") {
-    auto r = client.stats();
-    if (!r) return report_error(cl, r.error(), out, err);
-    const StateStats& st = r.value();
-    // The figures under GET /stats' names (protocol.hpp's tables).
-    return report_success(
-        cl, *calls, out, err,
-        [&](Writer& w) {
-          w.Key("ranks");
-          w.StartArray();
-          for (const auto& [rank_of, rs] : st.ranks) {
-            w.StartObject();
-            w.Key("rank");
-            w.Int64(rank_of);
-            for (const auto& [name, member] : protocol::kRankStatsFields) {
-              write_key(w, name);
-              w.Int64(rs.*member);
-            }
-            write_key(w, protocol::kKeptOnReleaseField);
-            w.Uint64(rs.kept_on_release);
-            w.EndObject();
-          }
-          w.EndArray();
-          for (const auto& [name, member, counter, help] : protocol::kStateStatsFields) {
-            write_key(w, name);
-            w.Uint64(st.*member);
-          }
-        },
-        [&](std::ostream& o) {
-          for (const auto& [rank_of, rs] : st.ranks) {
-            o << "rank " << rank_of;
-            for (const auto& [name, member] : protocol::kRankStatsFields) o << ' ' << name << ' ' << rs.*member;
-            o << ' ' << protocol::kKeptOnReleaseField << ' ' << rs.kept_on_release << '\n';
-          }
-          for (const auto& [name, member, counter, help] : protocol::kStateStatsFields) o << name << ' ' << st.*member << '\n';
-        });
-  }
-
-  if (cl.command == "raw") {
-    auto r = client.raw(cl.path, cl.body);
-    if (!r) return report_error(cl, r.error(), out, err);
-    return report_success(
-        cl, *calls, out, err,
-        [&](Writer& w) {
-          w.Key("status");
-          w.Int(r.value().status);
-          w.Key("body");
-          write_raw_body(w, r.value().body);
-        },
-        [&](std::ostream& o) {
-          o << r.value().status << '\n';
-          if (!r.value().body.empty()) o << r.value().body << '\n';
-        });
-  }
-
-  return fail("unknown command '" + cl.command + "'");  // a subcommand defined without its case here
+  return usage_error(cl, "unknown command '" + cl.command + "'", out, err);  // a subcommand without its row
 }
 
 }  // namespace hf3fs_meta::cli

@@ -14,6 +14,6 @@ the GIL; one client is safe to share between threads.
 """
 
 from ._errors import InvalidArgumentError, MetadataError
-from ._core import Client, Hf3fsGlobalMetadataClient, LocalClient
+from ._core import Client, Hf3fsGlobalMetadataClient, LocalClient, __version__
 
 __all__ = ["Client", "Hf3fsGlobalMetadataClient", "InvalidArgumentError", "LocalClient", "MetadataError"]

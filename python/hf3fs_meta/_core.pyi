@@ -8,6 +8,8 @@ Role = Literal["worker", "scheduler"]
 BlockKey = Union[str, Tuple[str, str], List[str]]
 Confirmation = Union[Tuple[str, int], List[Union[str, int]]]
 
+__version__: str  # the project's version, as CMakeLists.txt's project() names it
+
 class Client:
     """A client of the HF3FS metadata service over HTTP, safe to share between threads.
 

@@ -386,6 +386,8 @@ py::list key_page_pairs(const std::vector<Page>& pages, const std::vector<py::ob
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "The C++ binding behind hf3fs_meta; import hf3fs_meta instead.";
+  // The project's version (CMakeLists.txt's project(), passed by python/CMakeLists.txt).
+  m.attr("__version__") = HF3FS_META_VERSION;
   {
     const py::module_ errors = py::module_::import("hf3fs_meta._errors");
     metadata_error = py::object(errors.attr("MetadataError")).release().ptr();

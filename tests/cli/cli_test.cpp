@@ -384,6 +384,22 @@ TEST_F(CliTest, HelpGoesToStdoutAndExitsZero) {
   EXPECT_EQ(r.err, "");
 }
 
+TEST_F(CliTest, VersionPrintsTheProjectVersionAndSendsNothing) {
+  // The project's version (CMakeLists.txt's project(), the same definition the CLI is built with).
+  auto counting = std::make_shared<CannedTransport>([](const HttpRequest&) -> TransportResult {
+    return HttpResponse{200, "application/json", R"({"exists":[false]})", {}};
+  });
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--version"}, std::vector<std::string>{"exists", "k", "--version"}}) {
+    CliRun r = run_with(counting, args);
+    EXPECT_EQ(r.status, kSuccess);
+    EXPECT_EQ(r.out, "hf3fs-meta " HF3FS_META_VERSION "\n");
+    EXPECT_EQ(r.err, "");
+  }
+  EXPECT_EQ(counting->calls, 0);
+  EXPECT_THAT(run({"--help"}).out, HasSubstr("--version"));
+}
+
 TEST_F(CliTest, EachCommandHasItsOwnHelp) {
   CliRun allocate = run({"allocate", "--help"});
   EXPECT_EQ(allocate.status, kSuccess);

@@ -12,6 +12,10 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
 #include <thread>
 
 #include "server/server_test_support.hpp"
@@ -311,6 +315,55 @@ TEST_F(DurableServerTest, TheDurabilityMetricsCountWhatHappened) {
   server_.restart();
   EXPECT_GT(std::stod(*metric("hf3fs_meta_recovery_seconds")), 0);
   EXPECT_EQ(metric("hf3fs_meta_journal_records_total"), "0");  // counted since this process started
+}
+
+// A scrape's families: each family's HELP and TYPE lines, then the sorted shapes of its samples (the
+// name and its labels' names; the le bounds with their values). Other comment lines are skipped.
+std::vector<std::string> families_of(std::istream& text) {
+  std::vector<std::string> out;
+  std::set<std::string> shapes;
+  const auto flush = [&] {
+    out.insert(out.end(), shapes.begin(), shapes.end());
+    shapes.clear();
+  };
+  for (std::string line; std::getline(text, line);) {
+    if (line.rfind("# HELP ", 0) == 0) flush();
+    if (line.rfind("# HELP ", 0) == 0 || line.rfind("# TYPE ", 0) == 0) {
+      out.push_back(line);
+      continue;
+    }
+    if (line.empty() || line[0] == '#') continue;
+    std::string shape;
+    const std::string series = line.substr(0, line.rfind(' '));
+    for (std::size_t i = 0; i < series.size(); ++i) {
+      if (series.compare(i, 2, "=\"") != 0) {
+        shape += series[i];
+        continue;
+      }
+      const std::size_t close = series.find('"', i + 2);
+      const std::size_t label = shape.find_last_of("{,") + 1;  // the label's name, before its value
+      if (shape.compare(label, std::string::npos, "le") == 0) shape += series.substr(i, close + 1 - i);
+      i = close;
+    }
+    shapes.insert(shape);
+  }
+  flush();
+  return out;
+}
+
+// The families, their HELP and TYPE lines and their labels are today's (tests/server/metrics_families.txt,
+// taken from the server before /metrics was rendered by prometheus-cpp).
+TEST_F(DurableServerTest, MetricsKeepTheirFamiliesHelpLinesAndLabels) {
+  initialize(0, 8);
+  ASSERT_EQ(allocate(0, "a").status, 200);
+  const auto scrape = get("/metrics");
+  ASSERT_EQ(scrape.status, 200);
+  std::istringstream got(scrape.body);
+  std::ifstream expected(HF3FS_META_METRICS_FAMILIES);
+  ASSERT_TRUE(expected) << HF3FS_META_METRICS_FAMILIES;
+  const auto want = families_of(expected);
+  EXPECT_GT(want.size(), 100u);  // the file was read
+  EXPECT_EQ(families_of(got), want) << scrape.body;
 }
 
 TEST_F(DurableServerTest, SigintWritesTheShutdownSnapshotToo) {

@@ -504,6 +504,19 @@ TEST_F(ServerMetricsTest, HelpDescribesTheOptions) {
   EXPECT_THAT(ran.output, HasSubstr("--verify-data-dir"));
 }
 
+TEST_F(ServerMetricsTest, VersionPrintsTheProjectVersionAndExitsZero) {
+  // The project's version (CMakeLists.txt's project(), the same definition the server is built with),
+  // alone on stdout, whatever other options come with it; nothing is listened on.
+  static_assert(sizeof(HF3FS_META_VERSION) > 1, "the project version is passed to the test");
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"--version"},
+                                               std::vector<std::string>{"--threads", "2", "--version"}}) {
+    const auto ran = ServerProcess::run_to_exit(args);
+    EXPECT_EQ(ran.exit_code, 0) << ran.output;
+    EXPECT_EQ(ran.output, "hf3fs-meta-server " HF3FS_META_VERSION "\n");
+  }
+  EXPECT_THAT(ServerProcess::run_to_exit({"--help"}).output, HasSubstr("--version"));
+}
+
 TEST_F(ServerMetricsTest, EveryBadOptionExitsTwoWithoutListening) {
   const std::vector<std::vector<std::string>> bad = {
       {"--bogus"}, {"--port=99999"}, {"--port", "99999"}, {"--threads=0"}, {"--max-pages"}, {"--host="},
