@@ -160,7 +160,7 @@ BENCHMARK(BM_AllocateEvict128)->UseManualTime()->Unit(benchmark::kMicrosecond);
 void BM_AllocateEvict128Of1024(benchmark::State& bench) { allocate_evicting(bench, 1024); }
 BENCHMARK(BM_AllocateEvict128Of1024)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
-// Not timed: the memory a key costs (README), as malloc counts it (mallinfo2: bytes in use on the
+// Not timed: the memory a key costs (docs/performance.md, "Memory per key"), as malloc counts it (mallinfo2: bytes in use on the
 // heap and in mmapped blocks): a state with 1M complete 32-byte keys on a 1M-page rank, eviction and
 // leases on, minus the same state with the rank only. Includes the key table (2^21 8-byte slots).
 void BM_BytesPerKey(benchmark::State& bench) {

@@ -23,7 +23,7 @@
 //   event): empty keys, duplicate keys in allocate / confirm_write, a page named twice, negative
 //   pages, a worker num_pages <= 0. Error::detail names the field and index.
 // - A call makes up to RetryPolicy::max_attempts() attempts within its deadline (CallOptions
-//   overrides it), with one X-Request-Id for all of them. What is repeated: DESIGN.md, "Retries".
+//   overrides it), with one X-Request-Id for all of them. What is repeated: docs/design.md, "Retries".
 //   Error::attempts, ::stop_reason and ::request_id tell what happened; the observer sees each step.
 // - register_rank() only records the rank; its num_pages is checked when a restore needs it.
 // - Result<T>::value() throws std::system_error carrying Error::message() on failure.

@@ -12,7 +12,7 @@
 
 namespace hf3fs_meta {
 
-// Stable codes; to_string() gives the names the CLI prints (DESIGN.md, "Errors").
+// Stable codes; to_string() gives the names the CLI prints (docs/design.md, "The SDK's errors").
 enum class errc {
   invalid_argument = 1,    // refused by the client before sending
   invalid_request,         // 400 Invalid request format / Invalid keys format / any other 400

@@ -1,4 +1,4 @@
-// The client's resilience policies (DESIGN.md, "Retries"): retry, backoff, idempotency, the retry
+// The client's resilience policies (docs/design.md, "Retries"): retry, backoff, idempotency, the retry
 // budget, and the injectable clock, sleeper and observer. Each policy is a small class; Client keeps
 // its own clone of the prototype given in ClientOptions.
 #pragma once
@@ -38,7 +38,7 @@ enum class RetryClass {
               // call), then the call is repeated at once, without backoff or budget token
 };
 
-// DESIGN.md's table: 503, or a transport failure before the request left -> unapplied (and one
+// docs/design.md's table ("Retries"): 503, or a transport failure before the request left -> unapplied (and one
 // that nothing accepted, the server restarting, is repeated until the deadline whatever the attempt
 // count, without spending the budget); 502, 504, server_error, or a transport failure after
 // sending -> ambiguous; rank_not_initialized -> rank_lost; anything else (a protocol_error among

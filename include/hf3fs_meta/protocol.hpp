@@ -1,4 +1,4 @@
-// The wire codec of the HF3FS metadata protocol (PROTOCOL.md), shared by the client and the server
+// The wire codec of the HF3FS metadata protocol (docs/protocol.md), shared by the client and the server
 // so that the two cannot drift: request and response bodies <-> typed values, and the parser of
 // FastAPI error details. RapidJSON stays inside the implementation.
 #pragma once
@@ -24,7 +24,7 @@ namespace hf3fs_meta::protocol {
 
 // The routes' paths and their other facts: routes.hpp. POST /keys/delete takes {"keys": [...]} and
 // answers {"deleted": [bool, ...]}; GET /stats answers the StateStats fields below by name, with
-// "ranks": [{"rank": R, <RankStats fields>, "kept_on_release": N}, ...] (PROTOCOL.md, "Opt-in extensions").
+// "ranks": [{"rank": R, <RankStats fields>, "kept_on_release": N}, ...] (docs/protocol.md, "Stats").
 
 // The names of the figures in /stats (and in the server's metrics).
 struct RankStatsField {

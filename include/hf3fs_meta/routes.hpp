@@ -1,7 +1,7 @@
 // The protocol's routes, in one table: every fact about an endpoint that the server (routing,
 // metrics, deduplication, its 500 details), the classifier and the client (its operation, whether
 // a call may be repeated) need. Adding an endpoint is one row here plus its handler in Service and
-// its method in Client (README, "Adding an endpoint").
+// its method in Client (docs/design.md, "Adding an endpoint").
 #pragma once
 
 #include <cstddef>
@@ -34,7 +34,7 @@ enum class Route : std::uint8_t {
 };
 
 // Whether a call may be repeated after an ambiguous failure, when the request may have been applied
-// (DESIGN.md, "Retries"): DefaultIdempotencyPolicy reads it.
+// (docs/design.md, "Retries"): DefaultIdempotencyPolicy reads it.
 enum class Repeat : std::uint8_t {
   always,            // reads, and setting what is already set
   without_releases,  // released pages may belong to another key by the time a repeat arrives (unless
@@ -146,7 +146,7 @@ inline constexpr RouteInfo kRoutes[] = {
      .operation = Operation::clear,
      .repeat = Repeat::never,
      .changes_state = true},
-    // Extensions of the reference server (PROTOCOL.md, "Opt-in extensions"); no 500s of their own.
+    // Extensions of the reference server (docs/protocol.md, "Extensions"); no 500s of their own.
     // A repeated delete could delete the key saved again since the first attempt.
     {.route = Route::delete_keys,
      .wire = 6,

@@ -1,7 +1,7 @@
 // Service: the HF3FS metadata protocol as a function, (method, target, body) -> answer, over a
 // MetadataState. The reference server puts sockets around it; InProcessTransport calls it directly.
 // It answers exactly as vLLM's server does for every well-formed request, except the deliberate
-// deviations of PROTOCOL.md.
+// deviations of docs/protocol.md.
 #pragma once
 
 #include <cstddef>

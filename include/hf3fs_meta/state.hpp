@@ -1,4 +1,4 @@
-// MetadataState: the shared state model of the HF3FS metadata service (PROTOCOL.md, "State model").
+// MetadataState: the shared state model of the HF3FS metadata service (docs/protocol.md, "State model").
 // No I/O and no JSON: typed inputs and typed outcomes. Every call is atomic; a refused call leaves
 // the state exactly as it was (the whole batch is validated before any of it is applied).
 #pragma once
@@ -281,7 +281,7 @@ class MetadataState {
   // keys left with no mapping go. Later keys count one rank fewer in their tp_world_size.
   DropOutcome drop_rank(Rank rank);
 
-  // Durability (DESIGN.md): the state does no I/O; a journal subscribes to its changes and replays them.
+  // Durability (docs/design.md, "Durable formats"): the state does no I/O; a journal subscribes to its changes and replays them.
   // Set before any call that changes the state; an empty sink stops the records.
   void set_change_sink(ChangeSink sink);
   // Applies a recorded change, checking that it fits (the page taken is the pool's front, a confirmed

@@ -50,7 +50,7 @@ struct TransportError {
   std::string message;
   // Nothing accepted the connection (refused, or the connect timed out): the server may be
   // restarting. Never sent; the client repeats it until the call's deadline, whatever the attempt
-  // count (DESIGN.md, "Retries"). A failure after connecting (TLS, a resolve error) is not this.
+  // count (docs/design.md, "Retries"). A failure after connecting (TLS, a resolve error) is not this.
   bool unreachable = false;
 };
 

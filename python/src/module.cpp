@@ -1,4 +1,4 @@
-// hf3fs_meta._core: the Python binding of Client (DESIGN.md, "Python"). It shapes arguments and
+// hf3fs_meta._core: the Python binding of Client (docs/design.md, "Python"). It shapes arguments and
 // results and turns an Error into hf3fs_meta.MetadataError; every guarantee (validation of keys and
 // pages, retries, re-initialization, thread safety) is the C++ Client's and is tested there. The
 // GIL is released for every call into the Client, so one client serves many Python threads.

@@ -66,7 +66,7 @@ std::size_t on_body(char* data, std::size_t size, std::size_t count, void* user)
 // libcurl resends a request by itself when a reused connection dies after the request was written
 // and before any answer ("Connection died, retrying a fresh connect"): a second attempt nobody
 // decided on or observed, which can apply an allocate twice. Repeating is the client's decision
-// (DESIGN.md, "Retries"), so a second request of one transfer is aborted here. The pre-request
+// (docs/design.md, "Retries"), so a second request of one transfer is aborted here. The pre-request
 // callback runs once per request libcurl is about to send, after the connection is set up; a
 // pooled connection found dead before use is replaced before it, so that case still succeeds.
 int on_prerequest(void* user, char*, char*, int, int) {

@@ -1,4 +1,4 @@
-// The ranks a client restores when the server forgets them (DESIGN.md, "Retries"), and the single
+// The ranks a client restores when the server forgets them (docs/design.md, "Retries"), and the single
 // flight that restores each: when several calls meet "Rank N not initialized" together, one sends
 // the initialize and the others wait for its outcome.
 #pragma once

@@ -1,4 +1,4 @@
-// The retry loop of every call (DESIGN.md, "Retries"), on its own: google-cloud-cpp's
+// The retry loop of every call (docs/design.md, "Retries"), on its own: google-cloud-cpp's
 // internal::RetryLoopImpl shape. It knows nothing of HTTP or JSON: a functor makes one attempt and
 // returns its value or its classified error; the policies decide what repeats, how long to wait
 // and whether the call is safe to repeat; the sleeper waits; the rank registry restores a rank the

@@ -1,4 +1,4 @@
-// The data directory of a durable server: the lock, snapshots, and recovery (DESIGN.md, Durability).
+// The data directory of a durable server: the lock, snapshots, and recovery (docs/design.md, "Data dir", "Snapshots", "Recovery").
 //
 // DIR/LOCK                       flock()ed by the server using DIR; holds its PID
 // DIR/snapshot-<seq>.snap        a full image at change <seq>, and the live dedup entries (snapshot.hpp)

@@ -1,4 +1,4 @@
-// The journal writer: the change sink of a durable MetadataState (DESIGN.md, Durability).
+// The journal writer: the change sink of a durable MetadataState (docs/design.md, "Journal records", "Disk errors").
 //
 // append() runs under the state's lock and only serializes the record into memory, so records are
 // in apply order. write_through() does the write(2), outside the lock, for every record appended so

@@ -2,7 +2,7 @@
 // (128 keys per allocate, about 1,250 per exists), as our client, vLLM's client, FastAPI and our
 // server write them. RapidJSON's SAX reader (object_reader.hpp) reads every message in full; alone,
 // it cost the server 17% (exists) and 12% (allocate) more CPU per request on bench/run's loads
-// (README, "Performance"), so the cursor goes first. It never judges: when it meets anything else it gives
+// (docs/performance.md, "JSON decoding"), so the cursor goes first. It never judges: when it meets anything else it gives
 // up, and the caller reads the body with RapidJSON, which gives the result or the error message.
 // So it may only accept what RapidJSON accepts, with the same result: fuzz/request_decoders.cpp
 // and fuzz/answer_decoders.cpp compare the two on every input.

@@ -1,5 +1,5 @@
-// classify_error: a non-2xx answer -> an errc, from the status and the body alone (DESIGN.md,
-// "Errors"). It never looks at which call was made: vLLM's 500 detail names its operation, and a
+// classify_error: a non-2xx answer -> an errc, from the status and the body alone (docs/design.md,
+// "The SDK's errors"). It never looks at which call was made: vLLM's 500 detail names its operation, and a
 // "Rank N not initialized" means the same thing whatever the call. It is only meant for non-2xx
 // answers; a 2xx given to it is classified as unexpected_status.
 #include <charconv>

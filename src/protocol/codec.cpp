@@ -11,7 +11,7 @@
 // and nested, with its DOM. The batch messages first try the fast path (internal/compact_json.hpp),
 // which recognises their compact forms or gives up. The client's decoders check an answer against what was sent; the
 // server's strict decoders refuse what vLLM would take with a 500 or corrupt its state with, and
-// keep vLLM's exact 400 texts where vLLM has one (PROTOCOL.md, "Deliberate deviations").
+// keep vLLM's exact 400 texts where vLLM has one (docs/protocol.md, "Deviations").
 
 // This file: what both halves use, compiled into hf3fs_meta::protocol. The client's half is
 // codec_client.cpp (hf3fs_meta::protocol, under hf3fs_meta::client); the server's half is

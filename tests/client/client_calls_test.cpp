@@ -187,7 +187,7 @@ TEST_F(ClientCallTest, TimeoutsGivenToTheTransportComeFromOptions) {
   EXPECT_EQ(seen.total, std::chrono::milliseconds(1500));
 }
 
-// ---- Every error class, from every status and detail of PROTOCOL.md ----
+// ---- Every error class, from every status and detail of docs/protocol.md ----
 
 struct ErrorCase {
   const char* name;

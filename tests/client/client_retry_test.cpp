@@ -1,4 +1,4 @@
-// The retry loop (issue 4, DESIGN.md "Retries"): a scripted transport, a fake clock and a sleeper that
+// The retry loop (issue 4, docs/design.md "Retries"): a scripted transport, a fake clock and a sleeper that
 // only advances it. Nothing really sleeps.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -291,7 +291,7 @@ TEST_F(ClientRetryTest, AllocateIsRepeatedOnlyInsideTheAdvertisedWindow) {
   EXPECT_EQ(transport->count(kAllocate), 3u);
 }
 
-// DESIGN.md's table: a releasing confirm_write is not safe to repeat, unless the server declared
+// docs/design.md's table ("Retries"): a releasing confirm_write is not safe to repeat, unless the server declared
 // deduplication (its repeat is answered from the first, never applied twice).
 TEST_F(ClientRetryTest, ReleasingConfirmIsRepeatedOnlyAgainstADeduplicatingServer) {
   auto client = make_client();

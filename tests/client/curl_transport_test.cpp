@@ -123,7 +123,7 @@ TEST(CurlTransportTest, PeerHangingUpAfterReadingIsConnectionFailedSent) {
 
 // libcurl resends a request by itself when a reused connection dies before any answer ("Connection
 // died, retrying a fresh connect"). The request may have been applied, so that repeat is the
-// client's decision (DESIGN.md, idempotency), never libcurl's: the peer must see it once.
+// client's decision (docs/design.md, "Retries"), never libcurl's: the peer must see it once.
 TEST(CurlTransportTest, DeadReusedConnectionIsNotResentByLibcurl) {
   HttpPeer peer(HttpPeer::Mode::answer_once, echo);
   auto transport = make_curl_transport(peer.url());

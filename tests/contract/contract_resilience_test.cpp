@@ -315,7 +315,7 @@ TEST_F(ContractResilienceTest, AnAllocateWhoseAnswerIsLostOnceIsAppliedOnce) {
 // Every request the server receives for a call must be an attempt the client decided on and the
 // observer saw. On a reused keep-alive connection that closes without an answer, libcurl would
 // resend the POST by itself ("Connection died, retrying a fresh connect"); against vLLM's server
-// (no dedup) that applies an allocate twice, which DESIGN.md's idempotency rule forbids.
+// (no dedup) that applies an allocate twice, which docs/design.md's idempotency rule ("Retries") forbids.
 TEST_F(ContractResilienceTest, TheObserverSeesEveryRequestTheServerReceives) {
   auto client = make_client(4, observer_);
   ASSERT_THAT(client->ensure_initialized(0, 8), IsOk());  // leaves a pooled connection

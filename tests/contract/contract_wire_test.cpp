@@ -1,5 +1,5 @@
-// Every row of PROTOCOL.md's "Defects of vLLM's server" and "Deliberate deviations of the reference
-// server" tables, sent as raw HTTP: the reference server's answer, and the state afterwards (for a
+// Every row of docs/protocol.md's "vLLM's defects" and "Deviations",
+// sent as raw HTTP: the reference server's answer, and the state afterwards (for a
 // refusal: exactly the state before, down to the order of the free pool).
 #include <string>
 
@@ -79,7 +79,7 @@ const std::string kNeedConfirmations = "Invalid request format: need 'rank' and 
 const std::string kBadInit = "Invalid initialization parameters";
 const std::string kNotObject = "body: expected a JSON object";
 
-// PROTOCOL.md, "Defects of vLLM's server that the reference server must not copy": each is refused
+// docs/protocol.md, "vLLM's defects" (those the reference server must not copy): each is refused
 // with a 400 that names the field, and nothing changes (deviations table, first row).
 const Row kDefectRows[] = {
     // allocate with a malformed key: vLLM answers 500 and loses the pages taken before it.
@@ -139,7 +139,7 @@ const Row kDefectRows[] = {
      kBadInit + ": num_pages 16777217 is above the maximum 16777216"},
 };
 
-// PROTOCOL.md, "Deliberate deviations of the reference server": the rows that refuse, and the
+// docs/protocol.md, "Deviations": the rows that refuse, and the
 // requests where vLLM already answers 400 (its exact text).
 const Row kDeviationRows[] = {
     {"AllocateRankMissing", kAllocate, R"({"keys":[["x",""]]})", 400, kNeedKeys},

@@ -1,4 +1,4 @@
-// classify_error over every error PROTOCOL.md lists, and the variants a real server or proxy sends.
+// classify_error over every error docs/protocol.md lists, and the variants a real server or proxy sends.
 #include <gtest/gtest.h>
 
 #include <optional>

@@ -1,4 +1,4 @@
-// Service: every row of PROTOCOL.md's endpoint, error, defect and deviation tables that a
+// Service: every route, error, defect and deviation of docs/protocol.md that a
 // (method, target, body) -> answer function can show, with the exact status and body, and the state
 // left unchanged by every refusal.
 #include <gmock/gmock.h>

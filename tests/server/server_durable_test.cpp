@@ -293,7 +293,7 @@ TEST_F(DurableServerTest, StartupRemovesWhatAnInterruptedSnapshotLeftAndSaysSo) 
   EXPECT_EQ(again.terminate(), 0);
 }
 
-// The README's durability metrics, each against what the test did.
+// The durability metrics (docs/protocol.md, "Metrics"), each against what the test did.
 TEST_F(DurableServerTest, TheDurabilityMetricsCountWhatHappened) {
   initialize(0, 8);
   ASSERT_EQ(allocate(0, "a").status, 200);

@@ -153,7 +153,7 @@ TEST_F(ServerBusyConnectionLimitTest, WithNoIdleConnectionTheNewcomerIsClosed) {
 }
 
 // The attack: the descriptor limit at 1,024 and 1,500 idle connections. A new client is
-// still answered at once (measured separately: README, "Limits"); here every request must be
+// still answered at once (measured separately: docs/performance.md, "Limits"); here every request must be
 // answered within the raw client's timeout, and the server keeps below its limit.
 TEST(ServerDescriptorLimitTest, IdleConnectionsBeyondTheDescriptorLimitNeverStallTheListener) {
   ServerProcess server({"--threads", "2"}, 1024);

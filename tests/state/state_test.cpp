@@ -1,4 +1,4 @@
-// MetadataState: each rule of PROTOCOL.md's state model and each refusal of the deviations, with a
+// MetadataState: each rule of docs/protocol.md's state model and each refusal of the deviations, with a
 // check that a refused call changed nothing.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
