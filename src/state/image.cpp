@@ -217,6 +217,7 @@ std::size_t MetadataState::Impl::import_keys(StateImage& image, const std::vecto
   const std::size_t rank_count = image.ranks.size();
   constexpr std::size_t kReservedPagesLimit = 64;  // a TP group larger than this is not expected
   std::size_t live = 0;
+  keys.records.reserve(image.keys.size());
   for (std::uint32_t id = 0; id < image.keys.size(); ++id) {
     KeyImage& k = image.keys[id];
     KeyRecord& record = keys.records.emplace_back();

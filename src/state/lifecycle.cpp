@@ -199,9 +199,11 @@ void MetadataState::Impl::before_allocate(RankData& r, std::uint32_t slot, const
 // all together rather than met one after another.
 void MetadataState::Impl::evict(RankData& r, std::size_t n, Scratch& s) {
   victims.clear();
+  std::uint32_t last = kNone;  // the last victim's page on r
   for (std::uint32_t page = r.lru.head; victims.size() < n; page = r.lru_next[page]) {
     victims.push_back(r.owner[page]);
     internal::touch(&keys[victims.back()]);
+    last = page;
   }
   if (victims.empty()) return;
   const bool record = static_cast<bool>(sink);
@@ -221,8 +223,18 @@ void MetadataState::Impl::evict(RankData& r, std::size_t n, Scratch& s) {
     change.deleted = s.deleted;
   }
   emit(change);
+  // The victims' pages on r are the head of r's list: cut off at once (one write at the cut, where
+  // unlinking each would write its neighbours' links, lru_prev entries nothing else has read). Their
+  // pages on other ranks are unlinked one by one.
+  r.lru.pop_front(r.lru_links(), static_cast<std::uint32_t>(victims.size()), last);
   for (const std::uint32_t id : victims) {
-    assert(keys[id].where == Where::lru);
+    KeyRecord& k = keys[id];
+    assert(k.where == Where::lru);
+    for (const RankPage& rp : k.pages) {
+      RankData& other = *ranks[rp.slot];
+      if (&other != &r) other.lru.remove(other.lru_links(), rp.page);
+    }
+    k.where = Where::none;
     remove_key_as(id, Removal::evicted, false);
   }
 }
