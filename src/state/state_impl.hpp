@@ -1,0 +1,327 @@
+// MetadataState::Impl: the state's parts and the operations on them (internal; only src/state/*.cpp
+// include this). Which file holds what:
+// - state/page_pool.hpp: one rank's pages (pool, page table, LRU links, reclaim marks);
+// - state/key_table.hpp: ids, records and the index from a key to its id;
+// - state/index_list.hpp: the index-linked list of both the LRU order and the leases;
+// - state/effects.cpp: what a call does to the parts (take pages, map a confirmation, push pages
+//   back, remove a key), used alike by the live calls and by replay, so that replay cannot drift;
+// - state/lifecycle.cpp: recency, leases, eviction, reclaim, drain (the clock's decisions);
+// - state/metadata_state.cpp: the calls (validation, locking, change records); state/introspection.cpp;
+// - state/replay.cpp: apply(); state/image.cpp: export_image() and import_image().
+//
+// Locking: one reader-writer lock (a waiting writer goes first): writers (initialize, allocate,
+// confirm_write, clear) exclusive, readers (batch_exists, get_locations, introspection) shared.
+// Every call holds it once, so each call is atomic. What does not need the state is done outside
+// it: hashing the keys, finding duplicates, building a new rank's arrays, freeing what clear()
+// dropped. bench_state's BM_WorkerCycle with 1 and 2 threads shows what the lock costs; critical
+// sections are a few microseconds per batch, so finer locking (per rank) has not been worth its
+// complexity so far.
+#pragma once
+
+#if defined(__GLIBC__)
+#include <pthread.h>  // WriterFirstMutex
+#endif
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <shared_mutex>
+#include <span>
+#include <vector>
+
+#include <boost/unordered/unordered_flat_map.hpp>
+
+#include "hf3fs_meta/state.hpp"
+#include "state/index_list.hpp"
+#include "state/key_table.hpp"
+#include "state/page_pool.hpp"
+#include "state/scratch.hpp"
+
+namespace hf3fs_meta {
+namespace state_model {
+
+// Lifecycle events kept in the order they happened (a clock that never goes back keeps them sorted).
+// Each has a stamp unique in the state's life; the page or key keeps the stamp of its latest event,
+// so an older event about the same page or id (reallocated, or reused, since) is recognised as stale.
+struct TimedPage {
+  std::int64_t at = 0;  // when the page became allocated or orphaned
+  std::uint64_t stamp = 0;
+  std::uint32_t slot = 0;
+  std::uint32_t page = 0;
+  std::uint32_t marker = kAllocated;  // kAllocated or kOrphaned
+};
+
+struct TimedKey {
+  std::int64_t at = 0;  // when the key was created or stopped being complete
+  std::uint64_t stamp = 0;
+  std::uint32_t id = 0;
+};
+
+// export_image's copy of a rank, sized before the instant.
+struct PreparedRank {
+  std::uint32_t num_pages = 0;
+  std::vector<std::uint32_t> hashes;  // every page's allocated_for entry, if the rank has allocated pages
+};
+
+// Lifecycle state that clear() forgets with the ranks and keys.
+struct Lifecycle {
+  IndexList leases;       // key ids, in the order their leases began, which is the order they end
+  std::uint64_t complete = 0;  // live complete keys
+  std::deque<TimedPage> timed_pages;
+  std::deque<TimedKey> timed_keys;
+};
+
+// Lifecycle counters, kept across clear().
+struct Counters {
+  std::uint64_t evicted = 0;
+  std::uint64_t deleted = 0;
+  std::uint64_t reclaimed_keys = 0;
+  std::uint64_t reclaimed_allocated = 0;
+  std::uint64_t reclaimed_orphaned = 0;
+};
+
+// The state's lock. glibc's default rwlock lets a reader in whenever no writer holds it, even while
+// writers wait, so a snapshot copying key names a chunk at a time kept writers out through all the
+// chunks; here a waiting writer goes first (new readers wait for it). Not recursive for readers.
+// The writer preference is a glibc extension; elsewhere std::shared_mutex, whose fairness the
+// platform decides.
+#if defined(__GLIBC__)
+class WriterFirstMutex {
+ public:
+  WriterFirstMutex() {
+    pthread_rwlockattr_t attr;
+    pthread_rwlockattr_init(&attr);
+    pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&lock_, &attr);
+    pthread_rwlockattr_destroy(&attr);
+  }
+  ~WriterFirstMutex() { pthread_rwlock_destroy(&lock_); }
+  WriterFirstMutex(const WriterFirstMutex&) = delete;
+  WriterFirstMutex& operator=(const WriterFirstMutex&) = delete;
+  void lock() noexcept { pthread_rwlock_wrlock(&lock_); }
+  void unlock() noexcept { pthread_rwlock_unlock(&lock_); }
+  void lock_shared() noexcept { pthread_rwlock_rdlock(&lock_); }
+  void unlock_shared() noexcept { pthread_rwlock_unlock(&lock_); }
+
+ private:
+  pthread_rwlock_t lock_;
+};
+#else
+using WriterFirstMutex = std::shared_mutex;
+#endif
+
+}  // namespace state_model
+
+// Only the state's own files include this header: its names are theirs.
+using namespace state_model;
+
+struct MetadataState::Impl {
+  StateOptions options;
+  mutable WriterFirstMutex mutex;
+
+  boost::unordered_flat_map<Rank, std::uint32_t> rank_slots;
+  std::vector<std::unique_ptr<RankData>> ranks;  // by slot; null once dropped (slots are never reused)
+  KeyTable keys;
+  std::int64_t total_pages = 0;  // of all ranks
+  Lifecycle life;
+  Counters counters;
+  std::vector<std::uint32_t> victims;  // evict()'s, under the exclusive lock
+  // Durability: the change records' sink and number, and the export's check that no key id was
+  // freed (and so maybe reused) while it copied names outside the lock.
+  ChangeSink sink;
+  std::uint64_t seq = 0;    // changes applied
+  std::uint64_t epoch = 0;  // bumped whenever a key id is freed or every id is replaced (clear, import)
+  // Fixed at construction from the options.
+  bool lifecycle = false;  // any of eviction, leases, TTL on
+  bool lru = false;
+  std::int64_t lease_ms = 0;
+  std::int64_t ttl_ms = 0;
+  std::int64_t now = std::numeric_limits<std::int64_t>::min() / 4;  // the latest clock reading
+  std::uint64_t stamps = 0;                                         // of timed events, never reused
+  // With a TTL: the clock reading the records carry (ChangeKind::clock), so that a replay times what
+  // it replays as the original did.
+  std::optional<std::int64_t> recorded_now;
+
+  explicit Impl(StateOptions o = {}) : options(std::move(o)) {
+    options.max_pages = std::min(options.max_pages, kPageLimit);
+    lru = options.eviction == Eviction::lru;
+    lease_ms = std::max<std::int64_t>(0, options.read_lease.count());
+    ttl_ms = std::max<std::int64_t>(0, options.allocation_ttl.count());
+    lifecycle = lru || lease_ms > 0 || ttl_ms > 0;
+  }
+
+  // What clear(), a replayed clear and import_image() replace (not the options, counters, sink or
+  // numbering). One list, so that a new member is swapped everywhere or nowhere.
+  void swap_contents(Impl& other) noexcept {
+    std::swap(rank_slots, other.rank_slots);
+    std::swap(ranks, other.ranks);
+    std::swap(keys, other.keys);
+    std::swap(total_pages, other.total_pages);
+    std::swap(life, other.life);
+  }
+
+  // Under the exclusive lock, once a call has changed the state.
+  void emit(Change& change) {
+    if (ttl_ms > 0 && recorded_now != now) emit_clock();
+    change.seq = ++seq;
+    if (sink) sink(change);
+  }
+  void emit_clock();
+
+  // ---- Lookups. Only under the lock.
+  std::uint32_t slot_of(Rank rank) const {
+    const auto it = rank_slots.find(rank);
+    return it == rank_slots.end() ? kNone : it->second;
+  }
+  std::uint32_t id_of(const HashedKey& key) const { return keys.find(key); }
+  // Starts the cache misses of the keys' lookups together, before the lookups wait for each in turn.
+  void prefetch(const std::vector<HashedKey>& hashed) const noexcept {
+    for (const HashedKey& key : hashed) keys.prefetch(key);
+  }
+  void prefetch_records(const std::vector<HashedKey>& hashed) const noexcept;
+  // The page a complete key has on this rank: what allocate and get_locations answer.
+  std::uint32_t complete_page(const HashedKey& key, std::uint32_t slot) const {
+    const std::uint32_t id = id_of(key);
+    if (id == kNone) return kNone;
+    const KeyRecord& k = keys[id];
+    if (!k.complete()) return kNone;
+    const RankPage* rp = k.on(slot);
+    return rp ? rp->page : kNone;
+  }
+  PageState page_state(const RankData& r, std::uint32_t page) const {
+    switch (const std::uint32_t owner = r.owner[page]) {
+      case kFree: return PageState::free;
+      case kAllocated: return PageState::allocated;
+      case kOrphaned: return PageState::orphaned;
+      default: return keys[owner].live ? PageState::mapped : PageState::draining;
+    }
+  }
+
+  // Readers share the lock, unless the lifecycle is on: then a lookup changes the state (recency,
+  // leases) and what expired is processed first, so it takes the lock exclusively.
+  class ReadAccess {
+   public:
+    explicit ReadAccess(Impl& impl) : impl_(impl) {
+      if (impl_.lifecycle) {
+        impl_.mutex.lock();
+        impl_.advance();
+      } else {
+        impl_.mutex.lock_shared();
+      }
+    }
+    ~ReadAccess() {
+      if (impl_.lifecycle) {
+        impl_.mutex.unlock();
+      } else {
+        impl_.mutex.unlock_shared();
+      }
+    }
+    ReadAccess(const ReadAccess&) = delete;
+    ReadAccess& operator=(const ReadAccess&) = delete;
+
+   private:
+    Impl& impl_;
+  };
+
+  // ---- The calls' halves under the lock (metadata_state.cpp).
+  std::vector<bool> batch_exists(const std::vector<HashedKey>& hashed);
+  StateResult<std::vector<std::optional<Page>>> get_locations(Rank rank, const std::vector<HashedKey>& hashed);
+  template <class Keys>
+  std::vector<bool> delete_keys(const Keys& keys_to_delete);
+  // The server's --max-* flags, which a new rank must fit (the error's message says why it does
+  // not). Checked by initialize and by a replayed rank_created alike (a record naming an absurd rank
+  // must not take all the memory). The first check depends on the request alone, the second on the
+  // state.
+  StateResult<void> check_max_pages(std::int64_t num_pages) const;
+  StateResult<void> check_room_for(Rank rank, std::int64_t num_pages) const;
+  StateResult<void> validate_confirmations(RankData& r, std::uint32_t slot, std::span<const Confirmation> confirmations,
+                                           Scratch& s) const;
+  StateResult<void> check_releases(const RankData& r, const Scratch& s, std::span<const Page> pages,
+                                   std::span<const ReleaseKey> keyed) const;
+  ConfirmOutcome apply_confirmations(RankData& r, std::uint32_t slot, std::span<const Confirmation> confirmations,
+                                     Scratch& s);
+  void record_confirm(Rank rank, const Scratch& s, const ConfirmOutcome& outcome);
+
+  // ---- Effects, shared by the live calls and replay (effects.cpp).
+  void add_rank(std::unique_ptr<RankData> data);
+  std::uint32_t create_key(const HashedKey& key, std::uint32_t tp_world_size);
+  // Takes the pool's front page for a key whose short hash is `hash`: allocated for it, or, `keep`
+  // false (a complete key with a page on this rank), handed back to the end of the pool at once, as
+  // vLLM does. Returns the page taken.
+  std::uint32_t take_page(RankData& r, std::uint32_t slot, std::uint32_t hash, bool keep) {
+    const std::uint32_t page = r.pop_front();
+    if (!keep) {
+      r.push_back(page);
+      return page;
+    }
+    r.mark_allocated(page, hash);
+    if (ttl_ms > 0) timed(r, slot, page, kAllocated);
+    return page;
+  }
+  void map_page(RankData& r, std::uint32_t slot, std::uint32_t id, std::uint32_t page);
+  std::uint32_t map_confirmation(RankData& r, std::uint32_t slot, std::uint32_t id, const HashedKey& key,
+                                 std::uint32_t page, std::uint32_t new_key_tp_world_size);
+  void release(RankData& r, std::span<const Page> pages, std::span<const ReleaseKey> keyed, Scratch& s,
+               ConfirmOutcome& outcome);
+  void reclaim_page(RankData& r, std::uint32_t page);
+  void remove_key_as(std::uint32_t id, Removal why, bool drain);
+  std::uint32_t drain_orphan(RankData& r, std::uint32_t slot, std::uint32_t page, std::uint32_t leased);
+  void release_key_pages(std::uint32_t id, bool draining);
+  void free_id(std::uint32_t id);
+  DropOutcome drop(std::uint32_t slot, std::unique_ptr<RankData>& gone);
+
+  // ---- Lifecycle: recency, leases, eviction, reclaim, deletion (lifecycle.cpp). Every operation is
+  // O(1) per page it touches. Only under the exclusive lock.
+  std::int64_t read_clock() const;
+  void advance();
+  void timed(RankData& r, std::uint32_t slot, std::uint32_t page, std::uint32_t marker);
+  void expire_page(const TimedPage& e);
+  void expire_key(const TimedKey& e);
+  void completeness_changed(std::uint32_t id, bool was_complete);
+  void use(std::uint32_t id, bool read);
+  void lru_link(std::uint32_t id);
+  void lru_unlink(std::uint32_t id);
+  void lease_push_back(std::uint32_t id);
+  void lease_unlink(std::uint32_t id);
+  void end_lease(std::uint32_t id, bool journal = true);
+  void remove_key(std::uint32_t id, Removal why, bool journal = true);
+  void before_allocate(RankData& r, std::uint32_t slot, const std::vector<HashedKey>& hashed, Scratch& s);
+  void evict(RankData& r, std::size_t n, Scratch& s);
+  void restart_leases();
+
+  // ---- Replay (replay.cpp): each kind's record, checked, then applied through the effects above.
+  StateResult<void> apply_change(const Change& change);
+  StateResult<void> apply_rank_created(const Change& change);
+  StateResult<void> apply_removal(const Change& change);
+  StateResult<void> apply_key_drained(const Change& change);
+  StateResult<void> apply_on_rank(const Change& change, std::uint32_t slot);
+  StateResult<void> apply_page_reclaimed(const Change& change, RankData& r);
+  StateResult<void> apply_page_draining(const Change& change, RankData& r, std::uint32_t slot);
+  StateResult<void> apply_allocated(const Change& change, RankData& r, std::uint32_t slot);
+  StateResult<void> apply_confirmed(const Change& change, RankData& r, std::uint32_t slot);
+
+  // ---- The image (image.cpp).
+  void prepare_export(StateImage& image, std::vector<PreparedRank>& prepared) const;
+  std::uint64_t copy_at_instant(StateImage& image, std::vector<PreparedRank>& prepared,
+                                std::vector<std::uint32_t>& slot_of_image, bool names_under_lock,
+                                const std::function<void(std::uint64_t)>& at_instant) const;
+  void copy_names(StateImage& image, std::uint32_t begin, std::uint32_t end) const;
+  bool copy_names_after(StateImage& image, std::uint64_t instant_epoch) const;
+  void export_lifecycle(const std::vector<std::uint32_t>& index_of_slot, StateImage& image) const;
+  std::size_t import_keys(StateImage& image, const std::vector<bool>& free_id, const std::vector<bool>& draining);
+  StateResult<void> import_ranks(StateImage& image);
+  StateResult<void> import_pages(const StateImage& image, const std::vector<bool>& free_id,
+                                 const std::vector<bool>& draining);
+  StateResult<void> import_pools(StateImage& image);
+  StateResult<void> enter_keys(const std::vector<bool>& free_id, const std::vector<bool>& draining, std::size_t live);
+  StateResult<void> import_timed(const StateImage& image, const std::vector<bool>& draining);
+  void time_untimed(std::vector<TimedPage>& pages, std::vector<TimedKey>& timed_keys,
+                    std::vector<std::vector<bool>>& page_timed, const std::vector<bool>& key_timed);
+};
+
+}  // namespace hf3fs_meta
