@@ -1,4 +1,5 @@
-// MetadataState: see include/hf3fs_meta/state.hpp and PROTOCOL.md, "State model".
+// MetadataState: see include/hf3fs_meta/state.hpp, docs/protocol.md "State model" (the rules)
+// and docs/design.md "State" (the layout).
 //
 // Layout, chosen so that every operation costs O(1) per page and per key and nothing scans a pool:
 // - per rank, the page pool and page table (state/page_pool.hpp);
