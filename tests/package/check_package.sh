@@ -11,7 +11,7 @@ done
 soname=$(objdump -p "$prefix"/lib/libhf3fs_meta_client.so | awk '/SONAME/ {print $2}')
 [ "$soname" = "libhf3fs_meta_client.so.0.1" ] || { echo "unexpected SONAME '$soname'"; exit 1; }
 cmake -S "$consumer" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release
-cmake --build "$work/consumer"
+cmake --build "$work/consumer" --parallel
 LD_LIBRARY_PATH="$prefix/lib" "$work/consumer/consumer"
 LD_LIBRARY_PATH="$prefix/lib" "$work/consumer/consumer_mock_test" > "$work.mock_test.log" || { cat "$work.mock_test.log"; exit 1; }
 "$prefix/bin/hf3fs-meta" --help > /dev/null
