@@ -11,7 +11,7 @@ done
 soname=$(objdump -p "$prefix"/lib/libhf3fs_meta_client.so | awk '/SONAME/ {print $2}')
 [ "$soname" = "libhf3fs_meta_client.so.0.1" ] || { echo "unexpected SONAME '$soname'"; exit 1; }
 cmake -S "$consumer" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release
-cmake --build "$work/consumer"
+cmake --build "$work/consumer" --parallel
 # The client-only program against the installed server, then the in-process one.
 LD_LIBRARY_PATH="$prefix/lib" "$(dirname "$0")/../../scripts/with_server" "$prefix/bin/hf3fs-meta-server" \
   -- "$work/consumer/consumer"
