@@ -119,6 +119,21 @@ class JsonCursor {
     }
   }
 
+  // A two-element list, [first, second] (vLLM's [key, prefix] and [key, page] pairs): each reader
+  // reads its element.
+  template <class First, class Second>
+  bool pair(First&& first, Second&& second) {
+    if (!lit('[')) return false;
+    ws();
+    if (!first()) return false;
+    ws();
+    if (!lit(',')) return false;
+    ws();
+    if (!second()) return false;
+    ws();
+    return lit(']');
+  }
+
   // An object whose members are among `names` (N <= 8), each at most once: `member(index)` reads
   // the value of names[index]. Python keeps the last of a repeated member; we fall back instead.
   template <std::size_t N, class Member>

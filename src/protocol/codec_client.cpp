@@ -280,15 +280,10 @@ Decoded<std::vector<Page>> decode_allocate_response(std::string_view body, std::
       "results", sent.size(), [&](internal::JsonCursor& c, std::size_t i) {
         const std::string& key = sent[i].key;
         std::int64_t page = 0;
-        if (!c.lit('[')) return false;
-        c.ws();
-        if (internal::clean_prefix<true>(key) != key.size() || !c.lit('"') || !c.lit(key) || !c.lit('"')) return false;
-        c.ws();
-        if (!c.lit(',')) return false;
-        c.ws();
-        if (!c.integer(page) || page < kNoPage) return false;
-        c.ws();
-        if (!c.lit(']')) return false;
+        const auto same_key = [&] {
+          return internal::clean_prefix<true>(key) == key.size() && c.lit('"') && c.lit(key) && c.lit('"');
+        };
+        if (!c.pair(same_key, [&] { return c.integer(page) && page >= kNoPage; })) return false;
         out.push_back(page);
         return true;
       });

@@ -106,15 +106,7 @@ std::optional<AllocateRequest> fast_allocate_request(std::string_view body) {
     return c.list([&](std::size_t) {
       std::string_view key;
       std::string_view prefix;
-      if (!c.lit('[')) return false;
-      c.ws();
-      if (!c.plain_string(key)) return false;
-      c.ws();
-      if (!c.lit(',')) return false;
-      c.ws();
-      if (!c.plain_string(prefix)) return false;
-      c.ws();
-      if (!c.lit(']')) return false;
+      if (!c.pair([&] { return c.plain_string(key); }, [&] { return c.plain_string(prefix); })) return false;
       request.keys.push_back(BlockKey{std::string(key), std::string(prefix)});
       return true;
     });
@@ -141,15 +133,7 @@ std::optional<ConfirmWriteRequest> fast_confirm_write_request(std::string_view b
     return c.list([&](std::size_t) {
       std::string_view key;
       Page page = 0;
-      if (!c.lit('[')) return false;
-      c.ws();
-      if (!c.plain_string(key)) return false;
-      c.ws();
-      if (!c.lit(',')) return false;
-      c.ws();
-      if (!c.integer(page)) return false;
-      c.ws();
-      if (!c.lit(']')) return false;
+      if (!c.pair([&] { return c.plain_string(key); }, [&] { return c.integer(page); })) return false;
       request.confirmations.push_back(Confirmation{std::string(key), page});
       return true;
     });
