@@ -690,6 +690,36 @@ TEST(DurableSnapshot, AnOlderSnapshotsTaggedRecordsAreReadIntoTheCompactForm) {
 }
 
 // Version 3 is written only when there are answers to keep, and keeps them exactly: no key names.
+// Version 4 holds the reclaim marks after the lifecycle section; a snapshot cut inside them is
+// refused naming the rank.
+TEST(DurableSnapshot, ReclaimMarksAreReadAndACutInsideThemIsNamed) {
+  TempDir dir;
+  std::int64_t clock = 1'764'590'000'000;
+  MetadataState state(lifecycle_options(clock, 0, 100));
+  ASSERT_TRUE(state.initialize(0, 1).has_value());
+  const std::vector<BlockKey> k1{{"k1", ""}};
+  const std::vector<BlockKey> k3{{"k3", ""}};
+  ASSERT_EQ(state.allocate(0, k1).value(), std::vector<Page>{0});
+  clock += 100;  // reclaimed, then allocated again
+  ASSERT_EQ(state.allocate(0, k3).value(), std::vector<Page>{0});
+  const StateImage image = state.export_image();
+  ASSERT_TRUE(image.has_reclaim_marks());
+  const std::string next = journal_name(image.seq + 1);
+  ASSERT_TRUE(write_snapshot(dir.path(), image, {}, next).has_value());
+  const auto path = files_like(dir.path(), "snapshot-").back();
+  const std::string bytes = read_bytes(path);
+  auto loaded = read_snapshot(path, bytes);
+  ASSERT_TRUE(loaded.has_value()) << loaded.error().message;
+  EXPECT_EQ(loaded.value().image, image);
+  // Cut just before rank 0's mark count: what follows it is one mark, the dedup count, the journal's
+  // name and the checksum.
+  std::string cut = bytes.substr(0, bytes.size() - (4 + 4 + 4 + 4 + next.size() + 4));
+  put_u32(cut, crc32c(std::string_view(cut).substr(kFileHeaderSize)));
+  auto refused = read_snapshot(path, cut);
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_THAT(refused.error().message, HasSubstr("truncated reclaim marks of rank 0"));
+}
+
 TEST(DurableSnapshot, RequestIdAnswersAreKeptInTheirCompactForm) {
   TempDir dir;
   MetadataState state;
