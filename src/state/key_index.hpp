@@ -16,10 +16,6 @@
 #include <cstring>
 #include <memory>
 
-#if defined(__linux__)
-#include <sys/mman.h>  // madvise
-#endif
-
 namespace hf3fs_meta::internal {
 
 // Starts a cache miss without waiting for it: a load whose value nobody uses, so that the CPU
@@ -27,24 +23,6 @@ namespace hf3fs_meta::internal {
 // bought nothing (dropped on a TLB miss, likely), where these loads cut BM_AllocateEvict128 by a
 // third.
 inline void touch(const void* p) noexcept { (void)*static_cast<const volatile char*>(p); }
-
-// Asks the kernel to back the 2 MB-aligned part of a large array not touched yet with huge pages
-// (transparent huge pages in "madvise" mode, the default of many distributions): an array that is
-// filled at once (a key table, a recovered state's key records) then faults once per 2 MB instead of
-// once per 4 kB, and a fault costs microseconds in a VM. Only for arrays that are filled whole.
-inline void advise_huge_pages(void* p, std::size_t bytes) noexcept {
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-  constexpr std::uintptr_t kHuge = std::uintptr_t{2} << 20;
-  if (bytes < 2 * kHuge) return;
-  const auto at = reinterpret_cast<std::uintptr_t>(p);
-  const std::uintptr_t begin = (at + kHuge - 1) & ~(kHuge - 1);
-  const std::uintptr_t end = (at + bytes) & ~(kHuge - 1);
-  if (end > begin) (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
-#else
-  (void)p;
-  (void)bytes;
-#endif
-}
 
 class KeyIndex {
  public:
@@ -133,7 +111,6 @@ class KeyIndex {
     const std::size_t old_capacity = capacity();
     auto old = std::move(slots_);
     slots_ = std::make_unique_for_overwrite<Slot[]>(new_capacity);
-    advise_huge_pages(slots_.get(), new_capacity * sizeof(Slot));
     std::memset(static_cast<void*>(slots_.get()), 0xFF, new_capacity * sizeof(Slot));  // every id kNone
     mask_ = new_capacity - 1;
     for (std::size_t i = 0; i < old_capacity; ++i) {

@@ -128,7 +128,7 @@ static_assert(sizeof(KeyRecord) == 128, "two cache lines");
 // Key records by id, in fixed-size chunks: indexing is two loads, and growing never moves records
 // (a std::vector would move a million of them at once; a std::deque's 512-byte blocks hold four).
 // reserve() makes the chunks for many records as one block (import_image: one allocation for the
-// whole array, faulted in 2 MB at a time, not one 4 kB fault after another per chunk).
+// whole array, not one per chunk).
 class KeyRecords {
  public:
   std::size_t size() const noexcept { return size_; }
@@ -161,7 +161,6 @@ class KeyRecords {
   void add_block(std::size_t chunks) {
     const std::size_t count = chunks << kShift;
     void* raw = ::operator new(count * sizeof(KeyRecord), std::align_val_t{alignof(KeyRecord)});
-    internal::advise_huge_pages(raw, count * sizeof(KeyRecord));
     auto* first = static_cast<KeyRecord*>(raw);
     std::uninitialized_value_construct_n(first, count);  // noexcept in practice: no allocation
     blocks_.emplace_back(first, BlockDeleter{count});
