@@ -91,6 +91,11 @@ bool bearer_matches(std::string_view header, std::string_view token) {
   return given.size() == token.size() && CRYPTO_memcmp(given.data(), token.data(), token.size()) == 0;
 }
 
+// The 503 body of a change refused because the journal had failed before it.
+std::string nothing_applied(const std::string& error) {
+  return protocol::encode_detail("the data dir cannot be written (" + error + "): nothing applied");
+}
+
 // The 503 body of a change whose journal record could not be written (rolled back since).
 std::string not_acknowledged(const std::string& error) {
   return protocol::encode_detail("the change could not be written to the data dir (" + error +
@@ -110,6 +115,11 @@ Router::Router(const ServerOptions& options, MetadataState& state, Metrics& metr
   if (dedup_.enabled()) dedup_header_ += "x-request-id-dedup: " + std::to_string(dedup_.window().count()) + "\r\n";
 }
 
+durable::Result<void> Router::journal_writable() const {
+  if (!store_) return boost::outcome_v2::success();
+  return store_->journal().writable();
+}
+
 bool Router::settle(Reply& reply) {
   if (!store_) return true;
   auto settled = store_->settle();
@@ -122,8 +132,8 @@ bool Router::settle(Reply& reply) {
 
 void Router::await_durable(Exchange& exchange, std::function<void()> wake) {
   store_->journal().when_durable(exchange.durable_seq,
-                                 [&exchange, wake = std::move(wake)](const std::optional<std::string>& error) {
-                                   if (error) exchange.durable_error = *error;
+                                 [&exchange, wake = std::move(wake)](const durable::Result<void>& durable) {
+                                   if (!durable) exchange.durable_error = durable.error().message;
                                    wake();
                                  });
 }
@@ -136,9 +146,9 @@ bool Router::serve_server_route(const Request& request, std::string_view path, E
     switch (row.route) {
       case ServerRoute::healthz:
         if (request.method != "GET") break;
-        if (auto failure = store_ ? store_->journal().failure() : std::nullopt) {
+        if (auto writable = journal_writable(); !writable) {
           // Reads are still answered; state changes get 503 until a snapshot succeeds.
-          std::string body = protocol::encode_detail(*failure);
+          std::string body = protocol::encode_detail(writable.error().message);
           body.insert(1, R"("status":"degraded",)");
           set_json(reply, 200, std::move(body));
         } else {
@@ -151,7 +161,7 @@ bool Router::serve_server_route(const Request& request, std::string_view path, E
         reply.content_type = "text/plain; version=0.0.4; charset=utf-8";
         reply.body = metrics_.render(service_.state(), dedup_.stats(),
                                      store_ ? durability_families(store_->stats(), store_->journal().stats(),
-                                                                  store_->journal().failure().has_value())
+                                                                  !store_->journal().writable())
                                             : std::vector<prometheus::MetricFamily>{});
         reply.location.clear();
         reply.allow.clear();
@@ -194,21 +204,21 @@ void Router::serve_faults(const Request& request, Exchange& exchange) {
   }
   if (parsed.request->forget_state) {
     if (!settle(reply)) return;
-    std::optional<std::string> error;
+    durable::Result<void> written = boost::outcome_v2::success();
     {
       std::shared_lock<std::shared_mutex> gate;
       if (store_) gate = store_->gate();
-      if (auto failure = store_ ? store_->journal().failure() : std::nullopt) {
-        set_json(reply, 503, protocol::encode_detail("the data dir cannot be written (" + *failure + "): nothing applied"));
+      if (auto writable = journal_writable(); !writable) {
+        set_json(reply, 503, nothing_applied(writable.error().message));
         return;
       }
       durable::Journal::reset_thread_seq();
       service_.state().clear();
-      error = store_ ? store_->journal().write_through(durable::Journal::thread_seq()) : std::nullopt;
+      if (store_) written = store_->journal().write_through(durable::Journal::thread_seq());
     }
-    if (error) {
+    if (!written) {
       // As for any change whose record failed (serve_protocol): rolled back, not acknowledged.
-      if (settle(reply)) set_json(reply, 503, not_acknowledged(*error));
+      if (settle(reply)) set_json(reply, 503, not_acknowledged(written.error().message));
       return;
     }
     dedup_.clear();
@@ -233,10 +243,10 @@ void Router::serve_protocol(const Request& request, Exchange& exchange) {
   std::shared_lock<std::shared_mutex> gate;  // see Store::gate; released before any settle()
   if (store_) gate = store_->gate();
   if (store_ && changes_state) {
-    if (auto failure = store_->journal().failure()) {
+    if (auto writable = store_->journal().writable(); !writable) {
       answer.status = 503;
       answer.content_type = kJson;
-      answer.body = protocol::encode_detail("the data dir cannot be written (" + *failure + "): nothing applied");
+      answer.body = nothing_applied(writable.error().message);
     } else {
       // The change's record carries the request id, so that a restarted server still knows the answer.
       durable::DedupTag tag;
@@ -251,11 +261,11 @@ void Router::serve_protocol(const Request& request, Exchange& exchange) {
       }
       seq = durable::Journal::thread_seq();
       if (seq != 0) {
-        if (auto error = store_->journal().write_through(seq)) {
+        if (auto written = store_->journal().write_through(seq); !written) {
           answer = ServiceAnswer{};
           answer.status = 503;
           answer.content_type = kJson;
-          answer.body = not_acknowledged(*error);
+          answer.body = not_acknowledged(written.error().message);
           answer.pages.clear();
           seq = 0;
         }

@@ -112,6 +112,8 @@ class Router {
   void serve_protocol(const Request& request, Exchange& exchange);
   // Store::settle; false (the reply set to 503) when the rollback failed.
   bool settle(Reply& reply);
+  // Journal::writable; a server without a data dir always is.
+  durable::Result<void> journal_writable() const;
 
   const ServerOptions& options_;
   Service service_;
