@@ -229,78 +229,93 @@ void Router::serve_faults(const Request& request, Exchange& exchange) {
   set_json(reply, 200, "{\"rules\":" + std::to_string(rules) + "}");
 }
 
+// Service::handle, as a sequence: settle any earlier failure, run the call under the store's gate
+// (its record written), settle a failure of that record, then log, keep the answer for the request
+// id, and copy it into the reply.
 void Router::serve_protocol(const Request& request, Exchange& exchange) {
-  auto& reply = exchange.reply;
-  const Route route = exchange.target.route;
-  const bool changes_state = route_info(route).changes_state;
-  ServiceAnswer answer;
-  std::uint64_t seq = 0;
   // Nothing is served while a journal failure's unacknowledged changes are still applied.
-  if (store_ && !settle(reply)) {
-    if (exchange.claim) exchange.claim.complete(503, {}, 0);
-    return;
+  if (!settle_or_refuse(exchange)) return;
+  Served served = handle_gated(request, exchange);
+  // A failed record: the change (and any other not acknowledged) is rolled back before the 503.
+  if (!settle_or_refuse(exchange)) return;
+  if (served.answer.num_pages_kept != 0) report_num_pages_kept(request, served.answer.num_pages_kept);
+  keep_answer(exchange, served);
+  set_reply(request, std::move(served.answer), exchange.reply);
+}
+
+bool Router::settle_or_refuse(Exchange& exchange) {
+  if (!store_ || settle(exchange.reply)) return true;
+  if (exchange.claim) exchange.claim.complete(503, {}, 0);
+  return false;
+}
+
+Router::Served Router::handle_gated(const Request& request, Exchange& exchange) {
+  if (!store_) return Served{service_.handle(exchange.target, request.body), 0};
+  // See Store::gate; released on return, before serve_protocol's settle().
+  const std::shared_lock<std::shared_mutex> gate = store_->gate();
+  if (route_info(exchange.target.route).changes_state) return handle_journaled(request, exchange);
+  return Served{service_.handle(exchange.target, request.body), 0};
+}
+
+Router::Served Router::handle_journaled(const Request& request, Exchange& exchange) {
+  Served served;
+  ServiceAnswer& answer = served.answer;
+  if (auto writable = store_->journal().writable(); !writable) {
+    answer.status = 503;
+    answer.content_type = kJson;
+    answer.body = nothing_applied(writable.error().message);
+    return served;
   }
-  std::shared_lock<std::shared_mutex> gate;  // see Store::gate; released before any settle()
-  if (store_) gate = store_->gate();
-  if (store_ && changes_state) {
-    if (auto writable = store_->journal().writable(); !writable) {
-      answer.status = 503;
-      answer.content_type = kJson;
-      answer.body = nothing_applied(writable.error().message);
-    } else {
-      // The change's record carries the request id, so that a restarted server still knows the answer.
-      durable::DedupTag tag;
-      if (exchange.claim) {
-        tag = durable::DedupTag{route, request.request_id,
-                                DedupCache::body_hash(request.body), request.body.size()};
-      }
-      durable::Journal::reset_thread_seq();
-      {
-        durable::TagScope scope(exchange.claim ? &tag : nullptr);
-        answer = service_.handle(exchange.target, request.body);
-      }
-      seq = durable::Journal::thread_seq();
-      if (seq != 0) {
-        if (auto written = store_->journal().write_through(seq); !written) {
-          answer = ServiceAnswer{};
-          answer.status = 503;
-          answer.content_type = kJson;
-          answer.body = not_acknowledged(written.error().message);
-          answer.pages.clear();
-          seq = 0;
-        }
-      }
-    }
-  } else {
+  // The change's record carries the request id, so that a restarted server still knows the answer.
+  durable::DedupTag tag;
+  if (exchange.claim) {
+    tag = durable::DedupTag{exchange.target.route, request.request_id, DedupCache::body_hash(request.body),
+                            request.body.size()};
+  }
+  durable::Journal::reset_thread_seq();
+  {
+    durable::TagScope scope(exchange.claim ? &tag : nullptr);
     answer = service_.handle(exchange.target, request.body);
   }
-  if (gate) gate.unlock();
-  // A failed record: the change (and any other not acknowledged) is rolled back before the 503.
-  if (store_ && !settle(exchange.reply)) {
-    if (exchange.claim) exchange.claim.complete(503, {}, 0);
-    return;
+  served.seq = durable::Journal::thread_seq();
+  if (served.seq == 0) return served;  // no record appended: nothing to write
+  if (auto written = store_->journal().write_through(served.seq); !written) {
+    answer = ServiceAnswer{};
+    answer.status = 503;
+    answer.content_type = kJson;
+    answer.body = not_acknowledged(written.error().message);
+    served.seq = 0;
   }
-  if (answer.num_pages_kept != 0) {
-    metrics_.count_num_pages_mismatch();
-    const RouteInfo& drop = route_info(Route::drop_rank);
-    std::fprintf(stderr,
-                 "hf3fs-meta-server: %.*s asked for another num_pages than the rank has (%lld): the rank is kept "
-                 "as it is; %.*s %.*s first to resize it\n",
-                 static_cast<int>(request.target.size()), request.target.data(),
-                 static_cast<long long>(answer.num_pages_kept), static_cast<int>(drop.method.size()),
-                 drop.method.data(), static_cast<int>(drop.name.size()), drop.name.data());
-  }
-  if (seq != 0 && store_->journal().mode() == durable::FsyncMode::always) {
-    exchange.durable_seq = seq;
+  return served;
+}
+
+void Router::report_num_pages_kept(const Request& request, std::int64_t kept) {
+  metrics_.count_num_pages_mismatch();
+  const RouteInfo& drop = route_info(Route::drop_rank);
+  std::fprintf(stderr,
+               "hf3fs-meta-server: %.*s asked for another num_pages than the rank has (%lld): the rank is kept "
+               "as it is; %.*s %.*s first to resize it\n",
+               static_cast<int>(request.target.size()), request.target.data(), static_cast<long long>(kept),
+               static_cast<int>(drop.method.size()), drop.method.data(), static_cast<int>(drop.name.size()),
+               drop.name.data());
+}
+
+void Router::keep_answer(Exchange& exchange, Served& served) {
+  if (served.seq != 0 && store_->journal().mode() == durable::FsyncMode::always) {
+    // Kept once the record is synced (finish): a repeat never gets an answer a failed sync takes back.
+    exchange.durable_seq = served.seq;
     if (exchange.claim) {
-      exchange.claim_status = answer.status;
-      exchange.claim_pages = std::move(answer.pages);
+      exchange.claim_status = served.answer.status;
+      exchange.claim_pages = std::move(served.answer.pages);
     }
   } else if (exchange.claim) {
     // Completed after the record is written (acknowledged, for everysec and no): a repeat waiting on
     // the claim is never answered first.
-    exchange.claim.complete(answer.status, answer.pages, seq);
+    exchange.claim.complete(served.answer.status, served.answer.pages, served.seq);
   }
+}
+
+void Router::set_reply(const Request& request, ServiceAnswer&& answer, Reply& reply) const {
   reply.status = answer.status;
   reply.content_type = std::move(answer.content_type);
   reply.body = std::move(answer.body);
