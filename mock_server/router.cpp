@@ -91,6 +91,15 @@ bool bearer_matches(std::string_view header, std::string_view token) {
   return given.size() == token.size() && CRYPTO_memcmp(given.data(), token.data(), token.size()) == 0;
 }
 
+// A 503 of the data dir's, with its JSON detail.
+ServiceAnswer unavailable(std::string body) {
+  ServiceAnswer answer;
+  answer.status = 503;
+  answer.content_type = kJson;
+  answer.body = std::move(body);
+  return answer;
+}
+
 // The 503 body of a change refused because the journal had failed before it.
 std::string nothing_applied(const std::string& error) {
   return protocol::encode_detail("the data dir cannot be written (" + error + "): nothing applied");
@@ -253,19 +262,16 @@ Router::Served Router::handle_gated(const Request& request, Exchange& exchange) 
   if (!store_) return Served{service_.handle(exchange.target, request.body), 0};
   // See Store::gate; released on return, before serve_protocol's settle().
   const std::shared_lock<std::shared_mutex> gate = store_->gate();
-  if (route_info(exchange.target.route).changes_state) return handle_journaled(request, exchange);
-  return Served{service_.handle(exchange.target, request.body), 0};
+  if (!route_info(exchange.target.route).changes_state) {
+    return Served{service_.handle(exchange.target, request.body), 0};
+  }
+  if (auto writable = store_->journal().writable(); !writable) {
+    return Served{unavailable(nothing_applied(writable.error().message)), 0};
+  }
+  return handle_journaled(request, exchange);
 }
 
 Router::Served Router::handle_journaled(const Request& request, Exchange& exchange) {
-  Served served;
-  ServiceAnswer& answer = served.answer;
-  if (auto writable = store_->journal().writable(); !writable) {
-    answer.status = 503;
-    answer.content_type = kJson;
-    answer.body = nothing_applied(writable.error().message);
-    return served;
-  }
   // The change's record carries the request id, so that a restarted server still knows the answer.
   durable::DedupTag tag;
   if (exchange.claim) {
@@ -273,20 +279,19 @@ Router::Served Router::handle_journaled(const Request& request, Exchange& exchan
                             request.body.size()};
   }
   durable::Journal::reset_thread_seq();
-  {
-    durable::TagScope scope(exchange.claim ? &tag : nullptr);
-    answer = service_.handle(exchange.target, request.body);
-  }
-  served.seq = durable::Journal::thread_seq();
+  // Constructed in place from Service's answer (no move of it on the hot path); a braced list runs
+  // in order: the call, then the seq of the record it appended.
+  Served served{[&] {
+                  durable::TagScope scope(exchange.claim ? &tag : nullptr);
+                  return service_.handle(exchange.target, request.body);
+                }(),
+                durable::Journal::thread_seq()};
   if (served.seq == 0) return served;  // no record appended: nothing to write
   if (auto written = store_->journal().write_through(served.seq); !written) {
-    answer = ServiceAnswer{};
-    answer.status = 503;
-    answer.content_type = kJson;
-    answer.body = not_acknowledged(written.error().message);
+    served.answer = unavailable(not_acknowledged(written.error().message));
     served.seq = 0;
   }
-  return served;
+  return served;  // (the one object returned: constructed in the caller's place)
 }
 
 void Router::report_num_pages_kept(const Request& request, std::int64_t kept) {

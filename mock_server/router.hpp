@@ -117,10 +117,11 @@ class Router {
   };
   // settle(); when it fails (the reply set to 503), the claim is completed with the 503: false.
   bool settle_or_refuse(Exchange& exchange);
-  // Service::handle under the store's gate; a state change through handle_journaled.
+  // Service::handle under the store's gate; a state change refused (503) while the journal is
+  // failed, else through handle_journaled.
   Served handle_gated(const Request& request, Exchange& exchange);
-  // A state change: refused while the journal is failed, tagged with the request id, its record
-  // written; a record that fails turns the answer into a 503.
+  // A state change, tagged with the request id, its record written; a record that fails turns the
+  // answer into a 503.
   Served handle_journaled(const Request& request, Exchange& exchange);
   // An initialize that kept the rank's other num_pages: counted and logged.
   void report_num_pages_kept(const Request& request, std::int64_t kept);
