@@ -8,10 +8,6 @@
 #include <numeric>
 #include <shared_mutex>
 
-#if defined(__GLIBC__)
-#include <malloc.h>  // malloc_trim
-#endif
-
 #include "state/state_impl.hpp"
 
 namespace hf3fs_meta {
@@ -212,12 +208,6 @@ StateResult<void> MetadataState::import_image(StateImage image) {
     ++impl_->epoch;
     impl_->seq = image.seq;
   }
-#if defined(__GLIBC__)
-  // The image's names were heap blocks, freed one by one as the records took them (import_keys):
-  // megabytes of free heap that nothing here allocates again (the records and page lists are blocks
-  // of their own), kept resident unless handed back (26 MB for 1,000,000 keys of 32 bytes).
-  malloc_trim(0);
-#endif
   return boost::outcome_v2::success();
 }
 
