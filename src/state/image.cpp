@@ -313,7 +313,9 @@ StateResult<void> MetadataState::Impl::import_pages(const StateImage& image, con
         ++r.orphaned;
       } else if (owner < key_count && !free_id[owner]) {
         KeyRecord& k = keys[owner];
-        if (keys.on(k, slot)) return bad_image("key " + k.name.str() + " has two pages on rank " + std::to_string(r.rank));
+        if (keys.on(k, slot)) {
+          return bad_image("key " + k.name.str() + " has two pages on rank " + std::to_string(r.rank));
+        }
         keys.add_page(k, RankPage{slot, page});
         ++(draining[owner] ? r.draining : r.mapped);
       } else {

@@ -85,7 +85,8 @@ class PageArena {
  private:
   static constexpr unsigned kShift = 12;  // entries per chunk of the index; a region is whole chunks
   static constexpr std::uint32_t kMask = (std::uint32_t{1} << kShift) - 1;
-  static constexpr std::size_t kMaxGrowth = std::size_t{1} << 18;  // entries (2 MiB) a growing arena adds at most at once
+  // Entries (2 MiB) a growing arena adds at most at once: a region is faulted in whole, under the lock.
+  static constexpr std::size_t kMaxGrowth = std::size_t{1} << 18;
   static constexpr std::size_t kIndexLimit = std::size_t{1} << 32;
 
   RankPage* data(PageList& l) noexcept { return l.cap_log2_ == 0 ? &l.first_ : entry(l.at_); }
