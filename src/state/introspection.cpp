@@ -62,7 +62,7 @@ std::optional<KeyInfo> MetadataState::key_info(std::string_view key) const {
     const KeyRecord& k = impl_->keys[id];
     info.tp_world_size = k.tp_world_size;
     info.complete = k.complete();
-    for (const RankPage& rp : k.pages) info.pages.emplace_back(impl_->ranks[rp.slot]->rank, Page{rp.page});
+    for (const RankPage& rp : impl_->keys.pages(k)) info.pages.emplace_back(impl_->ranks[rp.slot]->rank, Page{rp.page});
   }
   std::sort(info.pages.begin(), info.pages.end());
   return info;
