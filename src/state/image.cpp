@@ -139,26 +139,35 @@ std::uint64_t MetadataState::Impl::copy_at_instant(StateImage& image, std::vecto
   image.free_ids = keys.free_ids;
   export_lifecycle(index_of_slot, image);
   image.keys.resize(keys.size());
-  if (names_under_lock) copy_names(image, 0, static_cast<std::uint32_t>(image.keys.size()));
+  if (names_under_lock) copy_names(image, 0, static_cast<std::uint32_t>(image.keys.size()), nullptr);
   if (at_instant) at_instant(image.seq);
   return epoch;
 }
 
-void MetadataState::Impl::copy_names(StateImage& image, std::uint32_t begin, std::uint32_t end) const {
+// `skip`: ids left empty (free at the instant).
+void MetadataState::Impl::copy_names(StateImage& image, std::uint32_t begin, std::uint32_t end,
+                                     const std::vector<bool>* skip) const {
   for (std::uint32_t id = begin; id < end; ++id) {
+    if (skip && (*skip)[id]) continue;
     const KeyRecord& k = keys[id];
     image.keys[id] = KeyImage{k.name.str(), k.tp_world_size};
   }
 }
 
 // After the instant, a chunk at a time under the shared lock: false if a key id was freed since the
-// instant's `epoch` (the export starts over).
+// instant's `epoch` (the export starts over). An id free at the instant is left empty: a key created
+// since may have taken it (taking a free id bumps no epoch), and that name is not the instant's
+// (import_image refuses a free id with a name: "free key id N has a key").
 bool MetadataState::Impl::copy_names_after(StateImage& image, std::uint64_t instant_epoch) const {
   const auto key_count = static_cast<std::uint32_t>(image.keys.size());
+  std::vector<bool> free_at_instant(key_count, false);
+  for (const std::uint32_t id : image.free_ids) {
+    if (id < key_count) free_at_instant[id] = true;
+  }
   for (std::uint32_t begin = 0; begin < key_count; begin += kKeysPerChunk) {
     std::shared_lock lock(mutex);
     if (epoch != instant_epoch) return false;
-    copy_names(image, begin, std::min(key_count, begin + kKeysPerChunk));
+    copy_names(image, begin, std::min(key_count, begin + kKeysPerChunk), &free_at_instant);
   }
   return true;
 }

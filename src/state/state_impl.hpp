@@ -310,7 +310,7 @@ struct MetadataState::Impl {
   std::uint64_t copy_at_instant(StateImage& image, std::vector<PreparedRank>& prepared,
                                 std::vector<std::uint32_t>& slot_of_image, bool names_under_lock,
                                 const std::function<void(std::uint64_t)>& at_instant) const;
-  void copy_names(StateImage& image, std::uint32_t begin, std::uint32_t end) const;
+  void copy_names(StateImage& image, std::uint32_t begin, std::uint32_t end, const std::vector<bool>* skip) const;
   bool copy_names_after(StateImage& image, std::uint64_t instant_epoch) const;
   void export_lifecycle(const std::vector<std::uint32_t>& index_of_slot, StateImage& image) const;
   std::size_t import_keys(StateImage& image, const std::vector<bool>& free_id, const std::vector<bool>& draining);
