@@ -165,14 +165,21 @@ std::uint64_t MetadataState::Core::copy_at_instant(StateImage& image, std::vecto
 
 // After the instant, a chunk at a time under the shared lock: false if, since the instant, a key id
 // was freed in a namespace, a namespace was dropped or the state was imported (the export starts over).
+// An id free at the instant is left empty: a key created since may have taken it (reusing a free id
+// bumps no epoch), and its name is not the instant's.
 bool MetadataState::Core::copy_names_after(std::vector<ExportedSpace>& parts, std::uint64_t instant_imports) const {
+  std::vector<bool> free_at_instant;
   for (ExportedSpace& part : parts) {
     const auto key_count = static_cast<std::uint32_t>(part.image->keys.size());
+    free_at_instant.assign(key_count, false);
+    for (const std::uint32_t id : part.image->free_ids) {
+      if (id < key_count) free_at_instant[id] = true;
+    }
     for (std::uint32_t begin = 0; begin < key_count; begin += kKeysPerChunk) {
       std::shared_lock lock(mutex);
       const Impl* space = this->space(part.id);
       if (imports != instant_imports || !space || space->epoch != part.epoch) return false;
-      space->copy_names(*part.image, begin, std::min(key_count, begin + kKeysPerChunk));
+      space->copy_names(*part.image, begin, std::min(key_count, begin + kKeysPerChunk), &free_at_instant);
     }
   }
   return true;
@@ -225,12 +232,15 @@ std::uint64_t MetadataState::Impl::copy_at_instant(SpaceImage& image, std::vecto
   image.free_ids = keys.free_ids;
   export_lifecycle(index_of_slot, image);
   image.keys.resize(keys.size());
-  if (names_under_lock) copy_names(image, 0, static_cast<std::uint32_t>(image.keys.size()));
+  if (names_under_lock) copy_names(image, 0, static_cast<std::uint32_t>(image.keys.size()), nullptr);
   return epoch;
 }
 
-void MetadataState::Impl::copy_names(SpaceImage& image, std::uint32_t begin, std::uint32_t end) const {
+// `skip`: ids left as they are (free at the instant).
+void MetadataState::Impl::copy_names(SpaceImage& image, std::uint32_t begin, std::uint32_t end,
+                                     const std::vector<bool>* skip) const {
   for (std::uint32_t id = begin; id < end; ++id) {
+    if (skip && (*skip)[id]) continue;
     const KeyRecord& k = keys[id];
     image.keys[id] = KeyImage{k.name.str(), k.tp_world_size};
   }

@@ -425,7 +425,7 @@ struct MetadataState::Impl {
   static void touch_export(SpaceImage& image, const std::vector<PreparedRank>& prepared, std::uint32_t key_count);
   std::uint64_t copy_at_instant(SpaceImage& image, std::vector<PreparedRank>& prepared,
                                 std::vector<std::uint32_t>& slot_of_image, bool names_under_lock) const;
-  void copy_names(SpaceImage& image, std::uint32_t begin, std::uint32_t end) const;
+  void copy_names(SpaceImage& image, std::uint32_t begin, std::uint32_t end, const std::vector<bool>* skip) const;
   void export_lifecycle(const std::vector<std::uint32_t>& index_of_slot, SpaceImage& image) const;
   StateResult<void> import_space(SpaceImage& image);
   std::size_t import_keys(SpaceImage& image, const std::vector<bool>& free_id, const std::vector<bool>& draining);
