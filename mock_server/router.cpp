@@ -91,6 +91,20 @@ bool bearer_matches(std::string_view header, std::string_view token) {
   return given.size() == token.size() && CRYPTO_memcmp(given.data(), token.data(), token.size()) == 0;
 }
 
+// A 503 of the data dir's, with its JSON detail.
+ServiceAnswer unavailable(std::string body) {
+  ServiceAnswer answer;
+  answer.status = 503;
+  answer.content_type = kJson;
+  answer.body = std::move(body);
+  return answer;
+}
+
+// The 503 body of a change refused because the journal had failed before it.
+std::string nothing_applied(const std::string& error) {
+  return protocol::encode_detail("the data dir cannot be written (" + error + "): nothing applied");
+}
+
 // The 503 body of a change whose journal record could not be written (rolled back since).
 std::string not_acknowledged(const std::string& error) {
   return protocol::encode_detail("the change could not be written to the data dir (" + error +
@@ -110,6 +124,11 @@ Router::Router(const ServerOptions& options, MetadataState& state, Metrics& metr
   if (dedup_.enabled()) dedup_header_ += "x-request-id-dedup: " + std::to_string(dedup_.window().count()) + "\r\n";
 }
 
+durable::Result<void> Router::journal_writable() const {
+  if (!store_) return boost::outcome_v2::success();
+  return store_->journal().writable();
+}
+
 bool Router::settle(Reply& reply) {
   if (!store_) return true;
   auto settled = store_->settle();
@@ -122,8 +141,8 @@ bool Router::settle(Reply& reply) {
 
 void Router::await_durable(Exchange& exchange, std::function<void()> wake) {
   store_->journal().when_durable(exchange.durable_seq,
-                                 [&exchange, wake = std::move(wake)](const std::optional<std::string>& error) {
-                                   if (error) exchange.durable_error = *error;
+                                 [&exchange, wake = std::move(wake)](const durable::Result<void>& durable) {
+                                   if (!durable) exchange.durable_error = durable.error().message;
                                    wake();
                                  });
 }
@@ -136,9 +155,9 @@ bool Router::serve_server_route(const Request& request, std::string_view path, E
     switch (row.route) {
       case ServerRoute::healthz:
         if (request.method != "GET") break;
-        if (auto failure = store_ ? store_->journal().failure() : std::nullopt) {
+        if (auto writable = journal_writable(); !writable) {
           // Reads are still answered; state changes get 503 until a snapshot succeeds.
-          std::string body = protocol::encode_detail(*failure);
+          std::string body = protocol::encode_detail(writable.error().message);
           body.insert(1, R"("status":"degraded",)");
           set_json(reply, 200, std::move(body));
         } else {
@@ -151,7 +170,7 @@ bool Router::serve_server_route(const Request& request, std::string_view path, E
         reply.content_type = "text/plain; version=0.0.4; charset=utf-8";
         reply.body = metrics_.render(service_.state(), dedup_.stats(),
                                      store_ ? durability_families(store_->stats(), store_->journal().stats(),
-                                                                  store_->journal().failure().has_value())
+                                                                  !store_->journal().writable())
                                             : std::vector<prometheus::MetricFamily>{});
         reply.location.clear();
         reply.allow.clear();
@@ -194,21 +213,21 @@ void Router::serve_faults(const Request& request, Exchange& exchange) {
   }
   if (parsed.request->forget_state) {
     if (!settle(reply)) return;
-    std::optional<std::string> error;
+    durable::Result<void> written = boost::outcome_v2::success();
     {
       std::shared_lock<std::shared_mutex> gate;
       if (store_) gate = store_->gate();
-      if (auto failure = store_ ? store_->journal().failure() : std::nullopt) {
-        set_json(reply, 503, protocol::encode_detail("the data dir cannot be written (" + *failure + "): nothing applied"));
+      if (auto writable = journal_writable(); !writable) {
+        set_json(reply, 503, nothing_applied(writable.error().message));
         return;
       }
       durable::Journal::reset_thread_seq();
       service_.state().clear();
-      error = store_ ? store_->journal().write_through(durable::Journal::thread_seq()) : std::nullopt;
+      if (store_) written = store_->journal().write_through(durable::Journal::thread_seq());
     }
-    if (error) {
+    if (!written) {
       // As for any change whose record failed (serve_protocol): rolled back, not acknowledged.
-      if (settle(reply)) set_json(reply, 503, not_acknowledged(*error));
+      if (settle(reply)) set_json(reply, 503, not_acknowledged(written.error().message));
       return;
     }
     dedup_.clear();
@@ -219,78 +238,89 @@ void Router::serve_faults(const Request& request, Exchange& exchange) {
   set_json(reply, 200, "{\"rules\":" + std::to_string(rules) + "}");
 }
 
+// Service::handle, as a sequence: settle any earlier failure, run the call under the store's gate
+// (its record written), settle a failure of that record, then log, keep the answer for the request
+// id, and copy it into the reply.
 void Router::serve_protocol(const Request& request, Exchange& exchange) {
-  auto& reply = exchange.reply;
-  const Route route = exchange.target.route;
-  const bool changes_state = route_info(route).changes_state;
-  ServiceAnswer answer;
-  std::uint64_t seq = 0;
   // Nothing is served while a journal failure's unacknowledged changes are still applied.
-  if (store_ && !settle(reply)) {
-    if (exchange.claim) exchange.claim.complete(503, {}, 0);
-    return;
-  }
-  std::shared_lock<std::shared_mutex> gate;  // see Store::gate; released before any settle()
-  if (store_) gate = store_->gate();
-  if (store_ && changes_state) {
-    if (auto failure = store_->journal().failure()) {
-      answer.status = 503;
-      answer.content_type = kJson;
-      answer.body = protocol::encode_detail("the data dir cannot be written (" + *failure + "): nothing applied");
-    } else {
-      // The change's record carries the request id, so that a restarted server still knows the answer.
-      durable::DedupTag tag;
-      if (exchange.claim) {
-        tag = durable::DedupTag{route, request.request_id,
-                                DedupCache::body_hash(request.body), request.body.size()};
-      }
-      durable::Journal::reset_thread_seq();
-      {
-        durable::TagScope scope(exchange.claim ? &tag : nullptr);
-        answer = service_.handle(exchange.target, request.body);
-      }
-      seq = durable::Journal::thread_seq();
-      if (seq != 0) {
-        if (auto error = store_->journal().write_through(seq)) {
-          answer = ServiceAnswer{};
-          answer.status = 503;
-          answer.content_type = kJson;
-          answer.body = not_acknowledged(*error);
-          answer.pages.clear();
-          seq = 0;
-        }
-      }
-    }
-  } else {
-    answer = service_.handle(exchange.target, request.body);
-  }
-  if (gate) gate.unlock();
+  if (!settle_or_refuse(exchange)) return;
+  Served served = handle_gated(request, exchange);
   // A failed record: the change (and any other not acknowledged) is rolled back before the 503.
-  if (store_ && !settle(exchange.reply)) {
-    if (exchange.claim) exchange.claim.complete(503, {}, 0);
-    return;
+  if (!settle_or_refuse(exchange)) return;
+  if (served.answer.num_pages_kept != 0) report_num_pages_kept(request, served.answer.num_pages_kept);
+  keep_answer(exchange, served);
+  set_reply(request, std::move(served.answer), exchange.reply);
+}
+
+bool Router::settle_or_refuse(Exchange& exchange) {
+  if (!store_ || settle(exchange.reply)) return true;
+  if (exchange.claim) exchange.claim.complete(503, {}, 0);
+  return false;
+}
+
+Router::Served Router::handle_gated(const Request& request, Exchange& exchange) {
+  if (!store_) return Served{service_.handle(exchange.target, request.body), 0};
+  // See Store::gate; released on return, before serve_protocol's settle().
+  const std::shared_lock<std::shared_mutex> gate = store_->gate();
+  if (!route_info(exchange.target.route).changes_state) {
+    return Served{service_.handle(exchange.target, request.body), 0};
   }
-  if (answer.num_pages_kept != 0) {
-    metrics_.count_num_pages_mismatch();
-    const RouteInfo& drop = route_info(Route::drop_rank);
-    std::fprintf(stderr,
-                 "hf3fs-meta-server: %.*s asked for another num_pages than the rank has (%lld): the rank is kept "
-                 "as it is; %.*s %.*s first to resize it\n",
-                 static_cast<int>(request.target.size()), request.target.data(),
-                 static_cast<long long>(answer.num_pages_kept), static_cast<int>(drop.method.size()),
-                 drop.method.data(), static_cast<int>(drop.name.size()), drop.name.data());
+  if (auto writable = store_->journal().writable(); !writable) {
+    return Served{unavailable(nothing_applied(writable.error().message)), 0};
   }
-  if (seq != 0 && store_->journal().mode() == durable::FsyncMode::always) {
-    exchange.durable_seq = seq;
+  return handle_journaled(request, exchange);
+}
+
+Router::Served Router::handle_journaled(const Request& request, Exchange& exchange) {
+  // The change's record carries the request id, so that a restarted server still knows the answer.
+  durable::DedupTag tag;
+  if (exchange.claim) {
+    tag = durable::DedupTag{exchange.target.route, request.request_id, DedupCache::body_hash(request.body),
+                            request.body.size()};
+  }
+  durable::Journal::reset_thread_seq();
+  // Constructed in place from Service's answer (no move of it on the hot path); a braced list runs
+  // in order: the call, then the seq of the record it appended.
+  Served served{[&] {
+                  durable::TagScope scope(exchange.claim ? &tag : nullptr);
+                  return service_.handle(exchange.target, request.body);
+                }(),
+                durable::Journal::thread_seq()};
+  if (served.seq == 0) return served;  // no record appended: nothing to write
+  if (auto written = store_->journal().write_through(served.seq); !written) {
+    served.answer = unavailable(not_acknowledged(written.error().message));
+    served.seq = 0;
+  }
+  return served;  // (the one object returned: constructed in the caller's place)
+}
+
+void Router::report_num_pages_kept(const Request& request, std::int64_t kept) {
+  metrics_.count_num_pages_mismatch();
+  const RouteInfo& drop = route_info(Route::drop_rank);
+  std::fprintf(stderr,
+               "hf3fs-meta-server: %.*s asked for another num_pages than the rank has (%lld): the rank is kept "
+               "as it is; %.*s %.*s first to resize it\n",
+               static_cast<int>(request.target.size()), request.target.data(), static_cast<long long>(kept),
+               static_cast<int>(drop.method.size()), drop.method.data(), static_cast<int>(drop.name.size()),
+               drop.name.data());
+}
+
+void Router::keep_answer(Exchange& exchange, Served& served) {
+  if (served.seq != 0 && store_->journal().mode() == durable::FsyncMode::always) {
+    // Kept once the record is synced (finish): a repeat never gets an answer a failed sync takes back.
+    exchange.durable_seq = served.seq;
     if (exchange.claim) {
-      exchange.claim_status = answer.status;
-      exchange.claim_pages = std::move(answer.pages);
+      exchange.claim_status = served.answer.status;
+      exchange.claim_pages = std::move(served.answer.pages);
     }
   } else if (exchange.claim) {
     // Completed after the record is written (acknowledged, for everysec and no): a repeat waiting on
     // the claim is never answered first.
-    exchange.claim.complete(answer.status, answer.pages, seq);
+    exchange.claim.complete(served.answer.status, served.answer.pages, served.seq);
   }
+}
+
+void Router::set_reply(const Request& request, ServiceAnswer&& answer, Reply& reply) const {
   reply.status = answer.status;
   reply.content_type = std::move(answer.content_type);
   reply.body = std::move(answer.body);

@@ -110,8 +110,28 @@ class Router {
   bool serve_server_route(const Request& request, std::string_view path, Exchange& exchange);
   void serve_faults(const Request& request, Exchange& exchange);
   void serve_protocol(const Request& request, Exchange& exchange);
+  // serve_protocol's steps, in their order.
+  struct Served {
+    ServiceAnswer answer;
+    std::uint64_t seq = 0;  // the journal record of the change, written (0: none, or it failed)
+  };
+  // settle(); when it fails (the reply set to 503), the claim is completed with the 503: false.
+  bool settle_or_refuse(Exchange& exchange);
+  // Service::handle under the store's gate; a state change refused (503) while the journal is
+  // failed, else through handle_journaled.
+  Served handle_gated(const Request& request, Exchange& exchange);
+  // A state change, tagged with the request id, its record written; a record that fails turns the
+  // answer into a 503.
+  Served handle_journaled(const Request& request, Exchange& exchange);
+  // An initialize that kept the rank's other num_pages: counted and logged.
+  void report_num_pages_kept(const Request& request, std::int64_t kept);
+  // The claim's answer: now, or (--fsync always) once finish() sees the record synced.
+  void keep_answer(Exchange& exchange, Served& served);
+  void set_reply(const Request& request, ServiceAnswer&& answer, Reply& reply) const;
   // Store::settle; false (the reply set to 503) when the rollback failed.
   bool settle(Reply& reply);
+  // Journal::writable; a server without a data dir always is.
+  durable::Result<void> journal_writable() const;
 
   const ServerOptions& options_;
   Service service_;

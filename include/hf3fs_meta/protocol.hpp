@@ -72,12 +72,13 @@ std::string encode_initialize_request(std::int64_t num_pages, Role role);
 std::string encode_allocate_request(Rank rank, std::span<const BlockKey> keys);
 std::string encode_confirm_write_request(Rank rank, std::span<const Confirmation> confirmations,
                                          std::span<const Page> pages_to_release);
-// The same, with keyed releases (routes.hpp, kKeyedReleaseHeader): pages_to_release[i] is sent as
-// [release_keys[i], page] where that key is not empty, else bare. `release_keys` is empty (every
-// release bare) or as long as pages_to_release.
+// The same, with keyed releases (routes.hpp, kKeyedReleaseHeader): pages_to_release[k.index] is sent
+// as [k.key, page] for each k in `release_keys`, the others bare. `release_keys` in the shape the
+// server decodes them into and MetadataState::confirm_write takes: by ascending index, each below
+// pages_to_release.size() (from an entry out of that order on, the pages are sent bare).
 std::string encode_confirm_write_request(Rank rank, std::span<const Confirmation> confirmations,
                                          std::span<const Page> pages_to_release,
-                                         std::span<const std::string> release_keys);
+                                         std::span<const ReleaseKey> release_keys);
 std::string encode_batch_exists_request(std::span<const std::string> keys);
 std::string encode_get_locations_request(Rank rank, std::span<const std::string> keys);
 // POST /keys/delete's body is batch_exists' ({"keys": [...]}).

@@ -315,9 +315,9 @@ Result<void> DefaultConnection::confirm_write(Rank rank, const std::vector<Confi
   if (auto e = internal::check_confirm_write(confirmations, pages_to_release)) return std::move(*e);
   // A page this client was allocated is released as [key, page] to a server that takes keyed
   // releases, so that a late release cannot free the page after it went to another key.
-  std::vector<std::string> release_keys;
+  std::vector<ReleaseKey> release_keys;
   if (!pages_to_release.empty() && impl_.keyed_releases.load(std::memory_order_relaxed)) {
-    release_keys = impl_.page_keys.keys_of(rank, pages_to_release);
+    release_keys = impl_.page_keys.release_keys(rank, pages_to_release);
   }
   HttpRequest request = Impl::request_for(
       route, protocol::encode_confirm_write_request(rank, confirmations, pages_to_release, release_keys));

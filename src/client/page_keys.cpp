@@ -16,13 +16,13 @@ void PageKeys::remember(Rank rank, std::span<const BlockKey> keys, std::span<con
   if (known.empty()) ranks_.erase(rank);
 }
 
-std::vector<std::string> PageKeys::keys_of(Rank rank, std::span<const Page> pages) const {
-  std::vector<std::string> out(pages.size());
+std::vector<ReleaseKey> PageKeys::release_keys(Rank rank, std::span<const Page> pages) const {
+  std::vector<ReleaseKey> out;
   std::lock_guard lock(mutex_);
   const auto r = ranks_.find(rank);
   if (r == ranks_.end()) return out;
   for (std::size_t i = 0; i < pages.size(); ++i) {
-    if (auto it = r->second.find(pages[i]); it != r->second.end()) out[i] = it->second;
+    if (auto it = r->second.find(pages[i]); it != r->second.end()) out.push_back(ReleaseKey{i, it->second});
   }
   return out;
 }

@@ -24,8 +24,9 @@ class PageKeys {
 
   // An allocate's answer: pages[i] was given to keys[i] (kNoPage: nothing to remember).
   void remember(Rank rank, std::span<const BlockKey> keys, std::span<const Page> pages);
-  // The key each page was allocated for, in order; empty where it is not known.
-  std::vector<std::string> keys_of(Rank rank, std::span<const Page> pages) const;
+  // The key each page was allocated for, where it is known: {i, key of pages[i]}, by ascending i
+  // (protocol::encode_confirm_write_request's release_keys).
+  std::vector<ReleaseKey> release_keys(Rank rank, std::span<const Page> pages) const;
   // A confirm_write that succeeded: its confirmed and released pages are no longer allocated.
   void forget(Rank rank, std::span<const Confirmation> confirmed, std::span<const Page> released);
   void forget_rank(Rank rank);  // the server dropped the rank

@@ -115,7 +115,9 @@ Result<void> Journal::open_file(std::uint64_t first_seq, bool create) {
 }
 
 Journal::~Journal() {
-  write_through(~std::uint64_t{0} >> 1);
+  // A failure here has no caller left to answer (fail() recorded it): the files keep what got out,
+  // and recovery cuts a torn tail.
+  (void)write_through(~std::uint64_t{0} >> 1);
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
@@ -175,17 +177,22 @@ void Journal::ack_written_locked() {
 
 void Journal::fail(std::string error) {
   std::multimap<std::uint64_t, Done> waiters;
-  std::optional<std::string> failure;
+  Result<void> failure = boost::outcome_v2::success();
   {
     std::lock_guard lock(mutex_);
     fail_locked(std::move(error));
     waiters.swap(waiters_);
-    failure = failure_;
+    failure = writable_locked();
   }
   for (auto& [seq, done] : waiters) done(failure);
 }
 
-std::optional<std::string> Journal::write_through(std::uint64_t seq) {
+Result<void> Journal::writable_locked() const {
+  if (!failure_) return boost::outcome_v2::success();
+  return Error{Errc::journal_failed, *failure_};
+}
+
+Result<void> Journal::write_through(std::uint64_t seq) {
   std::lock_guard writer(write_mutex_);
   for (;;) {
     std::string out;
@@ -195,8 +202,8 @@ std::optional<std::string> Journal::write_through(std::uint64_t seq) {
     std::uint64_t offset = 0;
     {
       std::lock_guard lock(mutex_);
-      if (failure_) return failure_;
-      if (written_ >= seq || written_ >= appended_) return std::nullopt;
+      if (failure_) return writable_locked();
+      if (written_ >= seq || written_ >= appended_) return boost::outcome_v2::success();
       out.swap(buffer_);
       upto = rotation_ ? *rotation_ - 1 : appended_;
       switch_after = rotation_.has_value() && *rotation_ <= seq;
@@ -207,7 +214,7 @@ std::optional<std::string> Journal::write_through(std::uint64_t seq) {
       // Cut what part of the batch got out, so that the file ends with a whole record.
       [[maybe_unused]] const int ignored = ::ftruncate(fd, static_cast<off_t>(offset));
       fail("journal write failed: " + errno_text(err));
-      return failure();
+      return writable();
     }
     {
       std::lock_guard lock(mutex_);
@@ -217,7 +224,7 @@ std::optional<std::string> Journal::write_through(std::uint64_t seq) {
       ack_written_locked();
     }
     if (switch_after) {
-      if (auto switched = switch_file(); !switched) return std::move(switched).error().message;
+      if (auto switched = switch_file(); !switched) return std::move(switched).error();
     }
   }
 }
@@ -232,7 +239,7 @@ Result<void> Journal::switch_file() {
   }
   if (auto opened = open_file(first, false); !opened) {
     fail("journal file could not be created: " + opened.error().message);
-    return Error{Errc::journal_failed, failure().value_or("")};
+    return writable();
   }
   std::lock_guard lock(mutex_);
   buffer_ = std::move(next_buffer_);
@@ -243,20 +250,20 @@ Result<void> Journal::switch_file() {
 }
 
 void Journal::when_durable(std::uint64_t seq, Done done) {
-  std::optional<std::string> failure;
+  Result<void> durable = boost::outcome_v2::success();
   {
     std::lock_guard lock(mutex_);
     if (durable_ >= seq) {
-      failure.reset();  // acknowledged before any failure: a failure since takes nothing back
+      // acknowledged before any failure: a failure since takes nothing back
     } else if (!failure_) {
       waiters_.emplace(seq, std::move(done));
       wake_syncer_.notify_all();
       return;
     } else {
-      failure = failure_;
+      durable = writable_locked();
     }
   }
-  done(failure);
+  done(durable);
 }
 
 void Journal::rotate_at(std::uint64_t seq) {
@@ -355,7 +362,8 @@ void Journal::clear_failure(std::uint64_t snapshot_seq) {
     failure_.reset();
     failed_.store(false, std::memory_order_release);
   }
-  for (auto& [seq, done] : woken) done(std::nullopt);
+  const Result<void> durable = boost::outcome_v2::success();
+  for (auto& [seq, done] : woken) done(durable);
 }
 
 Result<std::uint64_t> Journal::roll_back() {
@@ -446,9 +454,9 @@ void Journal::sync_loop() {
       waiters_.erase(waiters_.begin(), waiters_.upper_bound(durable_));
     }
     if (!woken.empty()) {
-      const auto failure = failure_;
+      const Result<void> durable = error ? writable_locked() : boost::outcome_v2::success();
       lock.unlock();
-      for (auto& [seq, done] : woken) done(error ? failure : std::nullopt);
+      for (auto& [seq, done] : woken) done(durable);
       lock.lock();
     }
   }
@@ -459,12 +467,12 @@ std::uint64_t Journal::bytes_since_rotation() const {
   return bytes_since_rotation_;
 }
 
-std::optional<std::string> Journal::failure() const {
+Result<void> Journal::writable() const {
   // Asked before every state change: no lock or copy while the disk is fine. A failure that sets the
   // flag just after this reads it is still met by write_through, which checks under the lock.
-  if (!failed_.load(std::memory_order_acquire)) return std::nullopt;
+  if (!failed_.load(std::memory_order_acquire)) return boost::outcome_v2::success();
   std::lock_guard lock(mutex_);
-  return failure_;
+  return writable_locked();
 }
 
 JournalStats Journal::stats() const {

@@ -80,7 +80,9 @@ class Journal {
     // (Only a record whose answer the cache did not keep, a 503's, also weighs here.)
     std::size_t dedup_retained_bytes = std::size_t{256} << 20;
   };
-  using Done = std::function<void(const std::optional<std::string>& error)>;
+  // What a waiter on a record is told: success once an fdatasync covered it (or it was acknowledged
+  // before any failure), the failure (Errc::journal_failed) otherwise.
+  using Done = std::function<void(const Result<void>& durable)>;
 
   // Continues the journal recovery ended in (its torn tail cut off), or starts journal-<seq+1>.
   static Result<std::unique_ptr<Journal>> open(Options options, const Recovered& recovered);
@@ -94,8 +96,9 @@ class Journal {
   static std::uint64_t thread_seq() noexcept;
   static void reset_thread_seq() noexcept;
 
-  // write(2) of every record appended so far, if `seq` is not written yet. An error: not on disk.
-  std::optional<std::string> write_through(std::uint64_t seq);
+  // write(2) of every record appended so far, if `seq` is not written yet. An error
+  // (Errc::journal_failed): not on disk.
+  Result<void> write_through(std::uint64_t seq);
   // Calls `done` once `seq` is synced (or a sync failed): at once on this thread if it already is,
   // otherwise on the syncer thread.
   void when_durable(std::uint64_t seq, Done done);
@@ -129,7 +132,9 @@ class Journal {
   void rollback_done() noexcept { rollback_pending_.store(false, std::memory_order_release); }
 
   std::uint64_t bytes_since_rotation() const;
-  std::optional<std::string> failure() const;
+  // Success while the journal writes; after a failed write or sync, until a snapshot clears it, the
+  // failure (Errc::journal_failed, the message naming the failed call).
+  Result<void> writable() const;
   JournalStats stats() const;
   FsyncMode mode() const noexcept { return options_.mode; }
 
@@ -138,6 +143,7 @@ class Journal {
   void sync_loop();
   void fail_locked(std::string error);
   void fail(std::string error);  // and tells every waiter
+  Result<void> writable_locked() const;  // writable(), mutex_ held
   Result<void> switch_file();
   Result<void> open_file(std::uint64_t first_seq, bool create);
 
@@ -158,7 +164,7 @@ class Journal {
   void ack_written_locked();  // everysec, no: what was written is acknowledged
   std::uint64_t bytes_since_rotation_ = 0;
   std::optional<std::string> failure_;
-  std::atomic<bool> failed_{false};  // failure_ is set: read without the lock by failure()
+  std::atomic<bool> failed_{false};  // failure_ is set: read without the lock by writable()
   std::atomic<bool> rollback_pending_{false};
   JournalStats stats_;
   int fd_ = -1;

@@ -11,15 +11,19 @@
 #include "durable/data_dir.hpp"
 #include "durable/log_reader.hpp"
 #include "durable/log_writer.hpp"
+#include "state/populate.hpp"
 
 namespace hf3fs_meta::durable {
 namespace fs = std::filesystem;
 namespace {
 
 // The u32 array a snapshot holds at `raw`, copied without first zeroing the vector when it is aligned
-// (it is: the mapping is page-aligned and every field before it a multiple of 4 bytes).
+// (it is: the mapping is page-aligned and every field before it a multiple of 4 bytes), into memory
+// faulted in at once (state/populate.hpp: a rank's page table is megabytes).
 void assign_u32s(std::string_view raw, std::vector<std::uint32_t>& out) {
   const std::size_t n = raw.size() / 4;
+  out.reserve(n);
+  internal::populate(out.data(), n * 4);
   if (reinterpret_cast<std::uintptr_t>(raw.data()) % alignof(std::uint32_t) == 0) {
     const auto* words = reinterpret_cast<const std::uint32_t*>(raw.data());
     out.assign(words, words + n);
@@ -89,6 +93,8 @@ class SnapshotParser {
   Result<void> keys(StateImage& image) {
     std::uint64_t key_count = 0;
     if (!in_.u64(key_count) || key_count > in_.left() / 8) return fail("truncated key count");
+    image.keys.reserve(key_count);
+    internal::populate(image.keys.data(), key_count * sizeof(KeyImage));
     image.keys.resize(key_count);
     for (KeyImage& k : image.keys) {
       std::string_view name;

@@ -130,7 +130,7 @@ void Store::background() {
   while (!stopping_) {
     wake_.wait_for(lock, std::chrono::milliseconds(100), [&] { return stopping_; });
     if (stopping_) return;
-    const bool failed = journal_->failure().has_value();
+    const bool failed = !journal_->writable();
     const bool full = options_.snapshot_after_bytes > 0 && journal_->bytes_since_rotation() >= options_.snapshot_after_bytes;
     const auto now = std::chrono::steady_clock::now();
     if (!full && !(failed && now - last_retry >= std::chrono::seconds(1))) continue;

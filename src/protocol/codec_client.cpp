@@ -55,16 +55,11 @@ std::string encode_confirm_write_request(Rank rank, std::span<const Confirmation
 
 std::string encode_confirm_write_request(Rank rank, std::span<const Confirmation> confirmations,
                                          std::span<const Page> pages_to_release,
-                                         std::span<const std::string> release_keys) {
-  const auto key_of = [&](std::size_t i) {
-    return i < release_keys.size() ? std::string_view(release_keys[i]) : std::string_view();
-  };
+                                         std::span<const ReleaseKey> release_keys) {
   std::size_t bound = sizeof R"({"rank":,"confirmations":[],"pages_to_release":[]})" + JsonWriter::kIntBound +
                       pages_to_release.size() * (JsonWriter::kIntBound + 1);
   for (const auto& c : confirmations) bound += JsonWriter::string_bound(c.key) + JsonWriter::kIntBound + 4;
-  for (std::size_t i = 0; i < pages_to_release.size(); ++i) {
-    if (!key_of(i).empty()) bound += JsonWriter::string_bound(key_of(i)) + 3;
-  }
+  for (const auto& k : release_keys) bound += JsonWriter::string_bound(k.key) + 3;
   std::string out;
   JsonWriter w(out, bound);
   w.raw("{\"rank\":");
@@ -79,17 +74,19 @@ std::string encode_confirm_write_request(Rank rank, std::span<const Confirmation
     w.ch(']');
   }
   w.raw("],\"pages_to_release\":[");
+  auto keyed = release_keys.begin();  // the next keyed entry, by ascending index
   for (std::size_t i = 0; i < pages_to_release.size(); ++i) {
     if (i) w.ch(',');
-    if (key_of(i).empty()) {
+    if (keyed == release_keys.end() || keyed->index != i) {
       w.integer(pages_to_release[i]);
       continue;
     }
     w.ch('[');
-    w.string(key_of(i));
+    w.string(keyed->key);
     w.ch(',');
     w.integer(pages_to_release[i]);
     w.ch(']');
+    ++keyed;
   }
   w.raw("]}");
   w.finish();

@@ -35,7 +35,7 @@ std::uint32_t MetadataState::Impl::create_key(const HashedKey& key, std::uint32_
 // Preconditions (checked by validation): page is allocated, orphaned, or already this key's.
 void MetadataState::Impl::map_page(RankData& r, std::uint32_t slot, std::uint32_t id, std::uint32_t page) {
   KeyRecord& k = keys[id];
-  if (RankPage* rp = k.on(slot)) {
+  if (RankPage* rp = keys.on(k, slot)) {
     if (rp->page == page) return;
     // vLLM overwrites the key's page and never frees the old one: it stays owned by nobody.
     if (k.where == Where::lru) r.lru.replace(r.lru_links(), rp->page, page);
@@ -47,7 +47,7 @@ void MetadataState::Impl::map_page(RankData& r, std::uint32_t slot, std::uint32_
   } else {
     const bool was_complete = k.complete();
     if (k.where == Where::lru) lru_unlink(id);  // the key stops being complete
-    k.pages.push_back(RankPage{slot, page});
+    keys.add_page(k, RankPage{slot, page});
     completeness_changed(id, was_complete);
   }
   const std::uint32_t before = r.owner[page];
@@ -140,7 +140,7 @@ void MetadataState::Impl::remove_key_as(std::uint32_t id, Removal why, bool drai
   if (k.complete()) --life.complete;
   if (k.where == Where::lru) lru_unlink(id);
   if (drain) {
-    for (const RankPage& rp : k.pages) {
+    for (const RankPage& rp : keys.pages(k)) {
       RankData& r = *ranks[rp.slot];
       --r.mapped;
       ++r.draining;
@@ -169,7 +169,7 @@ std::uint32_t MetadataState::Impl::drain_orphan(RankData& r, std::uint32_t slot,
   k.hash = HashedKey(std::string_view()).hash;  // as import_image computes it for a nameless record
   k.tp_world_size = 0;
   k.live = false;
-  k.pages.push_back(RankPage{slot, page});
+  keys.add_page(k, RankPage{slot, page});
   r.owner[page] = id;
   --r.orphaned;
   ++r.draining;
@@ -187,7 +187,7 @@ std::uint32_t MetadataState::Impl::drain_orphan(RankData& r, std::uint32_t slot,
 // A removed key's pages (mapped, or `draining`) back to their pools.
 void MetadataState::Impl::release_key_pages(std::uint32_t id, bool draining) {
   const PageState was = draining ? PageState::draining : PageState::mapped;
-  for (const RankPage& rp : keys[id].pages) ranks[rp.slot]->to_pool(rp.page, was);
+  for (const RankPage& rp : keys.pages(keys[id])) ranks[rp.slot]->to_pool(rp.page, was);
 }
 
 void MetadataState::Impl::free_id(std::uint32_t id) {
@@ -206,8 +206,7 @@ DropOutcome MetadataState::Impl::drop(std::uint32_t slot, std::unique_ptr<RankDa
     KeyRecord& k = keys[id];
     const bool was_complete = k.complete();
     if (k.live && k.where == Where::lru) lru_unlink(id);  // while its page on this rank is still listed
-    const auto on_slot = [&](const RankPage& rp) { return rp.slot == slot; };
-    k.pages.erase(std::remove_if(k.pages.begin(), k.pages.end(), on_slot), k.pages.end());
+    keys.remove_page_on(k, slot);
     if (!k.live) continue;  // deleted, draining under a lease: its page goes with the rank
     if (k.pages.empty()) {
       ++outcome.keys_removed;

@@ -67,7 +67,7 @@ std::optional<KeyInfo> MetadataState::Impl::key_info(std::string_view key) const
   KeyInfo info;
   info.tp_world_size = k.tp_world_size;
   info.complete = k.complete();
-  for (const RankPage& rp : k.pages) info.pages.emplace_back(ranks[rp.slot]->rank, Page{rp.page});
+  for (const RankPage& rp : keys.pages(k)) info.pages.emplace_back(ranks[rp.slot]->rank, Page{rp.page});
   return info;
 }
 

@@ -16,6 +16,8 @@
 #include <cstring>
 #include <memory>
 
+#include "state/populate.hpp"
+
 namespace hf3fs_meta::internal {
 
 // Starts a cache miss without waiting for it: a load whose value nobody uses, so that the CPU
@@ -111,6 +113,7 @@ class KeyIndex {
     const std::size_t old_capacity = capacity();
     auto old = std::move(slots_);
     slots_ = std::make_unique_for_overwrite<Slot[]>(new_capacity);
+    populate(slots_.get(), new_capacity * sizeof(Slot));  // the memset next touches every page
     std::memset(static_cast<void*>(slots_.get()), 0xFF, new_capacity * sizeof(Slot));  // every id kNone
     mask_ = new_capacity - 1;
     for (std::size_t i = 0; i < old_capacity; ++i) {

@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <new>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,15 +22,16 @@
 
 #include "state/index_list.hpp"
 #include "state/key_index.hpp"
+#include "state/page_lists.hpp"
+#include "state/populate.hpp"
 
 namespace hf3fs_meta::state_model {
 
 // What a removed key's record keeps for the next key given its id.
 inline constexpr std::size_t kKeptNameBytes = 64;
-inline constexpr std::size_t kKeptPageEntries = 8;
-// Inside the record, no heap block: vLLM's keys (32 hex digits), and one rank's page.
+inline constexpr std::uint32_t kKeptPageEntries = 8;
+// Inside the record, no heap block: vLLM's keys (32 hex digits), and one rank's page (PageList).
 inline constexpr std::size_t kInlineNameBytes = 32;
-inline constexpr std::size_t kInlinePages = 1;
 
 // A key with its hash, computed once per key per call and kept in the table: growing the table then
 // rehashes without touching (or re-reading) the key bytes, and a probe compares hashes before bytes.
@@ -60,11 +62,6 @@ struct HashedKeyEqual {
 template <class V>
 using KeyMap = boost::unordered_flat_map<HashedKey, V, HashedKeyHash, HashedKeyEqual>;
 
-struct RankPage {
-  std::uint32_t slot;  // index of the rank in Impl::ranks
-  std::uint32_t page;
-};
-
 // Where a key stands in the lifecycle: its pages in their ranks' LRU lists (complete, evictable), in
 // the lease list (not evictable until the lease ends), or neither (incomplete, or nothing is on).
 enum class Where : std::uint8_t { none, lru, leased };
@@ -93,10 +90,10 @@ class KeyName {
 // Two cache lines. The name (up to kInlineNameBytes) and the first page inside the record, not in
 // heap blocks of their own: 145 bytes a key instead of 193 (bench_state's BM_BytesPerKey). An
 // eviction of a key with one page and a short name reads the first line, and the second only to
-// clear the name (or to copy it into the change record with --data-dir); longer names and keys on
-// several ranks keep a heap block besides.
+// clear the name (or to copy it into the change record with --data-dir); longer names keep a heap
+// block besides, and keys on several ranks a block of the table's PageArena.
 struct alignas(64) KeyRecord {
-  boost::container::small_vector<RankPage, kInlinePages> pages;  // one entry per rank the key is mapped on
+  PageList pages;  // one entry per rank the key is mapped on; its entries through KeyTable::pages()
   std::size_t hash = 0;  // of name: removing the key from the index needs no rehash
   // Lifecycle: clock times in milliseconds.
   std::int64_t lease_end = 0;
@@ -112,15 +109,6 @@ struct alignas(64) KeyRecord {
   KeyName name;
 
   bool complete() const noexcept { return pages.size() == tp_world_size; }
-  const RankPage* on(std::uint32_t slot) const noexcept {
-    for (const auto& rp : pages) {
-      if (rp.slot == slot) return &rp;
-    }
-    return nullptr;
-  }
-  RankPage* on(std::uint32_t slot) noexcept {
-    return const_cast<RankPage*>(static_cast<const KeyRecord*>(this)->on(slot));
-  }
   std::uint32_t tag() const noexcept { return HashedKey::short_hash_of(hash); }
 };
 static_assert(sizeof(KeyRecord) == 128, "two cache lines");
@@ -161,6 +149,7 @@ class KeyRecords {
   void add_block(std::size_t chunks) {
     const std::size_t count = chunks << kShift;
     void* raw = ::operator new(count * sizeof(KeyRecord), std::align_val_t{alignof(KeyRecord)});
+    internal::populate(raw, count * sizeof(KeyRecord));  // constructing them touches every page next
     auto* first = static_cast<KeyRecord*>(raw);
     std::uninitialized_value_construct_n(first, count);  // noexcept in practice: no allocation
     blocks_.emplace_back(first, BlockDeleter{count});
@@ -182,6 +171,7 @@ struct LeaseLinks {
 struct KeyTable {
   internal::KeyIndex index;  // live keys; tag: HashedKey::short_hash()
   KeyRecords records;
+  PageArena page_blocks;  // the page lists longer than one entry
   std::vector<std::uint32_t> free_ids;  // ids of removed keys, the last one reused first
 
   KeyRecord& operator[](std::uint32_t id) noexcept { return records[id]; }
@@ -199,6 +189,23 @@ struct KeyTable {
     });
   }
   void prefetch(const HashedKey& key) const noexcept { index.prefetch(key.short_hash()); }
+
+  // A key's pages.
+  std::span<const RankPage> pages(const KeyRecord& k) const noexcept { return page_blocks.view(k.pages); }
+  std::span<RankPage> pages(KeyRecord& k) noexcept { return page_blocks.view(k.pages); }
+  const RankPage* on(const KeyRecord& k, std::uint32_t slot) const noexcept {
+    for (const RankPage& rp : pages(k)) {
+      if (rp.slot == slot) return &rp;
+    }
+    return nullptr;
+  }
+  RankPage* on(KeyRecord& k, std::uint32_t slot) noexcept {
+    return const_cast<RankPage*>(static_cast<const KeyTable*>(this)->on(k, slot));
+  }
+  void add_page(KeyRecord& k, RankPage rp) { page_blocks.push_back(k.pages, rp); }
+  void remove_page_on(KeyRecord& k, std::uint32_t slot) noexcept {
+    page_blocks.remove_if(k.pages, [slot](const RankPage& rp) { return rp.slot == slot; });
+  }
 
   // The id the next key record gets: the last one freed, else a new one.
   std::uint32_t next_id() const noexcept {
@@ -218,11 +225,7 @@ struct KeyTable {
     // Short buffers stay with the id for its next key (a cache that turns over then mallocs nothing
     // per key); long ones are freed. Either way memory is bounded by the ids ever in use at once.
     k.name.forget();
-    if (k.pages.capacity() > kKeptPageEntries) {
-      decltype(k.pages)().swap(k.pages);
-    } else {
-      k.pages.clear();
-    }
+    page_blocks.clear(k.pages, kKeptPageEntries);
     k.tp_world_size = 0;
     k.where = Where::none;
     free_ids.push_back(id);

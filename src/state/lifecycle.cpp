@@ -106,7 +106,7 @@ void MetadataState::Impl::use(std::uint32_t id, bool read) {
 
 void MetadataState::Impl::lru_link(std::uint32_t id) {
   KeyRecord& k = keys[id];
-  for (const RankPage& rp : k.pages) {
+  for (const RankPage& rp : keys.pages(k)) {
     RankData& r = *ranks[rp.slot];
     r.lru.push_back(r.lru_links(), rp.page);
   }
@@ -115,7 +115,7 @@ void MetadataState::Impl::lru_link(std::uint32_t id) {
 
 void MetadataState::Impl::lru_unlink(std::uint32_t id) {
   KeyRecord& k = keys[id];
-  for (const RankPage& rp : k.pages) {
+  for (const RankPage& rp : keys.pages(k)) {
     RankData& r = *ranks[rp.slot];
     r.lru.remove(r.lru_links(), rp.page);
   }
@@ -182,7 +182,7 @@ void MetadataState::Impl::before_allocate(RankData& r, std::uint32_t slot, const
   for (std::size_t i = 0; i < hashed.size(); ++i) {
     const std::uint32_t id = id_of(hashed[i]);
     if (id == kNone || !keys[id].complete()) continue;
-    const RankPage* rp = keys[id].on(slot);
+    const RankPage* rp = keys.on(keys[id], slot);
     if (rp == nullptr) continue;
     pages[i] = rp->page;
     use(id, true);
@@ -210,7 +210,7 @@ void MetadataState::Impl::evict(RankData& r, std::size_t n, Scratch& s) {
   for (const std::uint32_t id : victims) {
     const KeyRecord& k = keys[id];
     keys.index.prefetch(k.tag());
-    internal::touch(k.pages.data());
+    internal::touch(keys.pages(k).data());
     if (record) internal::touch(k.name.data());
   }
   // One record for all the victims (the names are read only for it): no victim is leased, as the
@@ -230,7 +230,7 @@ void MetadataState::Impl::evict(RankData& r, std::size_t n, Scratch& s) {
   for (const std::uint32_t id : victims) {
     KeyRecord& k = keys[id];
     assert(k.where == Where::lru);
-    for (const RankPage& rp : k.pages) {
+    for (const RankPage& rp : keys.pages(k)) {
       RankData& other = *ranks[rp.slot];
       if (&other != &r) other.lru.remove(other.lru_links(), rp.page);
     }

@@ -162,7 +162,7 @@ StateResult<void> MetadataState::Impl::get_locations(Rank rank, const std::vecto
     }
     const std::uint32_t id = id_of(hashed[i]);
     if (id == kNone || !keys[id].complete()) continue;
-    if (const RankPage* rp = keys[id].on(slot)) {
+    if (const RankPage* rp = keys.on(keys[id], slot)) {
       result[i] = rp->page;
       use(id, true);
     }
@@ -356,7 +356,7 @@ StateResult<void> MetadataState::Impl::validate_confirmations(RankData& r, std::
     local.id = id_of(local.key);
     if (local.id == kNone) {
       ++new_keys;
-    } else if (const RankPage* rp = keys[local.id].on(slot)) {
+    } else if (const RankPage* rp = keys.on(keys[local.id], slot)) {
       local.page = rp->page;
     }
   }
@@ -457,7 +457,7 @@ ConfirmOutcome MetadataState::Impl::apply_confirmations(RankData& r, std::uint32
     const auto page = static_cast<std::uint32_t>(confirmations[i].page);
     std::uint32_t left = kNone;  // the page a leased key leaves, which drains
     if (lease_ms > 0 && created_tp == 0 && keys[local.id].where == Where::leased) {
-      const RankPage* rp = keys[local.id].on(slot);
+      const RankPage* rp = keys.on(keys[local.id], slot);
       if (rp != nullptr && rp->page != page) left = rp->page;
     }
     local.id = map_confirmation(r, slot, local.id, local.key, page, created_tp);

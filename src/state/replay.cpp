@@ -75,7 +75,7 @@ void MetadataState::Impl::prefetch_records(const std::vector<HashedKey>& hashed)
     if (id == kNone) continue;
     const KeyRecord& k = keys[id];
     internal::touch(k.name.data());
-    if (!k.pages.empty()) internal::touch(k.pages.data());
+    if (!k.pages.empty()) internal::touch(keys.pages(k).data());
   }
 }
 

@@ -289,7 +289,7 @@ struct MetadataState::Impl {
     if (id == kNone) return kNone;
     const KeyRecord& k = keys[id];
     if (!k.complete()) return kNone;
-    const RankPage* rp = k.on(slot);
+    const RankPage* rp = keys.on(k, slot);
     return rp ? rp->page : kNone;
   }
   PageState page_state(const RankData& r, std::uint32_t page) const {

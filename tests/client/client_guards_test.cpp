@@ -533,7 +533,10 @@ TEST(ClientGuardsTest, PageKeysHoldAPageOnceAndNoMoreThanTheirBound) {
   const std::vector<Page> pages{0, 1, kNoPage, 2, 3, 4};
   keys.remember(0, names, pages);
   EXPECT_EQ(keys.size(0), 4u);  // page 4 beyond the bound: not remembered, so released bare
-  EXPECT_THAT(keys.keys_of(0, std::vector<Page>{0, 1, 2, 3, 4}), ElementsAre("a", "b", "d", "e", ""));
+  // Page 4 not known: no entry for it, and the others at their index among the pages asked about.
+  EXPECT_EQ(keys.release_keys(0, std::vector<Page>{4, 0, 1, 2, 3}),
+            (std::vector<ReleaseKey>{{1, "a"}, {2, "b"}, {3, "d"}, {4, "e"}}));
+  EXPECT_TRUE(keys.release_keys(1, std::vector<Page>{0}).empty());  // a rank it knows nothing of
   // Allocated again: replaced, never added.
   for (int round = 0; round < 100; ++round) {
     std::string key = "k";  // (not "k" + to_string: GCC 12 warns falsely on it, -Wrestrict)
@@ -541,7 +544,7 @@ TEST(ClientGuardsTest, PageKeysHoldAPageOnceAndNoMoreThanTheirBound) {
     keys.remember(0, std::vector<BlockKey>{{key, ""}}, std::vector<Page>{round % 4});
   }
   EXPECT_EQ(keys.size(0), 4u);
-  EXPECT_THAT(keys.keys_of(0, std::vector<Page>{3}), ElementsAre("k99"));
+  EXPECT_EQ(keys.release_keys(0, std::vector<Page>{3}), (std::vector<ReleaseKey>{{0, "k99"}}));
   keys.forget(0, std::vector<Confirmation>{{"x", 0}}, std::vector<Page>{1, 9});
   EXPECT_EQ(keys.size(0), 2u);
   EXPECT_EQ(keys.size(1), 0u);
@@ -618,10 +621,15 @@ TEST(ClientGuardsTest, KeyedReleasesOverHttp) {
 TEST(ClientGuardsTest, TheEncoderWritesKeyedAndBareReleases) {
   const std::vector<Confirmation> confirmations{{"k", 3}};
   const std::vector<Page> release{4, 5};
-  EXPECT_EQ(protocol::encode_confirm_write_request(1, confirmations, release, std::vector<std::string>{"a\\b", ""}),
+  EXPECT_EQ(protocol::encode_confirm_write_request(1, confirmations, release, std::vector<ReleaseKey>{{0, "a\\b"}}),
             R"({"rank":1,"confirmations":[["k",3]],"pages_to_release":[["a\\b",4],5]})");
+  EXPECT_EQ(protocol::encode_confirm_write_request(1, confirmations, release, std::vector<ReleaseKey>{{1, "b"}}),
+            R"({"rank":1,"confirmations":[["k",3]],"pages_to_release":[4,["b",5]]})");
   EXPECT_EQ(protocol::encode_confirm_write_request(1, confirmations, release, {}),
             protocol::encode_confirm_write_request(1, confirmations, release));
+  // Out of the ascending order the shape asks for: from the first entry out of it on, bare.
+  EXPECT_EQ(protocol::encode_confirm_write_request(1, {}, release, std::vector<ReleaseKey>{{1, "b"}, {0, "a"}}),
+            R"({"rank":1,"confirmations":[],"pages_to_release":[4,["b",5]]})");
 }
 
 }  // namespace

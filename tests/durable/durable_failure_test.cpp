@@ -45,21 +45,23 @@ Pages allocate(MetadataState& state, const std::string& key) {
   EXPECT_TRUE(pages.has_value());
   return pages ? pages.value() : Pages{};
 }
-std::optional<std::string> write(Store& store) { return store.journal().write_through(Journal::thread_seq()); }
+Result<void> write(Store& store) { return store.journal().write_through(Journal::thread_seq()); }
 // --fsync always: what the waiter on the record is told.
-std::optional<std::string> synced(Store& store, std::uint64_t seq) {
-  std::promise<std::optional<std::string>> done;
-  store.journal().when_durable(seq, [&](const std::optional<std::string>& error) { done.set_value(error); });
+Result<void> synced(Store& store, std::uint64_t seq) {
+  std::promise<Result<void>> done;
+  store.journal().when_durable(seq, [&](const Result<void>& durable) { done.set_value(durable); });
   return done.get_future().get();
 }
 
 // The record of the call just made, acknowledged as the server acknowledges it: written, and synced
 // with always.
-std::optional<std::string> acknowledge(Store& store) {
-  if (auto error = write(store)) return error;
-  if (store.journal().mode() != FsyncMode::always) return std::nullopt;
+Result<void> acknowledge(Store& store) {
+  if (auto written = write(store); !written) return written;
+  if (store.journal().mode() != FsyncMode::always) return boost::outcome_v2::success();
   return synced(store, Journal::thread_seq());
 }
+// A Result<void>'s message, for a failed assertion's output.
+std::string message(const Result<void>& result) { return result ? "" : result.error().message; }
 
 class InjectedWriteError : public InjectedDiskErrors, public ::testing::WithParamInterface<FsyncMode> {};
 
@@ -70,16 +72,18 @@ TEST_P(InjectedWriteError, AnAllocateWhoseRecordFailedIsRolledBackAndItsRepeatGe
     auto store = open(state, GetParam());
     Journal::reset_thread_seq();
     ASSERT_TRUE(state.initialize(0, 4).has_value());
-    ASSERT_FALSE(acknowledge(*store));
+    ASSERT_TRUE(acknowledge(*store).has_value());
     ASSERT_EQ(allocate(state, "a"), Pages{0});
-    ASSERT_FALSE(acknowledge(*store));
+    ASSERT_TRUE(acknowledge(*store).has_value());
     const StateImage acknowledged = state.export_image();
 
     inject_disk_error(DiskOp::journal_write, ENOSPC, 1);
     ASSERT_EQ(allocate(state, "b"), Pages{1});  // applied in memory, then its record fails
-    const auto error = write(*store);
-    ASSERT_TRUE(error.has_value());
-    EXPECT_THAT(*error, HasSubstr(std::strerror(ENOSPC)));
+    const auto written = write(*store);
+    ASSERT_FALSE(written.has_value());  // not on disk: the caller answers 503
+    EXPECT_EQ(written.error().code, Errc::journal_failed);
+    // The server's 503 detail and /healthz quote it as it is.
+    EXPECT_EQ(written.error().message, "journal write failed: " + errno_text(ENOSPC));
     EXPECT_TRUE(store->journal().rollback_pending());
     // A snapshot now would make the refused change durable: refused until it is rolled back.
     const auto early = store->snapshot();
@@ -93,14 +97,21 @@ TEST_P(InjectedWriteError, AnAllocateWhoseRecordFailedIsRolledBackAndItsRepeatGe
     EXPECT_FALSE(store->journal().rollback_pending());
     EXPECT_EQ(state.export_image(), acknowledged);
     EXPECT_FALSE(state.key_info("b").has_value());
-    EXPECT_TRUE(store->journal().failure().has_value());  // changes still refused until a snapshot
+    // Changes still refused until a snapshot, with the failure that stopped the journal.
+    const auto writable = store->journal().writable();
+    ASSERT_FALSE(writable.has_value());
+    EXPECT_EQ(writable.error().code, Errc::journal_failed);
+    EXPECT_EQ(writable.error().message, "journal write failed: " + errno_text(ENOSPC));
+    const auto refused = write(*store);  // nothing new is written either
+    ASSERT_FALSE(refused.has_value());
+    EXPECT_EQ(refused.error().message, writable.error().message);
     EXPECT_EQ(store->stats().rollbacks, 1u);
     EXPECT_EQ(store->journal().stats().disk_errors, 1u);
 
     ASSERT_TRUE(store->snapshot().has_value());
-    EXPECT_FALSE(store->journal().failure().has_value());
+    EXPECT_TRUE(store->journal().writable().has_value());
     EXPECT_EQ(allocate(state, "b"), Pages{1});  // the page the first attempt would have been given
-    ASSERT_FALSE(acknowledge(*store));
+    ASSERT_TRUE(acknowledge(*store).has_value());
     expected = state.export_image();
   }
   MetadataState state;
@@ -119,23 +130,24 @@ TEST_F(InjectedDiskErrors, AConfirmWhoseSyncFailedIsNotVisibleNowNorAfterARestar
     Journal::reset_thread_seq();
     ASSERT_TRUE(state.initialize(0, 4).has_value());
     ASSERT_EQ(allocate(state, "k"), Pages{0});
-    ASSERT_FALSE(write(*store));
-    ASSERT_FALSE(synced(*store, state.seq()));  // acknowledged: must survive what follows
+    ASSERT_TRUE(write(*store).has_value());
+    ASSERT_TRUE(synced(*store, state.seq()).has_value());  // acknowledged: must survive what follows
 
     inject_disk_error(DiskOp::journal_sync, EIO, 1);
     Journal::reset_thread_seq();
     const std::vector<Confirmation> confirm{{"k", 0}};
     ASSERT_TRUE(state.confirm_write(0, confirm, {}).has_value());
     const std::uint64_t seq = Journal::thread_seq();
-    ASSERT_FALSE(write(*store));  // written, then its sync fails
-    const auto error = synced(*store, seq);
-    ASSERT_TRUE(error.has_value());
-    EXPECT_THAT(*error, HasSubstr("fdatasync"));
+    ASSERT_TRUE(write(*store).has_value());  // written, then its sync fails
+    const auto durable = synced(*store, seq);
+    ASSERT_FALSE(durable.has_value());
+    EXPECT_EQ(durable.error().code, Errc::journal_failed);
+    EXPECT_EQ(durable.error().message, "journal fdatasync failed: " + errno_text(EIO));
     ASSERT_TRUE(store->settle().has_value());
     EXPECT_EQ(state.batch_exists(std::vector<std::string>{"k"}), std::vector<bool>{false});
     EXPECT_EQ(state.page_state(0, 0), PageState::allocated);  // the allocate was acknowledged
     // A waiter on a record acknowledged before the failure is not told of it.
-    EXPECT_FALSE(synced(*store, seq - 1));
+    EXPECT_TRUE(synced(*store, seq - 1).has_value());
     ASSERT_TRUE(store->snapshot().has_value());
   }
   MetadataState state;
@@ -153,12 +165,12 @@ TEST_F(InjectedDiskErrors, EverysecKeepsWhatWasWrittenWhenALaterSyncFails) {
   ASSERT_TRUE(state.initialize(0, 4).has_value());
   inject_disk_error(DiskOp::journal_sync, EIO, 1);
   ASSERT_EQ(allocate(state, "a"), Pages{0});
-  ASSERT_FALSE(write(*store));
+  ASSERT_TRUE(write(*store).has_value());
   const StateImage written = state.export_image();
   // The syncer runs at most a second after a write: bounded wait for its failure. The store's
   // background thread settles a failure by itself a second after the store opened, so the failure
   // may be gone before this loop looks (it was, now and then, on a loaded machine): either sign counts.
-  const auto failed = [&] { return store->journal().failure().has_value() || store->stats().rollbacks > 0; };
+  const auto failed = [&] { return !store->journal().writable().has_value() || store->stats().rollbacks > 0; };
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (!failed() && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -176,7 +188,7 @@ TEST_F(InjectedDiskErrors, ASnapshotWhoseImageHoldsAFailedRecordIsNotKept) {
   auto store = open(state, FsyncMode::no);
   Journal::reset_thread_seq();
   ASSERT_TRUE(state.initialize(0, 4).has_value());
-  ASSERT_FALSE(write(*store));
+  ASSERT_TRUE(write(*store).has_value());
   const StateImage acknowledged = state.export_image();
   ASSERT_EQ(allocate(state, "b"), Pages{0});  // its caller has not written it yet
   inject_disk_error(DiskOp::journal_write, EIO, 1);
@@ -184,7 +196,10 @@ TEST_F(InjectedDiskErrors, ASnapshotWhoseImageHoldsAFailedRecordIsNotKept) {
   ASSERT_FALSE(snapshot.has_value());
   EXPECT_THAT(snapshot.error().message, HasSubstr("while the snapshot was taken"));
   EXPECT_TRUE(files_like(dir.path(), "snapshot-").empty());
-  EXPECT_TRUE(write(*store).has_value());  // the caller is told: not acknowledged
+  const auto refused = write(*store);  // the caller is told: not acknowledged
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_EQ(refused.error().code, Errc::journal_failed);
+  EXPECT_EQ(refused.error().message, "journal write failed: " + errno_text(EIO));
   ASSERT_TRUE(store->settle().has_value());
   EXPECT_EQ(state.export_image(), acknowledged);
   ASSERT_TRUE(store->snapshot().has_value());
@@ -199,16 +214,16 @@ TEST_F(InjectedDiskErrors, AFailedSnapshotWriteLeavesNoFileAndTheJournalWriting)
   auto store = open(state, FsyncMode::no);
   Journal::reset_thread_seq();
   ASSERT_TRUE(state.initialize(0, 4).has_value());
-  ASSERT_FALSE(write(*store));
+  ASSERT_TRUE(write(*store).has_value());
   inject_disk_error(DiskOp::snapshot_write, EIO, 1);
   const auto failed = store->snapshot();
   ASSERT_FALSE(failed.has_value());
   EXPECT_THAT(failed.error().message, HasSubstr(".snap.tmp: " + std::string(std::strerror(EIO))));
   EXPECT_TRUE(files_like(dir.path(), "snapshot-").empty());  // neither the snapshot nor its .tmp
   EXPECT_EQ(store->stats().snapshot_failures, 1u);
-  EXPECT_FALSE(store->journal().failure().has_value());
+  EXPECT_TRUE(store->journal().writable().has_value()) << message(store->journal().writable());
   ASSERT_EQ(allocate(state, "a"), Pages{0});
-  EXPECT_FALSE(write(*store));
+  EXPECT_TRUE(write(*store).has_value());
   EXPECT_TRUE(store->snapshot().has_value());
 }
 
@@ -257,10 +272,10 @@ TEST(DurableCut, RecoveryNamesTheLastChangeKeptAndTheBytesCut) {
     Journal::reset_thread_seq();
     ASSERT_TRUE(state.initialize(0, 4).has_value());
     ASSERT_EQ(allocate(state, "a"), Pages{0});
-    ASSERT_FALSE(write(*store.value()));
+    ASSERT_TRUE(write(*store.value()).has_value());
     before_last = fs::file_size(files_like(dir.path(), "journal-").back());
     ASSERT_EQ(allocate(state, "b"), Pages{1});  // change 3, cut below
-    ASSERT_FALSE(write(*store.value()));
+    ASSERT_TRUE(write(*store.value()).has_value());
   }
   const auto journal = files_like(dir.path(), "journal-").back();
   fs::resize_file(journal, fs::file_size(journal) - 3);
@@ -286,10 +301,10 @@ TEST(DurableCut, ChangesMissingBeforeAJournalFileAreNamed) {
     Journal::reset_thread_seq();
     ASSERT_TRUE(state.initialize(0, 8).has_value());
     for (const char* k : {"a", "b", "c"}) allocate(state, k);  // changes 2 to 4
-    ASSERT_FALSE(write(*store.value()));
+    ASSERT_TRUE(write(*store.value()).has_value());
     ASSERT_TRUE(store.value()->snapshot().has_value());  // journal-5 follows snapshot 4
     allocate(state, "d");
-    ASSERT_FALSE(write(*store.value()));
+    ASSERT_TRUE(write(*store.value()).has_value());
   }
   ASSERT_EQ(files_like(dir.path(), "journal-").size(), 1u);
   fs::remove(files_like(dir.path(), "snapshot-").back());

@@ -379,7 +379,7 @@ Driven drive(const fs::path& dir, unsigned seed, int steps, int snapshot_every =
       continue;
     }
     if (state.seq() == before) continue;
-    EXPECT_FALSE(store->journal().write_through(state.seq()).has_value());
+    EXPECT_TRUE(store->journal().write_through(state.seq()).has_value());
     note();
   }
   return run;
@@ -513,7 +513,7 @@ class DurableRestart : public ::testing::TestWithParam<bool> {
     if (GetParam()) {
       EXPECT_TRUE(store->shutdown().has_value());
     } else {
-      EXPECT_FALSE(store->journal().write_through(first.seq()).has_value());
+      EXPECT_TRUE(store->journal().write_through(first.seq()).has_value());
     }
     store.reset();
     clock_ = restart_at;
@@ -784,7 +784,7 @@ TEST(DurableRecovery, AStoreContinuesAfterACutAndAfterARestart) {
     EXPECT_EQ(state.export_image(), run.images[run.images.size() - 2]);
     Workload more(12);
     for (int i = 0; i < 100; ++i) more.step(state);
-    ASSERT_FALSE(store->journal().write_through(state.seq()).has_value());
+    ASSERT_TRUE(store->journal().write_through(state.seq()).has_value());
     expected = state.export_image();
   }
   MetadataState state;
@@ -832,7 +832,7 @@ TEST(DurableRecovery, DedupTagsSurviveInTheJournalAndInSnapshots) {
     }
     const std::vector<BlockKey> untagged{{"z", ""}};
     ASSERT_TRUE(state.allocate(0, untagged).has_value());
-    ASSERT_FALSE(store->journal().write_through(state.seq()).has_value());
+    ASSERT_TRUE(store->journal().write_through(state.seq()).has_value());
   }
   MetadataState state;
   auto store = open_store(dir.path(), state);
@@ -875,7 +875,7 @@ TEST(DurableRecovery, AClearForgetsNoRequestId) {
       if (snapshot) {
         ASSERT_TRUE(store->shutdown().has_value());
       } else {
-        ASSERT_FALSE(store->journal().write_through(state.seq()).has_value());
+        ASSERT_TRUE(store->journal().write_through(state.seq()).has_value());
       }
     }
     MetadataState state;
@@ -933,7 +933,7 @@ TEST(DurableRecovery, OnlyTheRequestsOwnRecordCarriesItsRequestId) {
       const std::vector<BlockKey> b{{"b", ""}};
       ASSERT_EQ(state.allocate(0, b).value(), std::vector<Page>{0});  // "a" evicted to make room
     }
-    ASSERT_FALSE(store->journal().write_through(state.seq()).has_value());
+    ASSERT_TRUE(store->journal().write_through(state.seq()).has_value());
   }
   EXPECT_EQ(kinds_in(dir.path()).at(ChangeKind::keys_removed), 1);
   MetadataState state(options);
@@ -964,7 +964,7 @@ TEST(DurableRecovery, ASnapshotKeepsThousandsOfRequestIdsInOrder) {
       const std::vector<BlockKey> keys{{std::string("k").append(std::to_string(i)), ""}};
       ASSERT_TRUE(state.allocate(0, keys).has_value());
     }
-    ASSERT_FALSE(store.value()->journal().write_through(state.seq()).has_value());
+    ASSERT_TRUE(store.value()->journal().write_through(state.seq()).has_value());
   }
   MetadataState state;
   auto store = open_store(dir.path(), state);
@@ -1159,7 +1159,7 @@ TEST_F(Damaged, AJournalFileMissingFromTheChain) {
     ASSERT_TRUE(store->snapshot().has_value());
     Workload more(4);
     for (int i = 0; i < 50; ++i) more.step(state);
-    ASSERT_FALSE(store->journal().write_through(state.seq()).has_value());
+    ASSERT_TRUE(store->journal().write_through(state.seq()).has_value());
   }
   fs::remove(files_like(dir.path(), "snapshot-").back());
   EXPECT_THAT(recover_error(), HasSubstr("a journal file is missing"));
@@ -1185,14 +1185,17 @@ TEST(DurableJournal, AlwaysWakesWaitersAfterAnFdatasync) {
   ASSERT_TRUE(state.initialize(1, 4).has_value());
   const std::uint64_t seq = Journal::thread_seq();
   EXPECT_EQ(seq, state.seq());
-  ASSERT_FALSE(store->journal().write_through(seq).has_value());
-  std::promise<std::optional<std::string>> done;
-  store->journal().when_durable(seq, [&](const std::optional<std::string>& error) { done.set_value(error); });
-  EXPECT_FALSE(done.get_future().get().has_value());
+  ASSERT_TRUE(store->journal().write_through(seq).has_value());
+  std::promise<Result<void>> done;
+  store->journal().when_durable(seq, [&](const Result<void>& durable) { done.set_value(durable); });
+  EXPECT_TRUE(done.get_future().get().has_value());  // synced, not failed
   EXPECT_GE(store->journal().stats().fsyncs, 1u);
-  // Already durable: at once, on this thread.
+  // Already durable: at once, on this thread, and told so.
   bool called = false;
-  store->journal().when_durable(seq, [&](const std::optional<std::string>&) { called = true; });
+  store->journal().when_durable(seq, [&](const Result<void>& durable) {
+    called = true;
+    EXPECT_TRUE(durable.has_value());
+  });
   EXPECT_TRUE(called);
 }
 

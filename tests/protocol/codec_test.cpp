@@ -603,6 +603,22 @@ TEST(ServerDecodeTest, ConfirmWriteKeyedReleases) {
   EXPECT_TRUE(repeated.value().release_keys.empty());
 }
 
+// The client's encoder takes keyed releases in the shape the server's decoder gives them: what one
+// sends, the other reads back, entry for entry.
+TEST(RoundTripTest, ConfirmWriteKeyedReleases) {
+  const std::vector<Confirmation> confirmations{{"c", 4}};
+  const std::vector<Page> pages{3, 5, 7, 9};
+  for (const auto& keyed : {std::vector<ReleaseKey>{}, std::vector<ReleaseKey>{{0, "a"}},
+                            std::vector<ReleaseKey>{{1, "a"}, {3, "b\u00e9\"\\"}},
+                            std::vector<ReleaseKey>{{0, "w"}, {1, "x"}, {2, "y"}, {3, "z"}}}) {
+    auto request = decode_confirm_write_request(encode_confirm_write_request(1, confirmations, pages, keyed));
+    ASSERT_TRUE(request) << request.error().message;
+    EXPECT_EQ(request.value().confirmations, confirmations);
+    EXPECT_EQ(request.value().pages_to_release, pages);
+    EXPECT_EQ(request.value().release_keys, keyed);
+  }
+}
+
 TEST(RoutesTest, TheKeyedReleaseHeaderIsNamedOnce) {
   EXPECT_EQ(kKeyedReleaseHeader, "X-Hf3fs-Keyed-Release");
 }
