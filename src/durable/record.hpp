@@ -3,9 +3,13 @@
 //
 // payload: u8 kind (ChangeKind; new kinds get new numbers, a reader refuses a kind it does not know,
 //          naming its number: the cache lifecycle's kinds 7-11 came later without a new version)
-//          u8 flags (bit 0: a DedupTag follows)
+//          u8 flags (bit 0: a DedupTag follows; bit 1: the record's namespace follows)
 //          [tag: u8 route (its wire number, RouteInfo::wire), u32 length, id, u64 body hash, u64 body size]
-//          then the kind's fields (record.cpp).
+//          [namespace: u32 id, never 0 (issue 20): a record of the default namespace has no bit 1, so
+//           it is byte for byte what a server before namespaces wrote]
+//          then the kind's fields (record.cpp). The namespaces' own kinds carry the namespace in their
+//          fields, never in bit 1: 12 namespace_created u32 id, u32 length, name; 13 namespace_dropped
+//          u32 id (an older server refuses them: "unknown kind 12", "unknown flags 2").
 #pragma once
 
 #include <cstddef>
@@ -32,6 +36,10 @@ struct DedupTag {
   std::string id;
   std::uint64_t body_hash = 0;
   std::uint64_t body_size = 0;
+  // The namespace's name; empty: the default one. Not in the tag's bytes of a record (the record's
+  // namespace is its own, named by recovery), in a snapshot's answers from version 5 on. Braced, so
+  // that an aggregate initializer may leave it out without GCC's -Wmissing-field-initializers.
+  std::string ns{};
   friend bool operator==(const DedupTag&, const DedupTag&) = default;
 };
 
@@ -83,6 +91,7 @@ class Record {
   Result<void> decode_tag(Reader& in, std::uint64_t seq);
   Result<void> decode_items(Reader& in, std::uint64_t seq, std::uint64_t& rank);
   Result<void> decode_keys(Reader& in, std::uint64_t seq);
+  Result<void> decode_namespace(Reader& in, std::uint64_t seq);
   std::vector<char> payload_;
   std::string_view payload_view_;  // payload_'s bytes, or the bytes decode_view was given
   Change change_;
