@@ -12,7 +12,7 @@
 #include "durable/data_dir.hpp"
 #include "durable/log_reader.hpp"
 #include "durable/log_writer.hpp"
-#include "state/populate.hpp"
+#include "internal/populate.hpp"
 
 namespace hf3fs_meta::durable {
 namespace fs = std::filesystem;
@@ -20,7 +20,7 @@ namespace {
 
 // The u32 array a snapshot holds at `raw`, copied without first zeroing the vector when it is aligned
 // (it is: the mapping is page-aligned and every field before it a multiple of 4 bytes), into memory
-// faulted in at once (state/populate.hpp: a rank's page table is megabytes).
+// faulted in at once (internal/populate.hpp: a rank's page table is megabytes).
 void assign_u32s(std::string_view raw, std::vector<std::uint32_t>& out) {
   const std::size_t n = raw.size() / 4;
   out.reserve(n);

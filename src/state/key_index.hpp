@@ -16,7 +16,7 @@
 #include <cstring>
 #include <memory>
 
-#include "state/populate.hpp"
+#include "internal/populate.hpp"
 
 namespace hf3fs_meta::internal {
 

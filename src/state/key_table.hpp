@@ -23,7 +23,7 @@
 #include "state/index_list.hpp"
 #include "state/key_index.hpp"
 #include "state/page_lists.hpp"
-#include "state/populate.hpp"
+#include "internal/populate.hpp"
 
 namespace hf3fs_meta::state_model {
 

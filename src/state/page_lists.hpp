@@ -20,7 +20,7 @@
 #include <span>
 #include <vector>
 
-#include "state/populate.hpp"
+#include "internal/populate.hpp"
 
 namespace hf3fs_meta::state_model {
 
