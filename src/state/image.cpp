@@ -109,8 +109,7 @@ void MetadataState::Core::prepare_export(StateImage& image, std::vector<Exported
     image.namespaces.reserve(by_name.size());
     parts.reserve(by_name.size() + 1);
     key_counts.reserve(by_name.size() + 1);
-    for (const auto& space : spaces) {
-      if (!space) continue;
+    for (const auto& [id, space] : spaces) {
       ExportedSpace& part = parts.emplace_back();
       part.id = space->id;
       if (space->id == 0) {
@@ -141,8 +140,7 @@ std::uint64_t MetadataState::Core::copy_at_instant(StateImage& image, std::vecto
   std::vector<NamespaceImage> named;
   current.reserve(parts.size());
   std::size_t p = 0;
-  for (const auto& space : spaces) {
-    if (!space) continue;
+  for (const auto& [id, space] : spaces) {
     while (p < parts.size() && parts[p].id < space->id) ++p;
     if (p < parts.size() && parts[p].id == space->id) {
       current.push_back(std::move(parts[p]));
@@ -154,14 +152,14 @@ std::uint64_t MetadataState::Core::copy_at_instant(StateImage& image, std::vecto
     if (part.id == 0) continue;
     NamespaceImage& n = named.emplace_back();
     n.id = part.id;
-    n.name = spaces[part.id]->name;
+    n.name = space(part.id)->name;
     if (part.image) n.space = std::move(*part.image);
   }
   image.namespaces = std::move(named);
   std::size_t next_named = 0;
   for (ExportedSpace& part : current) {
     part.image = part.id == 0 ? static_cast<SpaceImage*>(&image) : &image.namespaces[next_named++].space;
-    part.epoch = spaces[part.id]->copy_at_instant(*part.image, part.prepared, part.slot_of_image, names_under_lock);
+    part.epoch = space(part.id)->copy_at_instant(*part.image, part.prepared, part.slot_of_image, names_under_lock);
   }
   parts = std::move(current);
   if (at_instant) at_instant(image.seq);
@@ -285,22 +283,24 @@ StateResult<void> MetadataState::import_image(StateImage image) {
   if (auto imported = next.default_space->import_space(image); !imported) return imported;
   if (auto imported = next.import_namespaces(image); !imported) return imported;
   // The live core's namespaces, built before the lock (nothing of the core is touched).
-  std::vector<std::unique_ptr<Impl>> fresh(next.spaces.size());
+  decltype(Core::spaces) fresh;
   decltype(Core::by_name) by_name;
   by_name.reserve(next.by_name.size());
-  for (const auto& space : next.spaces) {
-    if (!space || space->id == 0) continue;
-    fresh[space->id] = std::make_unique<Impl>(*core_, space->id, space->name);
-    by_name.emplace(space->name, fresh[space->id].get());
+  for (const auto& [id, space] : next.spaces) {
+    if (id == 0) continue;
+    auto& slot = fresh[id];
+    slot = std::make_unique<Impl>(*core_, id, space->name);
+    by_name.emplace(space->name, slot.get());
   }
   {
     std::unique_lock lock(core_->mutex);
-    for (const auto& space : next.spaces) {
+    for (const auto& [id, space] : next.spaces) {
       // `next` takes the old contents of the default namespace, freed after the lock.
-      if (space) (space->id == 0 ? *core_->default_space : *fresh[space->id]).swap_contents(*space);
+      (id == 0 ? *core_->default_space : *fresh[id]).swap_contents(*space);
     }
     fresh[0] = std::move(core_->spaces[0]);
     core_->spaces.swap(fresh);  // `fresh` takes the old named namespaces, freed after the lock
+    core_->next_space_id = next.next_space_id;
     core_->by_name.swap(by_name);
     core_->now = next.now;
     core_->recorded_now = next.recorded_now;
@@ -325,7 +325,7 @@ StateResult<void> MetadataState::Core::import_namespaces(StateImage& image) {
   std::uint32_t last = 0;
   for (NamespaceImage& n : image.namespaces) {
     if (n.id <= last || n.id >= image.next_namespace_id) return bad_image("namespace id " + std::to_string(n.id));
-    if (n.name.empty() || n.name == kDefaultNamespace || find(NamespaceRef{n.name})) {
+    if (!valid_namespace_name(n.name) || n.name == kDefaultNamespace || find(NamespaceRef{n.name})) {
       return bad_image("namespace " + n.name + " (id " + std::to_string(n.id) + ")");
     }
     last = n.id;
@@ -334,7 +334,7 @@ StateResult<void> MetadataState::Core::import_namespaces(StateImage& image) {
                         imported.error().rank);
     }
   }
-  if (spaces.size() < image.next_namespace_id) spaces.resize(image.next_namespace_id);
+  next_space_id = std::max(next_space_id, image.next_namespace_id);
   return boost::outcome_v2::success();
 }
 

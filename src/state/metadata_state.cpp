@@ -572,8 +572,8 @@ DropOutcome MetadataState::drop_rank(NamespaceRef ns, Rank rank) {
 
 void MetadataState::restarted() {
   std::unique_lock lock(core_->mutex);
-  for (const auto& space : core_->spaces) {
-    if (space) space->restart_leases();
+  for (const auto& [id, space] : core_->spaces) {
+    space->restart_leases();
   }
 }
 

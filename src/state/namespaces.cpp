@@ -22,10 +22,11 @@ MetadataState::Core::Core(StateOptions o) : options(std::move(o)) {
 MetadataState::Core::~Core() = default;
 
 MetadataState::Impl& MetadataState::Core::add_space(std::uint32_t id, std::string_view name) {
-  if (spaces.size() <= id) spaces.resize(std::size_t{id} + 1);
-  spaces[id] = std::make_unique<Impl>(*this, id, name);
-  if (id != 0) by_name.emplace(std::string(name), spaces[id].get());
-  return *spaces[id];
+  auto& slot = spaces[id];
+  slot = std::make_unique<Impl>(*this, id, name);
+  next_space_id = std::max(next_space_id, id + 1);
+  if (id != 0) by_name.emplace(std::string(name), slot.get());
+  return *slot;
 }
 
 MetadataState::Impl& MetadataState::Core::create_space(std::string_view name) {
@@ -39,7 +40,9 @@ MetadataState::Impl& MetadataState::Core::create_space(std::string_view name) {
 
 void MetadataState::Core::remove_space(Impl& space, std::unique_ptr<Impl>& gone) {
   by_name.erase(space.name);
-  gone = std::move(spaces[space.id]);
+  const auto it = spaces.find(space.id);
+  gone = std::move(it->second);
+  spaces.erase(it);
 }
 
 NamespaceDropOutcome MetadataState::Core::drop_space(Impl& space, std::unique_ptr<Impl>& gone) {
@@ -52,6 +55,14 @@ NamespaceDropOutcome MetadataState::Core::drop_space(Impl& space, std::unique_pt
 }
 
 StateResult<void> MetadataState::Core::check_new_space(std::string_view name, Rank rank) const {
+  // The server checks the header first; this keeps a name that no header could carry out of the
+  // state, its records and its images (the byte is not echoed).
+  if (!valid_namespace_name(name)) {
+    return make_error(StateErrc::invalid_argument,
+                      "a namespace name is 1 to " + std::to_string(kMaxNamespaceBytes) +
+                          " characters of A-Z, a-z, 0-9, '.', '_' and '-'",
+                      rank);
+  }
   // Counted with the default namespace.
   if (static_cast<std::int64_t>(by_name.size()) + 1 < options.max_namespaces) return boost::outcome_v2::success();
   return make_error(StateErrc::invalid_initialization,
@@ -64,16 +75,16 @@ StateResult<void> MetadataState::Core::check_new_space(std::string_view name, Ra
 // clear, drop and import.
 std::int64_t MetadataState::Core::rank_total() const {
   std::int64_t total = 0;
-  for (const auto& space : spaces) {
-    if (space) total += static_cast<std::int64_t>(space->rank_slots.size());
+  for (const auto& [id, space] : spaces) {
+    total += static_cast<std::int64_t>(space->rank_slots.size());
   }
   return total;
 }
 
 std::int64_t MetadataState::Core::page_total() const {
   std::int64_t total = 0;
-  for (const auto& space : spaces) {
-    if (space) total += space->total_pages;
+  for (const auto& [id, space] : spaces) {
+    total += space->total_pages;
   }
   return total;
 }
@@ -84,8 +95,8 @@ MetadataState::Core::AllAccess::AllAccess(const Core& core) : core_(core) {
     return;
   }
   core_.mutex.lock();
-  for (const auto& space : core_.spaces) {
-    if (space) space->advance();
+  for (const auto& [id, space] : core_.spaces) {
+    space->advance();
   }
 }
 
@@ -116,9 +127,9 @@ void MetadataState::clear_all() {
   Impl old(*core_, 0, {});                  // only swapped with
   std::unique_lock lock(core_->mutex);
   gone.reserve(core_->by_name.size());
-  for (const auto& space : core_->spaces) {
-    if (!space || space->id == 0) continue;
-    core_->drop_space(*space, gone.emplace_back());
+  for (auto it = core_->spaces.begin(); it != core_->spaces.end();) {
+    Impl& space = *(it++)->second;  // the next one first: the drop erases this one
+    if (space.id != 0) core_->drop_space(space, gone.emplace_back());
   }
   core_->default_space->clear_into(old);
 }
@@ -128,8 +139,7 @@ std::vector<NamespaceSummary> MetadataState::namespaces() const {
   {
     Core::AllAccess access(*core_);
     result.reserve(core_->by_name.size() + 1);
-    for (const auto& space : core_->spaces) {
-      if (!space) continue;
+    for (const auto& [id, space] : core_->spaces) {
       NamespaceSummary& summary = result.emplace_back();
       summary.name = space->name;
       summary.pages = space->total_pages;
@@ -149,8 +159,7 @@ std::vector<std::pair<std::string, StateStats>> MetadataState::all_stats() const
   {
     Core::AllAccess access(*core_);
     result.reserve(core_->by_name.size() + 1);
-    for (const auto& space : core_->spaces) {
-      if (!space) continue;
+    for (const auto& [id, space] : core_->spaces) {
       auto& [name, stats] = result.emplace_back(space->name, StateStats{});
       space->fill_stats(stats);
     }
@@ -169,8 +178,8 @@ std::optional<std::string> MetadataState::namespace_name(std::uint32_t id) const
 std::size_t MetadataState::key_count() const {
   std::size_t total = 0;
   Core::AllAccess access(*core_);
-  for (const auto& space : core_->spaces) {
-    if (space) total += space->keys.live();
+  for (const auto& [id, space] : core_->spaces) {
+    total += space->keys.live();
   }
   return total;
 }

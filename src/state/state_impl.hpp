@@ -31,6 +31,7 @@
 #include <deque>
 #include <functional>
 #include <limits>
+#include <map>
 #include <memory>
 #include <optional>
 #include <shared_mutex>
@@ -41,6 +42,7 @@
 
 #include <boost/unordered/unordered_flat_map.hpp>
 
+#include "hf3fs_meta/routes.hpp"  // valid_namespace_name
 #include "hf3fs_meta/state.hpp"
 #include "state/index_list.hpp"
 #include "state/key_table.hpp"
@@ -143,8 +145,11 @@ struct MetadataState::Core {
   // With a TTL: the clock reading the records carry (ChangeKind::clock), so that a replay times what
   // it replays as the original did.
   std::optional<std::int64_t> recorded_now;
-  // The namespaces, by id (null once dropped: ids are never reused); spaces[0] is the default one.
-  std::vector<std::unique_ptr<Impl>> spaces;
+  // The namespaces, by id, in id order; 0 is the default one. Ids are never reused, and the table
+  // holds only the live ones: not a vector indexed by every id ever given (a damaged image's next id
+  // would size it, and create/drop churn would grow it without end).
+  std::map<std::uint32_t, std::unique_ptr<Impl>> spaces;
+  std::uint32_t next_space_id = 0;
   Impl* default_space = nullptr;
   struct NameHash {
     using is_transparent = void;
@@ -168,8 +173,11 @@ struct MetadataState::Core {
     const auto it = by_name.find(ns.name);
     return it == by_name.end() ? nullptr : it->second;
   }
-  Impl* space(std::uint32_t id) const { return id < spaces.size() ? spaces[id].get() : nullptr; }
-  std::uint32_t next_id() const { return static_cast<std::uint32_t>(spaces.size()); }
+  Impl* space(std::uint32_t id) const {
+    const auto it = spaces.find(id);
+    return it == spaces.end() ? nullptr : it->second.get();
+  }
+  std::uint32_t next_id() const { return next_space_id; }
   // A new namespace, empty, registered under `id` (>= every id so far). Nothing recorded.
   Impl& add_space(std::uint32_t id, std::string_view name);
   // A new namespace under the next id, recorded (namespace_created). Under the exclusive lock, once
