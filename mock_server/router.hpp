@@ -45,6 +45,9 @@ enum class Stage : std::uint8_t {
 struct Exchange {
   RouteLabel label = Route::not_found;
   RoutedTarget target;  // routed once, handed to Service::handle
+  // The namespace the request acts in (issue 20), set by admit: the header's checked value, or the
+  // tenant's namespace; empty for the default one. Views the request or the tenant table.
+  std::string_view ns;
   Stage stage = Stage::admit;
   bool answered = false;  // dedup answered (a kept answer or a refusal): nothing to serve
   std::uint64_t durable_seq = 0;  // --fsync always: the record the reply waits for
@@ -61,6 +64,7 @@ struct Exchange {
   void reset() {
     label = Route::not_found;
     target.route = Route::not_found;
+    ns = {};
     stage = Stage::admit;
     answered = false;
     durable_seq = 0;

@@ -66,6 +66,25 @@ inline constexpr std::string_view kRankParameter = "{rank}";
 // (ReleaseKey). vLLM's server would put such a pair into its free list: send bare pages to it.
 inline constexpr std::string_view kKeyedReleaseHeader = "X-Hf3fs-Keyed-Release";
 
+// Extension (issue 20; docs/protocol.md "Namespaces"): the namespace a request acts in. Absent, the
+// default one, which answers as vLLM's server does. A server that knows namespaces echoes the header
+// in its answer to a request that carried it; vLLM's server ignores it (and serves its one space).
+inline constexpr std::string_view kNamespaceHeader = "X-Hf3fs-Namespace";
+inline constexpr std::size_t kMaxNamespaceBytes = 64;
+// A namespace name is 1 to kMaxNamespaceBytes of these: safe in a header, a path segment, a
+// Prometheus label and a log line without escaping.
+constexpr bool namespace_char(char c) {
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+         c == '-';
+}
+constexpr bool valid_namespace_name(std::string_view name) {
+  if (name.empty() || name.size() > kMaxNamespaceBytes) return false;
+  for (const char c : name) {
+    if (!namespace_char(c)) return false;
+  }
+  return true;
+}
+
 struct RouteInfo {
   Route route = Route::not_found;
   // The route's number in files (a request id's records in a data dir's journal and snapshots):
