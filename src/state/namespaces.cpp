@@ -117,6 +117,7 @@ StateResult<NamespaceDropOutcome> MetadataState::drop_namespace(std::string_view
   std::unique_lock lock(core_->mutex);
   Impl* space = core_->find(NamespaceRef{name});
   if (!space) return NamespaceDropOutcome{};
+  space->advance();  // what expired goes first (as drop_rank does): the outcome counts what was there
   const NamespaceDropOutcome outcome = core_->drop_space(*space, gone);
   lock.unlock();
   return outcome;
