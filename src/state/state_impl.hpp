@@ -28,7 +28,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <limits>
 #include <map>
@@ -40,6 +39,7 @@
 #include <string_view>
 #include <vector>
 
+#include <boost/container/deque.hpp>
 #include <boost/unordered/unordered_flat_map.hpp>
 
 #include "hf3fs_meta/routes.hpp"  // valid_namespace_name
@@ -79,8 +79,11 @@ struct PreparedRank {
 struct Lifecycle {
   IndexList leases;       // key ids, in the order their leases began, which is the order they end
   std::uint64_t complete = 0;  // live complete keys
-  std::deque<TimedPage> timed_pages;
-  std::deque<TimedKey> timed_keys;
+  // Boost's deque allocates at its first element; libstdc++'s std::deque allocates a 512-byte block
+  // and its map when made, which every namespace paid twice without a TTL (docs/performance.md,
+  // "Memory per namespace").
+  boost::container::deque<TimedPage> timed_pages;
+  boost::container::deque<TimedKey> timed_keys;
 };
 
 // Lifecycle counters, kept across clear().
