@@ -26,6 +26,9 @@
 //   overrides it), with one X-Request-Id for all of them. What is repeated: docs/design.md, "Retries".
 //   Error::attempts, ::stop_reason and ::request_id tell what happened; the observer sees each step.
 // - register_rank() only records the rank; its num_pages is checked when a restore needs it.
+// - ClientOptions::namespace_name: every call acts in that namespace, restores included; the ranks a
+//   client registered are its namespace's (each client has one namespace, so two clients in two
+//   namespaces restore each their own rank 0).
 // - Result<T>::value() throws std::system_error carrying Error::message() on failure.
 // - Copies share one connection. A moved-from Client may only be destroyed or assigned to.
 // - Unit tests of code that takes a Client: Client(std::make_shared<hf3fs_meta_mocks::MockConnection>())
@@ -96,7 +99,9 @@ class Client {
   }
   // GET /stats (an extension of the reference server): pages by state per rank, keys, lifecycle counters.
   Result<StateStats> stats(const CallOptions& call = {}) { return connection_->stats(call); }
-  // POST /clear: the server forgets every rank and key.
+  // POST /clear: the server forgets every rank and key of this client's namespace
+  // (ClientOptions::namespace_name; without one, of the default namespace, which is all there is on a
+  // server without namespaces).
   Result<void> clear(const CallOptions& call = {}) { return connection_->clear(call); }
   // POST /rank/{rank}/drop (extension of the reference server): the rank, its pages and its keys'
   // mappings on it go; keys left with no mapping go. For a redeploy with other num_pages or fewer
