@@ -23,6 +23,7 @@
 #include "hf3fs_meta/in_process_transport.hpp"
 
 #include "internal/field_text.hpp"
+#include "internal/namespace_name.hpp"
 #include "internal/token_file.hpp"
 
 namespace py = pybind11;
@@ -261,16 +262,32 @@ std::string token_or_env(std::optional<std::string> token) {
   }
   return value;
 }
+// The namespace (issue 20): given, else $HF3FS_META_NAMESPACE, else empty (the default namespace, no
+// header). A name no header could carry is refused (InvalidArgumentError naming where it came from)
+// before anything is sent.
+std::string namespace_or_env(std::optional<std::string> ns) {
+  const char* from = ns ? "namespace=" : "$HF3FS_META_NAMESPACE";
+  std::string value = given_or_env(std::move(ns), "HF3FS_META_NAMESPACE");
+  if (value.empty()) return value;
+  if (auto problem = internal::namespace_problem(value)) {
+    Error e;
+    e.code = errc::invalid_argument;
+    e.detail = std::string(from) + " " + *problem;
+    raise(e);
+  }
+  return value;
+}
 std::string ca_file_or_env(std::optional<std::string> ca_file) {
   return given_or_env(std::move(ca_file), "HF3FS_META_CA_FILE");
 }
 
 ClientOptions client_options(std::string url, std::optional<double> timeout, std::optional<int> attempts,
                              std::optional<double> deadline, std::optional<std::string> token,
-                             std::optional<std::string> ca_file) {
+                             std::optional<std::string> ca_file, std::optional<std::string> ns) {
   ClientOptions options;
   options.base_url = std::move(url);
   options.auth_token = token_or_env(std::move(token));
+  options.namespace_name = namespace_or_env(std::move(ns));
   options.ca_file = ca_file_or_env(std::move(ca_file));
   if (timeout) options.request_timeout = milliseconds_of(*timeout, "timeout");
   if (attempts || deadline) {
@@ -341,14 +358,17 @@ struct PyLocalClient : PyClient {
 
 // hf3fs_meta.Hf3fsGlobalMetadataClient: vLLM's client's methods, arguments and return shapes.
 struct PyGlobalMetadataClient {
-  PyGlobalMetadataClient(std::string base_url, int max_retries) : core(options(std::move(base_url), max_retries)) {}
+  PyGlobalMetadataClient(std::string base_url, int max_retries, std::optional<std::string> ns)
+      : core(options(std::move(base_url), max_retries, std::move(ns))) {}
   PyClient core;
 
-  static ClientOptions options(std::string base_url, int max_retries) {
+  static ClientOptions options(std::string base_url, int max_retries, std::optional<std::string> ns) {
     if (max_retries < 0) throw py::value_error("max_retries: must be 0 or more, got " + std::to_string(max_retries));
     ClientOptions o;
     o.base_url = std::move(base_url);
     o.auth_token = token_or_env(std::nullopt);
+    // An unmodified vLLM constructs this with two arguments: $HF3FS_META_NAMESPACE puts it in a namespace.
+    o.namespace_name = namespace_or_env(std::move(ns));
     o.ca_file = ca_file_or_env(std::nullopt);
     // vLLM's urllib3 Retry(total=max_retries, backoff_factor=0.3): one first attempt and max_retries
     // retries, for every failure, a refused connection included (a down server fails a call in
@@ -404,13 +424,13 @@ PYBIND11_MODULE(_core, m) {
   py::class_<PyClient>(m, "Client", "A client of the HF3FS metadata service; safe to share between threads.")
       .def(py::init([](std::string url, std::optional<double> timeout, std::optional<int> attempts,
                        std::optional<double> deadline, std::optional<std::string> token,
-                       std::optional<std::string> ca_file) {
-             return std::make_unique<PyClient>(
-                 client_options(std::move(url), timeout, attempts, deadline, std::move(token), std::move(ca_file)));
+                       std::optional<std::string> ca_file, std::optional<std::string> ns) {
+             return std::make_unique<PyClient>(client_options(std::move(url), timeout, attempts, deadline,
+                                                              std::move(token), std::move(ca_file), std::move(ns)));
            }),
            py::arg("url") = ClientOptions().base_url, py::kw_only(), py::arg("timeout") = py::none(),
            py::arg("attempts") = py::none(), py::arg("deadline") = py::none(), py::arg("token") = py::none(),
-           py::arg("ca_file") = py::none())
+           py::arg("ca_file") = py::none(), py::arg("namespace") = py::none())
       .def("initialize", [](Self c, py::handle r, py::handle n, py::handle ro) { return c.initialize(r, n, ro, false); },
            rank, py::arg("num_pages"), role, "Initialize a rank without registering it; returns the server's message.")
       .def("ensure_initialized",
@@ -431,7 +451,7 @@ PYBIND11_MODULE(_core, m) {
            "Remove keys from every lookup (a reference-server extension); whether each existed.")
       .def("stats", &PyClient::stats,
            "Pages by state per rank, keys, evictions, deletions, reclaims (a reference-server extension).")
-      .def("clear", &PyClient::clear, "Make the server forget every rank and key.");
+      .def("clear", &PyClient::clear, "Make the server forget every rank and key of this client's namespace.");
 
   py::class_<PyLocalClient, PyClient>(m, "LocalClient",
                                       "The same calls in this process, over an in-memory state: no server.")
@@ -439,7 +459,8 @@ PYBIND11_MODULE(_core, m) {
 
   py::class_<PyGlobalMetadataClient>(m, "Hf3fsGlobalMetadataClient",
                                      "A drop-in for vLLM's Hf3fsGlobalMetadataClient, with the SDK's guarantees.")
-      .def(py::init<std::string, int>(), py::arg("base_url") = "http://localhost:18000", py::arg("max_retries") = 3)
+      .def(py::init<std::string, int, std::optional<std::string>>(), py::arg("base_url") = "http://localhost:18000",
+           py::arg("max_retries") = 3, py::arg("namespace") = py::none())
       .def("initialize", [](DropIn c, py::handle r, py::handle n, py::handle ro) { c.core.initialize(r, n, ro, true); },
            rank, py::arg("num_pages") = 0, role)
       .def("allocate_pages_for_keys",
