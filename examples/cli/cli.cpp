@@ -18,6 +18,7 @@
 
 #include "hf3fs_meta/client.hpp"
 #include "hf3fs_meta/protocol.hpp"
+#include "internal/namespace_name.hpp"
 #include "internal/token_file.hpp"
 
 namespace hf3fs_meta::cli {
@@ -42,6 +43,7 @@ struct CommandLine {
   std::string url;
   std::optional<std::string> token_file;
   std::string ca_file;
+  std::optional<std::string> ns;  // --namespace
   std::optional<std::int64_t> timeout_ms;
   std::optional<int> attempts;
   std::optional<std::int64_t> deadline_ms;
@@ -457,7 +459,8 @@ constexpr Command kCommands[] = {
     {"confirm", "confirm written pages and release others (at least one of them)", confirm_options, confirm},
     {"exists", "whether each key is complete", keys_argument, exists},
     {"locations", "the rank's page of each complete key", locations_options, locations},
-    {"clear", "the server forgets every rank and key", no_options, clear},
+    {"clear", "the server forgets every rank and key of the namespace (--namespace; else the default one)",
+     no_options, clear},
     {"delete", "delete keys from every lookup (a reference-server extension)", keys_argument, delete_keys},
     {"stats", "pages by state per rank, keys, evictions, deletions, reclaims (a reference-server extension)",
      no_options, stats},
@@ -479,6 +482,11 @@ void define(CLI::App& app, CommandLine& cl) {
   app.add_option("--ca-file", cl.ca_file,
                  "for an https:// URL: the PEM file of the CA that signed the server's certificate "
                  "(default: the system's CAs)");
+  app.add_option("--namespace", cl.ns,
+                 "act in namespace NAME: its ranks, pages and keys only (default: $HF3FS_META_NAMESPACE if set, "
+                 "else the default namespace, all a server without namespaces has); 1 to 64 characters of "
+                 "A-Z, a-z, 0-9, '.', '_' and '-', else refused before anything is sent")
+      ->type_name("NAME");
   app.add_option("--timeout-ms", cl.timeout_ms, "the request timeout of one attempt (default 5000)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
   app.add_option("--attempts", cl.attempts,
@@ -521,7 +529,8 @@ std::optional<int> parse(const std::vector<std::string>& args, CommandLine& cl, 
   return std::nullopt;
 }
 
-// The client of the run's one call, or the usage error that refuses the token before anything is sent.
+// The client of the run's one call, or the usage error that refuses the token or the namespace before
+// anything is sent.
 std::variant<ClientOptions, std::string> client_options(const CommandLine& cl, const Environment& env) {
   std::string token = env.default_token;
   if (cl.token_file) {
@@ -533,9 +542,17 @@ std::variant<ClientOptions, std::string> client_options(const CommandLine& cl, c
     // Refused before anything is sent: a CR or LF in it would add headers to the request.
     return "$HF3FS_META_TOKEN: " + *problem;
   }
+  // The flag wins over the environment; empty (either) is the default namespace: no header.
+  const std::string& ns = cl.ns ? *cl.ns : env.default_namespace;
+  if (!ns.empty()) {
+    if (auto problem = internal::namespace_problem(ns)) {
+      return std::string(cl.ns ? "--namespace" : "$HF3FS_META_NAMESPACE") + " " + *problem;
+    }
+  }
   ClientOptions options;
   options.base_url = cl.url;
   options.auth_token = std::move(token);
+  options.namespace_name = ns;
   options.ca_file = cl.ca_file;
   options.transport = env.transport;
   if (cl.timeout_ms) options.request_timeout = std::chrono::milliseconds(*cl.timeout_ms);

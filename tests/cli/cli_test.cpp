@@ -12,6 +12,7 @@
 
 #include "cli.hpp"
 #include "hf3fs_meta/in_process_transport.hpp"
+#include "hf3fs_meta/routes.hpp"
 #include "hf3fs_meta/transport.hpp"
 #include "support/temp_file.hpp"
 
@@ -362,6 +363,79 @@ TEST_F(CliTest, ATokenThatCannotBeSentIsRefusedNamingWhereItCameFrom) {
   hf3fs_meta::testing::TempFile good("good-token\n");
   EXPECT_EQ(run_env("bad token", {"--token-file", good.path(), "exists", "k"}).status, kSuccess);
   EXPECT_EQ(recorder->calls, 1);
+}
+
+// Issue 20: --namespace NAME, else $HF3FS_META_NAMESPACE, is sent as X-Hf3fs-Namespace; a server
+// that answers without echoing it (vLLM's) is a protocol error; a bad name is a usage error naming
+// where it came from, and nothing is sent.
+class CliNamespaceTest : public ::testing::Test {
+ protected:
+  CliNamespaceTest() {
+    recorder = std::make_shared<CannedTransport>([this](const HttpRequest& request) -> TransportResult {
+      std::string ns = "-";
+      for (const auto& h : request.headers) {
+        if (h.name == kNamespaceHeader) ns = h.value;
+      }
+      sent.push_back(ns);
+      HttpResponse r{200, "application/json", R"({"exists":[false]})", {}};
+      if (ns != "-" && echo) r.headers.push_back({std::string(kNamespaceHeader), ns});
+      return r;
+    });
+  }
+  CliRun run_env(std::string ns, std::vector<std::string> args) {
+    Environment env;
+    env.transport = recorder;
+    env.default_namespace = std::move(ns);
+    std::ostringstream out, err;
+    const int status = cli::run(args, env, out, err);
+    return CliRun{status, out.str(), err.str()};
+  }
+
+  bool echo = true;
+  std::vector<std::string> sent;  // each request's namespace header, "-" for none
+  std::shared_ptr<CannedTransport> recorder;
+};
+
+TEST_F(CliNamespaceTest, TheNamespaceComesFromTheFlagElseTheEnvironment) {
+  EXPECT_EQ(run_env("", {"exists", "k"}).status, kSuccess);
+  EXPECT_EQ(run_env("from-env", {"exists", "k"}).status, kSuccess);
+  EXPECT_EQ(run_env("", {"--namespace", "m1", "exists", "k"}).status, kSuccess);
+  EXPECT_EQ(run_env("from-env", {"exists", "k", "--namespace=m2"}).status, kSuccess);  // the flag wins
+  EXPECT_EQ(run_env("from-env", {"--namespace", "", "exists", "k"}).status, kSuccess);  // empty: the default
+  EXPECT_THAT(sent, ::testing::ElementsAre("-", "from-env", "m1", "m2", "-"));
+}
+
+TEST_F(CliNamespaceTest, ABadNameIsAUsageErrorNamingWhereItCameFromAndNothingIsSent) {
+  CliRun flag = run_env("", {"--namespace", "a b", "exists", "k"});
+  EXPECT_EQ(flag.status, kUsage);
+  EXPECT_THAT(flag.err, HasSubstr("--namespace has byte 0x20 at offset 1: a namespace name is 1 to 64 characters"));
+  CliRun env = run_env("m1\r\nX-Injected: yes", {"exists", "k"});
+  EXPECT_EQ(env.status, kUsage);
+  EXPECT_THAT(env.err, HasSubstr("$HF3FS_META_NAMESPACE has byte 0x0D at offset 2"));
+  EXPECT_THAT(env.err, Not(HasSubstr("Injected")));  // located, never echoed
+  CliRun json = run_env("", {"--json", "--namespace", std::string(65, 'n'), "clear"});
+  EXPECT_EQ(json.status, kUsage);
+  EXPECT_STREQ(json.json()["error"]["code"].GetString(), "usage");
+  EXPECT_THAT(json.out, HasSubstr("--namespace is 65 bytes"));
+  // A bad environment does not matter when the flag names a good one.
+  EXPECT_EQ(run_env("bad name", {"--namespace", "ok", "exists", "k"}).status, kSuccess);
+  EXPECT_THAT(sent, ::testing::ElementsAre("ok"));
+}
+
+TEST_F(CliNamespaceTest, AServerThatIgnoresTheHeaderIsAProtocolError) {
+  echo = false;
+  CliRun r = run_env("", {"--namespace", "m1", "exists", "k"});
+  EXPECT_EQ(r.status, kProtocol);
+  EXPECT_THAT(r.err, HasSubstr("the server ignored X-Hf3fs-Namespace (vLLM's server has no namespaces)"));
+  EXPECT_EQ(run_env("", {"exists", "k"}).status, kSuccess);  // without one, as ever
+}
+
+TEST_F(CliNamespaceTest, HelpSaysWhatTheNamespaceIsAndWhatClearForgets) {
+  CliRun help = run_env("", {"--help"});
+  EXPECT_THAT(help.out, HasSubstr("--namespace NAME"));
+  EXPECT_THAT(help.out, HasSubstr("$HF3FS_META_NAMESPACE"));
+  EXPECT_THAT(help.out, HasSubstr("the server forgets every rank and key of the namespace"));
+  EXPECT_TRUE(sent.empty());
 }
 
 // Durations beyond what the client measures are refused as usage errors, never overflowed.
