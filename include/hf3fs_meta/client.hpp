@@ -108,6 +108,27 @@ class Client {
   // ranks against a durable server (README, "Durability"). A rank this client registered stays
   // registered (with its num_pages): a later call meeting "not initialized" initializes it again.
   Result<DropOutcome> drop_rank(Rank rank, const CallOptions& call = {}) { return connection_->drop_rank(rank, call); }
+  // GET /namespaces (extension of the reference server; docs/protocol.md, "Namespaces"): every
+  // namespace by name, the default one included, with its ranks, pages and keys. For an operator:
+  // a server with --tenants-file refuses a tenant's token (403, errc::unexpected_status).
+  Result<std::vector<NamespaceSummary>> namespaces(const CallOptions& call = {}) {
+    return connection_->namespaces(call);
+  }
+  // POST /namespaces/{name}/drop (extension): the namespace, its ranks, pages and keys go at once;
+  // dropped is false for a name that does not exist. `name` is checked before sending
+  // (errc::invalid_argument); the default namespace cannot be dropped (the server refuses it: clear()
+  // empties it). Never repeated after an ambiguous failure: a repeat could drop the namespace
+  // created again meanwhile. For an operator, as namespaces().
+  Result<NamespaceDropOutcome> drop_namespace(std::string_view name, const CallOptions& call = {}) {
+    return connection_->drop_namespace(name, call);
+  }
+  // POST /keys/status (extension): what the server knows of each key in this client's namespace,
+  // to say why batch_exists answered false: the ranks that confirmed it and the tp_world_size it
+  // needs (nullopt: an unknown key), beside how many ranks are initialized now. A read: it takes no
+  // lease and moves no key's recency, so it changes no eviction.
+  Result<KeyStatusAnswer> key_status(const std::vector<std::string>& keys, const CallOptions& call = {}) {
+    return connection_->key_status(keys, call);
+  }
   // POST a body as it is and classify the answer (for tools and tests).
   Result<RawResponse> raw(std::string_view path, std::string_view body, const CallOptions& call = {}) {
     return connection_->raw(path, body, call);

@@ -88,6 +88,12 @@ class Connection {
   virtual Result<void> clear(const CallOptions& call) = 0;
   virtual Result<DropOutcome> drop_rank(Rank rank, const CallOptions& call) = 0;
   virtual Result<RawResponse> raw(std::string_view path, std::string_view body, const CallOptions& call) = 0;
+  // Namespaces (issue 20; GET /namespaces, POST /namespaces/{name}/drop, POST /keys/status). Pure, as
+  // every call above: a user's own Connection must implement them (MockConnection does), so that a
+  // missing one is a compile error rather than a call failing at run time.
+  virtual Result<std::vector<NamespaceSummary>> namespaces(const CallOptions& call) = 0;
+  virtual Result<NamespaceDropOutcome> drop_namespace(std::string_view name, const CallOptions& call) = 0;
+  virtual Result<KeyStatusAnswer> key_status(const std::vector<std::string>& keys, const CallOptions& call) = 0;
 };
 
 // The SDK's connection to a server, as ClientOptions describe it.

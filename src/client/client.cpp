@@ -297,6 +297,9 @@ class DefaultConnection final : public Connection {
   Result<void> clear(const CallOptions& call) override;
   Result<DropOutcome> drop_rank(Rank rank, const CallOptions& call) override;
   Result<RawResponse> raw(std::string_view path, std::string_view body, const CallOptions& call) override;
+  Result<std::vector<NamespaceSummary>> namespaces(const CallOptions& call) override;
+  Result<NamespaceDropOutcome> drop_namespace(std::string_view name, const CallOptions& call) override;
+  Result<KeyStatusAnswer> key_status(const std::vector<std::string>& keys, const CallOptions& call) override;
 
  private:
   Impl impl_;
@@ -412,6 +415,29 @@ Result<RawResponse> DefaultConnection::raw(std::string_view path, std::string_vi
                                  [](const HttpResponse& r) -> protocol::Decoded<RawResponse> {
                                    return RawResponse{r.status, r.content_type, r.body};
                                  });
+}
+
+Result<std::vector<NamespaceSummary>> DefaultConnection::namespaces(const CallOptions& call) {
+  constexpr auto route = Route::namespaces;
+  HttpRequest request = Impl::request_for(route, std::string());
+  return impl_.run<std::vector<NamespaceSummary>>(
+      impl_.spec(route, std::nullopt, call), request,
+      [](const HttpResponse& r) { return protocol::decode_namespaces_response(r.body); });
+}
+
+Result<NamespaceDropOutcome> DefaultConnection::drop_namespace(std::string_view name, const CallOptions& call) {
+  constexpr auto route = Route::drop_namespace;
+  if (auto e = internal::check_namespace_name(route_info(route).operation, name)) return std::move(*e);
+  HttpRequest request{request_path(route, name), std::string(), {}, std::string(route_info(route).method)};
+  return impl_.run<NamespaceDropOutcome>(
+      impl_.spec(route, std::nullopt, call), request,
+      [&](const HttpResponse& r) { return protocol::decode_drop_namespace_response(r.body, name); });
+}
+
+Result<KeyStatusAnswer> DefaultConnection::key_status(const std::vector<std::string>& keys, const CallOptions& call) {
+  return impl_.key_call<KeyStatusAnswer>(
+      Route::key_status, std::nullopt, keys, call, [&] { return protocol::encode_key_status_request(keys); },
+      protocol::decode_key_status_response);
 }
 
 }  // namespace

@@ -311,5 +311,127 @@ TEST_F(ClientNamespaceTest, TwoNamespacesEachRestoreTheirOwnRankZero) {
                       }));
 }
 
+// ---- GET /namespaces, POST /namespaces/{name}/drop, POST /keys/status ----
+
+class ClientNamespaceCallsTest : public ::testing::Test {
+ protected:
+  ClientNamespaceCallsTest() {
+    ClientOptions options;
+    options.transport = transport;
+    options.clock = clock;
+    options.sleeper = sleeper;
+    client = std::make_unique<Client>(std::move(options));
+  }
+  std::shared_ptr<testing::ScriptedTransport> transport = std::make_shared<testing::ScriptedTransport>();
+  std::shared_ptr<testing::FakeClock> clock = std::make_shared<testing::FakeClock>();
+  std::shared_ptr<testing::FakeSleeper> sleeper = std::make_shared<testing::FakeSleeper>(clock);
+  std::unique_ptr<Client> client;
+};
+
+TEST_F(ClientNamespaceCallsTest, NamespacesIsAGetAndDecodesEveryEntry) {
+  HttpRequest sent;
+  transport->then([&](const HttpRequest& r, const AttemptTimeouts&) -> TransportResult {
+    sent = r;
+    return http_answer(200, R"({"namespaces":[{"name":"default","ranks":[0,1],"pages":16,"keys":5},)"
+                            R"({"name":"m1","ranks":[],"pages":0,"keys":0}]})");
+  });
+  auto r = client->namespaces();
+  ASSERT_TRUE(r) << r.error().message();
+  EXPECT_EQ(sent.method, "GET");
+  EXPECT_EQ(sent.path, "/namespaces");
+  EXPECT_EQ(sent.body, "");
+  EXPECT_EQ(r.value(), (std::vector<NamespaceSummary>{{"default", {0, 1}, 16, 5}, {"m1", {}, 0, 0}}));
+}
+
+TEST_F(ClientNamespaceCallsTest, NamespacesIsRepeatedAfterAnAmbiguousFailure) {
+  transport->then(testing::transport_failure(errc::timeout, true));
+  transport->then(http_answer(200, R"({"namespaces":[]})"));
+  auto r = client->namespaces();
+  ASSERT_TRUE(r) << r.error().message();
+  EXPECT_TRUE(r.value().empty());
+  EXPECT_EQ(transport->posted().size(), 2u);
+}
+
+TEST_F(ClientNamespaceCallsTest, DropNamespacePostsToTheNamesPathAndChecksTheAnswerNamesIt) {
+  transport->then(http_answer(200, R"({"namespace":"m1","dropped":true,"ranks":2,"pages":16,"keys_removed":5})"));
+  auto r = client->drop_namespace("m1");
+  ASSERT_TRUE(r) << r.error().message();
+  EXPECT_EQ(r.value(), (NamespaceDropOutcome{true, 2, 16, 5}));
+  EXPECT_EQ(transport->posted()[0].path, "/namespaces/m1/drop");
+
+  transport->then(http_answer(200, R"({"namespace":"m2","dropped":false,"ranks":0,"pages":0,"keys_removed":0})"));
+  auto other = client->drop_namespace("m1");
+  ASSERT_FALSE(other);
+  EXPECT_EQ(other.error().code, errc::protocol_error);
+  EXPECT_EQ(other.error().operation, Operation::drop_namespace);
+}
+
+TEST_F(ClientNamespaceCallsTest, DropNamespaceIsNotRepeatedAfterAnAmbiguousFailure) {
+  transport->then(testing::transport_failure(errc::timeout, true));
+  auto r = client->drop_namespace("m1");
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, errc::timeout);
+  EXPECT_EQ(transport->posted().size(), 1u);
+}
+
+TEST_F(ClientNamespaceCallsTest, DropNamespaceRefusesABadNameBeforeSending) {
+  for (const std::string& bad : {std::string(), std::string("a/b"), std::string("../x"), std::string(65, 'n'),
+                                std::string("m1\r\nX: y")}) {
+    auto r = client->drop_namespace(bad);
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().code, errc::invalid_argument);
+    EXPECT_EQ(r.error().operation, Operation::drop_namespace);
+    EXPECT_THAT(r.error().detail, StartsWith("name "));
+    EXPECT_THAT(r.error().detail, HasSubstr("a namespace name is 1 to 64 characters"));
+  }
+  EXPECT_TRUE(transport->posted().empty());
+}
+
+TEST_F(ClientNamespaceCallsTest, KeyStatusPostsTheKeysAndDecodesOneEntryPerKey) {
+  transport->then(http_answer(
+      200, R"({"ranks_initialized":3,"status":[{"ranks":[0,1],"tp_world_size":3,"complete":false},null]})"));
+  auto r = client->key_status({"k1", "k2"});
+  ASSERT_TRUE(r) << r.error().message();
+  EXPECT_EQ(transport->posted()[0].path, "/keys/status");
+  EXPECT_EQ(transport->posted()[0].body, R"({"keys":["k1","k2"]})");
+  EXPECT_EQ(r.value().ranks_initialized, 3u);
+  ASSERT_EQ(r.value().status.size(), 2u);
+  EXPECT_EQ(r.value().status[0], (KeyStatus{{0, 1}, 3, false}));
+  EXPECT_EQ(r.value().status[1], std::nullopt);
+
+  transport->then(http_answer(200, R"({"ranks_initialized":3,"status":[null]})"));
+  auto short_answer = client->key_status({"k1", "k2"});
+  ASSERT_FALSE(short_answer);
+  EXPECT_EQ(short_answer.error().code, errc::protocol_error);
+}
+
+TEST_F(ClientNamespaceCallsTest, KeyStatusRefusesWhatBatchExistsRefuses) {
+  auto r = client->key_status({"k", ""});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, errc::invalid_argument);
+  EXPECT_EQ(r.error().operation, Operation::key_status);
+  EXPECT_THAT(r.error().detail, HasSubstr("keys[1]"));
+  EXPECT_TRUE(transport->posted().empty());
+}
+
+TEST_F(ClientNamespaceTest, TheNewCallsCarryTheNamespaceToo) {
+  auto scripted = std::make_shared<testing::ScriptedTransport>();
+  std::vector<std::optional<std::string>> seen;
+  scripted->otherwise([&](const HttpRequest& r, const AttemptTimeouts&) -> TransportResult {
+    seen.push_back(header_of(r, kNamespaceHeader));
+    std::string body = R"({"ranks_initialized":0,"status":[null]})";
+    if (r.path == "/namespaces") body = R"({"namespaces":[]})";
+    if (r.path == "/namespaces/m2/drop") {
+      body = R"({"namespace":"m2","dropped":false,"ranks":0,"pages":0,"keys_removed":0})";
+    }
+    return http_answer(200, body, "application/json", {{std::string(kNamespaceHeader), "m1"}});
+  });
+  Client client = make_client("m1", scripted);
+  ASSERT_TRUE(client.namespaces());
+  ASSERT_TRUE(client.drop_namespace("m2"));
+  ASSERT_TRUE(client.key_status({"k"}));
+  EXPECT_EQ(seen, (std::vector<std::optional<std::string>>{"m1", "m1", "m1"}));
+}
+
 }  // namespace
 }  // namespace hf3fs_meta
