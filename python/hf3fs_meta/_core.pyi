@@ -71,6 +71,24 @@ class Client:
     def clear(self) -> None:
         """Make the server forget every rank and key of this client's namespace (never repeated after
         an ambiguous failure)."""
+    def namespaces(self) -> List[Dict[str, Any]]:
+        """GET /namespaces (an extension of the reference server): every namespace, the default one
+        included, sorted by name, as {"name": str, "ranks": [int, ...], "pages": int, "keys": int}.
+        A server with --tenants-file answers it for an operator's token only (else MetadataError,
+        status 403)."""
+    def drop_namespace(self, name: str) -> Dict[str, Any]:
+        """POST /namespaces/{name}/drop (an extension): the namespace, its ranks, pages and keys go
+        at once. Returns {"namespace": name, "dropped": bool, "ranks": int, "pages": int,
+        "keys_removed": int}; dropped is False for a name that does not exist. A name outside the
+        namespace rule raises InvalidArgumentError before anything is sent; "default" is refused by
+        the server (clear() empties it). Never repeated after an ambiguous failure. For an operator,
+        as namespaces()."""
+    def key_status(self, keys: Sequence[str]) -> Dict[str, Any]:
+        """POST /keys/status (an extension): why batch_exists says what it says, in this client's
+        namespace. Returns {"ranks_initialized": int, "status": [...]}, one entry per key: None for
+        an unknown key, else {"ranks": [int, ...] (the ranks that confirmed it), "tp_world_size":
+        int (the ranks it needs), "complete": bool}. A read: it takes no lease and changes no
+        eviction order."""
 
 class LocalClient(Client):
     """The Client calls in this process over an in-memory state, through the server's own codec: for

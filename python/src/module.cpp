@@ -239,6 +239,53 @@ py::dict stats_dict(const StateStats& stats) {
   return out;
 }
 
+// The namespace calls' answers under the wire's names (docs/protocol.md, "Namespaces").
+py::list rank_list(const std::vector<Rank>& ranks) {
+  py::list out(ranks.size());
+  for (std::size_t i = 0; i < ranks.size(); ++i) out[i] = py::int_(ranks[i]);
+  return out;
+}
+py::list namespaces_list(const std::vector<NamespaceSummary>& namespaces) {
+  py::list out(namespaces.size());
+  for (std::size_t i = 0; i < namespaces.size(); ++i) {
+    const NamespaceSummary& n = namespaces[i];
+    py::dict entry;
+    entry["name"] = py::str(n.name);
+    entry["ranks"] = rank_list(n.ranks);
+    entry["pages"] = py::int_(n.pages);
+    entry["keys"] = py::int_(n.keys);
+    out[i] = std::move(entry);
+  }
+  return out;
+}
+py::dict drop_namespace_dict(const std::string& name, const NamespaceDropOutcome& d) {
+  py::dict out;
+  out["namespace"] = py::str(name);
+  out["dropped"] = py::bool_(d.dropped);
+  out["ranks"] = py::int_(d.ranks);
+  out["pages"] = py::int_(d.pages);
+  out["keys_removed"] = py::int_(d.keys_removed);
+  return out;
+}
+py::dict key_status_dict(const KeyStatusAnswer& answer) {
+  py::list status(answer.status.size());
+  for (std::size_t i = 0; i < answer.status.size(); ++i) {
+    if (!answer.status[i]) {
+      status[i] = py::none();
+      continue;
+    }
+    py::dict entry;
+    entry["ranks"] = rank_list(answer.status[i]->ranks);
+    entry["tp_world_size"] = py::int_(answer.status[i]->tp_world_size);
+    entry["complete"] = py::bool_(answer.status[i]->complete);
+    status[i] = std::move(entry);
+  }
+  py::dict out;
+  out["ranks_initialized"] = py::int_(answer.ranks_initialized);
+  out["status"] = std::move(status);
+  return out;
+}
+
 // ---- the clients ---------------------------------------------------------------------------------
 
 // The value given, else the environment variable (as the CLI reads it), else empty: the bearer token
@@ -344,6 +391,14 @@ struct PyClient {
   py::dict stats() { return stats_dict(value_or_raise(released([&] { return client.stats(); }))); }
   void clear() {
     value_or_raise(released([&] { return client.clear(); }));
+  }
+  py::list namespaces() { return namespaces_list(value_or_raise(released([&] { return client.namespaces(); }))); }
+  py::dict drop_namespace(const std::string& name) {
+    return drop_namespace_dict(name, value_or_raise(released([&] { return client.drop_namespace(name); })));
+  }
+  py::dict key_status(py::handle keys) {
+    const auto k = strings(keys, "keys");
+    return key_status_dict(value_or_raise(released([&] { return client.key_status(k); })));
   }
 };
 
@@ -451,7 +506,13 @@ PYBIND11_MODULE(_core, m) {
            "Remove keys from every lookup (a reference-server extension); whether each existed.")
       .def("stats", &PyClient::stats,
            "Pages by state per rank, keys, evictions, deletions, reclaims (a reference-server extension).")
-      .def("clear", &PyClient::clear, "Make the server forget every rank and key of this client's namespace.");
+      .def("clear", &PyClient::clear, "Make the server forget every rank and key of this client's namespace.")
+      .def("namespaces", &PyClient::namespaces,
+           "Every namespace with its ranks, pages and keys (a reference-server extension; an operator's call).")
+      .def("drop_namespace", &PyClient::drop_namespace, py::arg("name"),
+           "Drop a namespace with its ranks, pages and keys (a reference-server extension; an operator's call).")
+      .def("key_status", &PyClient::key_status, keys,
+           "Why each key is or is not complete: the ranks that confirmed it, the tp_world_size it needs.");
 
   py::class_<PyLocalClient, PyClient>(m, "LocalClient",
                                       "The same calls in this process, over an in-memory state: no server.")

@@ -146,3 +146,45 @@ def test_a_server_that_ignores_the_header_fails_every_call(recorder):
     assert caught.value.code == "protocol_error"
     # Without a namespace the same server serves as ever.
     assert Client(recorder.url).batch_exists(["k"]) == [False]
+
+
+# ---- namespaces(), drop_namespace(), key_status() against the reference server ----
+
+
+def test_namespaces_lists_the_default_one_with_its_ranks_pages_and_keys(server):
+    client = Client(server.url)
+    client.ensure_initialized(0, 8)
+    client.ensure_initialized(1, 4)
+    pages = client.allocate(0, ["k"])
+    client.confirm_write(0, [("k", pages[0])])
+    assert client.namespaces() == [{"name": "default", "ranks": [0, 1], "pages": 12, "keys": 1}]
+
+
+def test_key_status_says_which_ranks_confirmed_a_key_and_how_many_it_needs(server):
+    client = Client(server.url)
+    client.ensure_initialized(0, 8)
+    client.ensure_initialized(1, 8)
+    client.confirm_write(0, [("k1", client.allocate(0, ["k1"])[0])])
+    assert client.batch_exists(["k1", "k2"]) == [False, False]
+    assert client.key_status(["k1", "k2"]) == {
+        "ranks_initialized": 2,
+        "status": [{"ranks": [0], "tp_world_size": 2, "complete": False}, None],
+    }
+    with pytest.raises(InvalidArgumentError):
+        client.key_status(["k1", ""])
+    with pytest.raises(TypeError):
+        client.key_status("k1")
+
+
+def test_drop_namespace_checks_the_name_and_reports_what_went(server):
+    client = Client(server.url)
+    assert client.drop_namespace("nowhere") == {"namespace": "nowhere", "dropped": False, "ranks": 0, "pages": 0,
+                                                "keys_removed": 0}
+    with pytest.raises(InvalidArgumentError) as caught:
+        client.drop_namespace("a/b")
+    assert caught.value.detail.startswith("name has byte 0x2F at offset 1")
+    assert caught.value.operation == "drop_namespace"
+    with pytest.raises(MetadataError) as caught:
+        client.drop_namespace("default")
+    assert caught.value.status == 400
+    assert "POST /clear" in caught.value.detail
