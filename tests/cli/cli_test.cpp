@@ -438,6 +438,99 @@ TEST_F(CliNamespaceTest, HelpSaysWhatTheNamespaceIsAndWhatClearForgets) {
   EXPECT_TRUE(sent.empty());
 }
 
+// Issue 20: exists --why asks POST /keys/status after the exists answer.
+TEST_F(CliTest, ExistsWhySaysWhichRanksConfirmedAndWhatTheKeyNeeds) {
+  for (Rank rank : {0, 1, 2}) ASSERT_EQ(run({"init", std::to_string(rank), "--pages", "4"}).status, kSuccess);
+  for (Rank rank : {0, 1}) {
+    ASSERT_EQ(run({"allocate", std::to_string(rank), "k1"}).status, kSuccess);
+    ASSERT_EQ(run({"confirm", std::to_string(rank), "k1=0"}).status, kSuccess);
+  }
+  CliRun text = run({"exists", "--why", "k1", "k2"});
+  EXPECT_EQ(text.status, kSuccess) << text.err;
+  EXPECT_EQ(text.out, "k1 false: confirmed on ranks 0,1; needs tp_world_size 3\nk2 false: unknown\n");
+  ASSERT_EQ(run({"allocate", "2", "k1"}).status, kSuccess);
+  ASSERT_EQ(run({"confirm", "2", "k1=0"}).status, kSuccess);
+  EXPECT_EQ(run({"exists", "k1", "--why"}).out, "k1 true: confirmed on ranks 0,1,2; needs tp_world_size 3\n");
+  EXPECT_EQ(run({"exists", "k1"}).out, "k1 true\n");  // without --why, as ever
+
+  CliRun json = run({"--json", "exists", "--why", "k1", "k2"});
+  ASSERT_EQ(json.status, kSuccess);
+  auto doc = json.json();
+  EXPECT_TRUE(doc["exists"][0].GetBool());
+  EXPECT_FALSE(doc["exists"][1].GetBool());
+  EXPECT_EQ(doc["why"]["ranks_initialized"].GetUint64(), 3u);
+  const auto& k1 = doc["why"]["status"][0];
+  ASSERT_EQ(k1["ranks"].Size(), 3u);
+  EXPECT_EQ(k1["ranks"][2].GetInt64(), 2);
+  EXPECT_EQ(k1["tp_world_size"].GetInt64(), 3);
+  EXPECT_TRUE(k1["complete"].GetBool());
+  EXPECT_TRUE(doc["why"]["status"][1].IsNull());
+  EXPECT_FALSE(run({"--json", "exists", "k1"}).json().HasMember("why"));
+}
+
+TEST_F(CliTest, ExistsWhyAgainstAServerWithoutKeyStatusReportsItsRefusal) {
+  auto old_server = std::make_shared<CannedTransport>([](const HttpRequest& request) -> TransportResult {
+    if (request.path == "/keys/status") return HttpResponse{404, "application/json", R"({"detail":"Not Found"})", {}};
+    return HttpResponse{200, "application/json", R"({"exists":[false]})", {}};
+  });
+  CliRun r = run_with(old_server, {"exists", "--why", "k"});
+  EXPECT_EQ(r.status, kServerRefused);
+  EXPECT_THAT(r.err, HasSubstr("404"));
+  EXPECT_EQ(old_server->calls, 2);
+}
+
+TEST_F(CliTest, NamespacesIsATableOrJson) {
+  ASSERT_TRUE(state_->initialize(NamespaceRef{"team-b"}, 3, 32));
+  ASSERT_EQ(run({"init", "0", "--pages", "8"}).status, kSuccess);
+  ASSERT_EQ(run({"init", "1", "--pages", "8"}).status, kSuccess);
+  ASSERT_EQ(run({"allocate", "0", "k1"}).status, kSuccess);
+  ASSERT_EQ(run({"confirm", "0", "k1=0"}).status, kSuccess);
+  ASSERT_TRUE(state_->drop_namespace("team-b"));
+  ASSERT_TRUE(state_->initialize(NamespaceRef{"a-much-longer-name"}, 3, 32));
+  CliRun text = run({"namespaces"});
+  EXPECT_EQ(text.status, kSuccess) << text.err;
+  EXPECT_EQ(text.out,
+            "NAME                RANKS  PAGES  KEYS\n"
+            "a-much-longer-name  3      32     0\n"
+            "default             0,1    16     1\n");
+  CliRun json = run({"--json", "namespaces"});
+  auto doc = json.json();
+  ASSERT_EQ(doc["namespaces"].Size(), 2u);
+  const auto& d = doc["namespaces"][1];
+  EXPECT_STREQ(d["name"].GetString(), "default");
+  ASSERT_EQ(d["ranks"].Size(), 2u);
+  EXPECT_EQ(d["ranks"][1].GetInt64(), 1);
+  EXPECT_EQ(d["pages"].GetInt64(), 16);
+  EXPECT_EQ(d["keys"].GetUint64(), 1u);
+}
+
+TEST_F(CliTest, DropNamespaceForgetsItAndRefusesABadNameBeforeSending) {
+  ASSERT_TRUE(state_->initialize(NamespaceRef{"m1"}, 0, 8));
+  ASSERT_TRUE(state_->initialize(NamespaceRef{"m1"}, 1, 8));
+  CliRun dropped = run({"drop-namespace", "m1"});
+  EXPECT_EQ(dropped.status, kSuccess) << dropped.err;
+  EXPECT_EQ(dropped.out, "dropped namespace m1: 2 ranks, 16 pages, 0 keys removed\n");
+  EXPECT_EQ(state_->namespaces().size(), 1u);
+  EXPECT_EQ(run({"drop-namespace", "m1"}).out, "namespace m1 did not exist\n");
+  auto doc = run({"--json", "drop-namespace", "m1"}).json();
+  EXPECT_STREQ(doc["namespace"].GetString(), "m1");
+  EXPECT_FALSE(doc["dropped"].GetBool());
+  EXPECT_EQ(doc["ranks"].GetUint64(), 0u);
+
+  CliRun def = run({"drop-namespace", "default"});
+  EXPECT_EQ(def.status, kServerRefused);
+  EXPECT_THAT(def.err, HasSubstr("POST /clear"));
+
+  auto counting = std::make_shared<CannedTransport>([](const HttpRequest&) -> TransportResult {
+    return HttpResponse{200, "application/json", "{}", {}};
+  });
+  CliRun bad = run_with(counting, {"drop-namespace", "a/b"});
+  EXPECT_EQ(bad.status, kUsage);
+  EXPECT_THAT(bad.err, HasSubstr("name has byte 0x2F at offset 1"));
+  EXPECT_EQ(run_with(counting, {"drop-namespace"}).status, kUsage);
+  EXPECT_EQ(counting->calls, 0);
+}
+
 // Durations beyond what the client measures are refused as usage errors, never overflowed.
 TEST_F(CliTest, DurationsTooLongAreRefusedNamingTheFlag) {
   for (const char* flag : {"--deadline-ms", "--timeout-ms"}) {
