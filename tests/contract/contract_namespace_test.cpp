@@ -17,7 +17,9 @@ constexpr const char* kEcho = "x-hf3fs-namespace";  // RawResponse lowercases na
 
 class NamespaceContractTest : public ContractTest {
  protected:
+  // An empty `ns`: no header (the header with an empty value is refused).
   RawResponse post_in(std::string_view ns, std::string_view target, std::string_view body) {
+    if (ns.empty()) return post(target, body);
     return post(target, body, {{kHeader, std::string(ns)}});
   }
   RawResponse get_in(std::string_view ns, std::string_view target) {
@@ -193,7 +195,7 @@ TEST_F(NamespaceContractTest, AnAnswerEchoesTheNamespaceOnlyWhenTheRequestNamedO
 
 // Router::admit's namespace step is the tenants part's (its commit 72706ac); this branch's stopgap in
 // admit only takes a valid header, so a bad one acts in the default namespace here. Enabled at the
-// merge, when admit answers it 400.
+// merge, when admit answers it 400 (it passed with an admit answering as plan 2.2 says, tried locally).
 TEST_F(NamespaceContractTest, DISABLED_ABadOrRepeatedHeaderIs400AndChangesNothing) {
   init_in("a", 0, 2);
   const std::string before = get("/namespaces").body;
