@@ -51,6 +51,16 @@ void define(CLI::App& app, ServerOptions& o) {
   app.add_option("--max-total-pages", o.max_total_pages, "pages of all ranks together, 12 bytes each")
       ->capture_default_str()
       ->check(CLI::Range(std::int64_t{1}, std::numeric_limits<std::int64_t>::max()));
+  app.add_option("--namespace-max-total-pages", o.namespace_max_total_pages,
+                 "pages of all ranks of one namespace together (X-Hf3fs-Namespace; the default namespace "
+                 "too): a worker's initialize beyond it gets 400 naming the namespace, nothing created")
+      ->default_str("--max-total-pages")
+      ->check(CLI::Range(std::int64_t{1}, std::numeric_limits<std::int64_t>::max()));
+  app.add_option("--max-namespaces", o.max_namespaces,
+                 "namespaces that may exist at once, the default one included (so 1 allows none but it): a "
+                 "worker's initialize that would create one more gets 400 naming the namespace")
+      ->capture_default_str()
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
   app.add_option("--max-key-bytes", o.max_key_bytes,
                  "longest key (or prefix key) a request may name, in bytes: a request with a longer one gets "
                  "400 naming it, on every route that takes keys, nothing applied (vLLM's keys are 32 or 64 "
@@ -177,6 +187,8 @@ StateOptions state_options(const ServerOptions& options) {
   state.max_ranks = options.max_ranks;
   state.max_total_pages = options.max_total_pages;
   state.max_key_bytes = options.max_key_bytes;
+  state.namespace_max_total_pages = options.namespace_max_total_pages;  // 0 (not given): max_total_pages
+  state.max_namespaces = options.max_namespaces;
   state.eviction = options.eviction;
   state.read_lease = options.read_lease.value_or(
       options.eviction == Eviction::lru ? kDefaultLease : std::chrono::milliseconds(0));

@@ -20,6 +20,10 @@ struct ServerOptions {
   std::int64_t max_pages = std::int64_t{1} << 24;
   std::int64_t max_ranks = 1024;
   std::int64_t max_total_pages = std::int64_t{1} << 28;
+  // Namespaces (issue 20; docs/protocol.md, "Namespaces"): the pages of all ranks of one namespace
+  // (0: max_total_pages), and how many namespaces may exist at once, the default one included.
+  std::int64_t namespace_max_total_pages = 0;
+  std::int64_t max_namespaces = 1024;
   std::size_t max_body_bytes = std::size_t{16} << 20;
   std::size_t max_key_bytes = 1024;  // StateOptions::max_key_bytes (at least 1 here)
   std::size_t max_inflight_body_bytes = std::size_t{256} << 20;  // all connections together

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "hf3fs_meta/in_process_transport.hpp"
 #include "hf3fs_meta/protocol.hpp"
 #include "hf3fs_meta/protocol_server.hpp"
 #include "hf3fs_meta/routes.hpp"
@@ -330,6 +331,69 @@ TEST(NamespaceServiceLifecycle, KeyStatusMovesNoRecency) {
   ASSERT_TRUE(state.allocate(NamespaceRef{"a"}, 0, third));
   EXPECT_FALSE(state.key_info(NamespaceRef{"a"}, "old").has_value());  // evicted: the status moved nothing
   EXPECT_TRUE(state.key_info(NamespaceRef{"a"}, "new").has_value());
+}
+
+// ---- The in-process transport: the header as the server takes it, and the echo ----
+
+// The echo's value (nullopt: none). HttpResponse::header is the client library's, not linked here.
+std::optional<std::string> echoed(const HttpResponse& r) {
+  std::optional<std::string> found;
+  for (const HttpHeader& h : r.headers) {
+    if (h.name == kNamespaceHeader) found = h.value;
+  }
+  return found;
+}
+
+class NamespaceInProcess : public ::testing::Test {
+ protected:
+  HttpResponse send(std::string path, std::string body, std::vector<HttpHeader> headers, std::string method = "POST") {
+    HttpRequest request{std::move(path), std::move(body), std::move(headers), std::move(method)};
+    auto response = transport_->post(request, {});
+    EXPECT_TRUE(response);
+    return response ? std::move(response).value() : HttpResponse{};
+  }
+
+  std::shared_ptr<MetadataState> state_ = std::make_shared<MetadataState>();
+  std::shared_ptr<Transport> transport_ = make_in_process_transport(state_);
+};
+
+TEST_F(NamespaceInProcess, TheHeaderSelectsTheNamespaceAndIsEchoed) {
+  const HttpResponse made = send("/rank/0/initialize", R"({"num_pages":4})", {{"x-hf3fs-namespace", "m1"}});
+  EXPECT_EQ(made.status, 200) << made.body;
+  EXPECT_EQ(echoed(made), "m1");
+  EXPECT_TRUE(state_->rank_stats(NamespaceRef{"m1"}, 0).has_value());
+  EXPECT_FALSE(state_->rank_stats(0).has_value());
+  // Every answer to a request that named one echoes it, a refusal's too.
+  const HttpResponse refused = send("/keys/batch_allocate", R"({"rank":9,"keys":[]})", {{"X-Hf3fs-Namespace", "m1"}});
+  EXPECT_EQ(refused.status, 500);
+  EXPECT_EQ(echoed(refused).value_or("none"), "m1");
+  const HttpResponse listed = send("/namespaces", "", {{"X-Hf3fs-Namespace", "default"}}, "GET");
+  EXPECT_EQ(listed.status, 200);
+  EXPECT_EQ(echoed(listed).value_or("none"), "default");
+  // Without it: the default namespace, and no echo (every byte as before).
+  const HttpResponse plain = send("/rank/0/initialize", R"({"num_pages":2})", {});
+  EXPECT_EQ(plain.status, 200);
+  EXPECT_FALSE(echoed(plain).has_value());
+  EXPECT_EQ(state_->rank_stats(0)->num_pages, 2);
+  EXPECT_EQ(state_->rank_stats(NamespaceRef{"m1"}, 0)->num_pages, 4);
+}
+
+TEST_F(NamespaceInProcess, ABadOrRepeatedHeaderIs400AndChangesNothing) {
+  const std::string invalid = R"({"detail":"X-Hf3fs-Namespace must be 1 to 64 characters of A-Z, a-z, 0-9, '.', '_' and '-'"})";
+  for (const std::string& bad : {std::string(""), std::string("a b"), std::string("m\n1"), std::string(65, 'a'),
+                                std::string("\xC3\xA9")}) {
+    const HttpResponse r = send("/rank/0/initialize", R"({"num_pages":4})", {{"X-Hf3fs-Namespace", bad}});
+    EXPECT_EQ(r.status, 400) << bad;
+    EXPECT_EQ(r.content_type, "application/json");
+    EXPECT_EQ(r.body, invalid) << bad;
+    EXPECT_FALSE(echoed(r).has_value()) << "a bad value is never echoed";
+  }
+  const HttpResponse twice =
+      send("/rank/0/initialize", R"({"num_pages":4})", {{"X-Hf3fs-Namespace", "a"}, {"x-hf3fs-namespace", "a"}});
+  EXPECT_EQ(twice.status, 400);
+  EXPECT_EQ(twice.body, R"({"detail":"X-Hf3fs-Namespace was given more than once"})");
+  EXPECT_EQ(state_->rank_count(), 0u);
+  EXPECT_EQ(state_->namespaces().size(), 1u);
 }
 
 }  // namespace
