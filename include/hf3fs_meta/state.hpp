@@ -410,7 +410,9 @@ class MetadataState {
   std::optional<KeyInfo> key_info(std::string_view key) const { return key_info(NamespaceRef{}, key); }
   // POST /keys/status: key_info of each key (nullopt: unknown), under one lock; a read that takes no
   // lease and moves no recency.
-  std::vector<std::optional<KeyInfo>> key_status(NamespaceRef ns, std::span<const std::string_view> keys) const;
+  // `ranks_initialized`, when given, gets ranks_initialized(ns) at the same instant.
+  std::vector<std::optional<KeyInfo>> key_status(NamespaceRef ns, std::span<const std::string_view> keys,
+                                                 std::size_t* ranks_initialized = nullptr) const;
   std::size_t ranks_initialized(NamespaceRef ns) const;  // what a new key's tp_world_size would be
   StateStats stats(NamespaceRef ns) const;
   StateStats stats() const { return stats(NamespaceRef{}); }

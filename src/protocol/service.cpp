@@ -352,8 +352,9 @@ ServiceAnswer Service::handle_namespaces(const RoutedTarget& target, std::string
       if (auto error = protocol::decode_key_status_request(body, r)) return detail_answer(400, error->message);
       const std::span<const std::string_view> keys = r.keys;
       if (auto refused = long_key(state_.options().max_key_bytes, keys)) return std::move(*refused);
-      const std::vector<std::optional<KeyInfo>> status = state_.key_status(ns, keys);
-      return json_answer(200, protocol::encode_key_status_response(state_.ranks_initialized(ns), status));
+      std::size_t ranks = 0;  // at the statuses' instant (one lock)
+      const std::vector<std::optional<KeyInfo>> status = state_.key_status(ns, keys, &ranks);
+      return json_answer(200, protocol::encode_key_status_response(ranks, status));
     }
     default: break;
   }

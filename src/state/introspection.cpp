@@ -81,12 +81,14 @@ std::optional<KeyInfo> MetadataState::key_info(NamespaceRef ns, std::string_view
   return info;
 }
 
-std::vector<std::optional<KeyInfo>> MetadataState::key_status(NamespaceRef ns,
-                                                              std::span<const std::string_view> keys) const {
+std::vector<std::optional<KeyInfo>> MetadataState::key_status(NamespaceRef ns, std::span<const std::string_view> keys,
+                                                              std::size_t* ranks_initialized) const {
   std::vector<std::optional<KeyInfo>> result(keys.size());
   {
     Impl::ReadAccess access(*core_, ns);
-    if (const Impl* im = access.space()) {
+    const Impl* im = access.space();
+    if (ranks_initialized) *ranks_initialized = im ? im->rank_slots.size() : 0;
+    if (im) {
       for (std::size_t i = 0; i < keys.size(); ++i) result[i] = im->key_info(keys[i]);
     }
   }

@@ -242,7 +242,9 @@ TEST_F(Namespaces, ATp2AndATp4InstanceBothCompleteTheirKeys) {
   ASSERT_EQ(status.size(), 2u);
   EXPECT_THAT(status[0], Optional(KeyInfo{4, {{0, 0}, {1, 0}}, false}));
   EXPECT_EQ(status[1], std::nullopt);
-  EXPECT_THAT(s->key_status(tp2, keys)[0], Optional(KeyInfo{2, {{0, 0}, {1, 0}}, true}));
+  std::size_t ranks = 0;
+  EXPECT_THAT(s->key_status(tp2, keys, &ranks)[0], Optional(KeyInfo{2, {{0, 0}, {1, 0}}, true}));
+  EXPECT_EQ(ranks, 2u);
 }
 
 TEST_F(Namespaces, KeyStatusTakesNoLeaseAndMovesNoRecency) {
@@ -296,6 +298,9 @@ TEST_F(Namespaces, ANamespaceThatDoesNotExistAnswersAsAFreshServerAndIsNotCreate
   EXPECT_EQ(s->key_info(missing, "k"), std::nullopt);
   EXPECT_THAT(s->key_status(missing, views), ElementsAre(std::nullopt));
   EXPECT_EQ(s->ranks_initialized(missing), 0u);
+  std::size_t ranks = 7;
+  EXPECT_THAT(s->key_status(missing, views, &ranks), ElementsAre(std::nullopt));
+  EXPECT_EQ(ranks, 0u);
   EXPECT_FALSE(s->holds(missing, 0, std::vector<Page>{1}, block_keys(keys)));
   EXPECT_TRUE(s->holds(missing, 0, std::vector<Page>{kNoPage}, block_keys(keys)));
   // A scheduler's initialize creates nothing either; a refused worker's neither.
