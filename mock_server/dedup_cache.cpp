@@ -21,15 +21,28 @@ struct DedupCache::Entry {
 
 namespace {
 
-std::string make_key(int route, std::string_view id) {
+// The default namespace's key is the route's letter and the id, as before namespaces (nothing more to
+// build on the hot path). A named one's is '#', the name, ' ', then the same: '#' is no route's
+// letter, so it never equals a default key, and a name holds no space (valid_namespace_name), so the
+// name ends at the first one and two namespaces' keys never meet.
+std::string make_key(std::string_view ns, int route, std::string_view id) {
+  ns = durable::dedup_namespace(ns);
   std::string key;
-  key.reserve(id.size() + 1);
+  if (ns.empty()) {
+    key.reserve(id.size() + 1);
+  } else {
+    key.reserve(ns.size() + 3 + id.size());
+    key.push_back('#');
+    key.append(ns);
+    key.push_back(' ');
+  }
   key.push_back(static_cast<char>('a' + route));
   key.append(id);
   return key;
 }
 
-// The key is the route's letter and the id: weighed as the journal and the snapshot weigh an entry.
+// The key is the route's letter, the id and a named namespace's name with its two bytes: weighed as
+// the journal and the snapshot weigh an entry.
 std::size_t weight(std::size_t key_size, std::size_t pages) { return durable::dedup_weight(key_size - 1, pages); }
 
 }  // namespace
@@ -57,10 +70,10 @@ void DedupCache::Claim::reset() {
 
 DedupCache::DedupCache(Options options) : options_(std::move(options)) {}
 
-DedupCache::Acquired DedupCache::acquire(int route, std::string_view id, std::string_view body,
+DedupCache::Acquired DedupCache::acquire(std::string_view ns, int route, std::string_view id, std::string_view body,
                                          std::size_t max_pages) {
   const auto hash = body_hash(body);
-  auto key = make_key(route, id);
+  auto key = make_key(ns, route, id);
   const std::size_t reserve = weight(key.size(), max_pages);
   const auto at = now();
   std::lock_guard lock(mutex_);
@@ -99,11 +112,11 @@ DedupCache::Acquired DedupCache::acquire(int route, std::string_view id, std::st
 
 std::uint64_t DedupCache::body_hash(std::string_view body) { return std::hash<std::string_view>{}(body); }
 
-void DedupCache::restore(int route, std::string_view id, std::uint64_t body_hash, std::size_t body_size,
-                         KeptAnswer answer, std::chrono::milliseconds age) {
+void DedupCache::restore(std::string_view ns, int route, std::string_view id, std::uint64_t body_hash,
+                         std::size_t body_size, KeptAnswer answer, std::chrono::milliseconds age) {
   if (age >= options_.ttl) return;
   auto entry = std::make_shared<Entry>();
-  entry->key = make_key(route, id);
+  entry->key = make_key(ns, route, id);
   entry->body_hash = body_hash;
   entry->body_size = body_size;
   entry->bytes = weight(entry->key.size(), answer.pages.size());
@@ -128,7 +141,7 @@ void DedupCache::restore(int route, std::string_view id, std::uint64_t body_hash
 
 void DedupCache::restore(const durable::DedupEntry& e, std::int64_t now_ms) {
   const auto age = std::chrono::milliseconds(e.at_ms == 0 ? 0 : std::max<std::int64_t>(now_ms - e.at_ms, 0));
-  restore(static_cast<int>(e.tag.route), e.tag.id, e.tag.body_hash, e.tag.body_size,
+  restore(e.tag.ns, static_cast<int>(e.tag.route), e.tag.id, e.tag.body_hash, e.tag.body_size,
           KeptAnswer{static_cast<int>(e.status), e.pages, e.seq}, age);
 }
 

@@ -29,8 +29,10 @@ void set_json(Reply& reply, int status, std::string body) {
 // and the repeat's writer would write over it. Such a repeat gets 409, which the SDK does not repeat.
 // (So /clear forgets no id: a repeat of one from before it is 409 too, never executed afresh.)
 // (A confirm's answer names no page: giving its 204 again hands nothing out.)
-void answer_again(const Request& request, Dedup what, const KeptAnswer& kept, const MetadataState& state,
-                  Reply& reply) {
+// The pages are checked in the request's namespace (`ns`): after a drop of it, none is held, so a
+// repeat is 409 there too.
+void answer_again(const Request& request, std::string_view ns, Dedup what, const KeptAnswer& kept,
+                  const MetadataState& state, Reply& reply) {
   if (what != Dedup::pages) {
     reply.status = kept.status;
     reply.content_type.clear();
@@ -50,7 +52,7 @@ void answer_again(const Request& request, Dedup what, const KeptAnswer& kept, co
   std::transform(kept.pages.begin(), kept.pages.end(), pages.begin(),
                  [](std::uint32_t p) { return p == 0xFFFFFFFFu ? kNoPage : Page{p}; });
   const Rank rank = decoded.value().rank;
-  if (!state.holds(rank, pages, decoded.value().keys)) {
+  if (!state.holds(NamespaceRef{ns}, rank, pages, decoded.value().keys)) {
     // Ends "on rank R", as the state's own 409s do (the SDK's classifier reads the rank there).
     set_json(reply, 409,
              protocol::encode_detail("X-Request-Id " + request.request_id +
@@ -275,8 +277,10 @@ Router::Served Router::handle_journaled(const Request& request, Exchange& exchan
   // The change's record carries the request id, so that a restarted server still knows the answer.
   durable::DedupTag tag;
   if (exchange.claim) {
+    // The namespace's name goes to the journal's retained answers (the snapshot's tags), not into the
+    // record's tag bytes: the record carries its namespace itself (record.hpp).
     tag = durable::DedupTag{exchange.target.route, request.request_id, DedupCache::body_hash(request.body),
-                            request.body.size()};
+                            request.body.size(), std::string(durable::dedup_namespace(exchange.ns))};
   }
   durable::Journal::reset_thread_seq();
   // Constructed in place from Service's answer (no move of it on the hot path); a braced list runs
@@ -404,15 +408,15 @@ Router::Outcome Router::deduplicate(const Request& request, Exchange& exchange) 
     exchange.answered = true;
     return std::nullopt;
   }
-  auto acquired = dedup_.acquire(static_cast<int>(exchange.target.route), request.request_id, request.body,
-                                 kept == Dedup::pages ? most_pages(request.body) : 0);
+  auto acquired = dedup_.acquire(exchange.ns, static_cast<int>(exchange.target.route), request.request_id,
+                                 request.body, kept == Dedup::pages ? most_pages(request.body) : 0);
   exchange.wait_entry.reset();
   switch (acquired.kind) {
     case DedupCache::Kind::owner:
       exchange.claim = std::move(acquired.claim);
       break;
     case DedupCache::Kind::hit:
-      answer_again(request, kept, acquired.answer, service_.state(), reply);
+      answer_again(request, exchange.ns, kept, acquired.answer, service_.state(), reply);
       // Not before the first answer's record is as durable as that answer was.
       if (store_ && store_->journal().mode() == durable::FsyncMode::always && reply.status < 300) {
         exchange.durable_seq = acquired.answer.seq;

@@ -43,6 +43,13 @@ struct DedupTag {
   friend bool operator==(const DedupTag&, const DedupTag&) = default;
 };
 
+// The namespace a request-id answer is kept under: empty for the default one however a request named
+// it (no header, or kDefaultNamespace), so that the default's entries keep their bytes everywhere
+// (the cache's key, the weight, the snapshot's tags) and one namespace never has two spellings.
+constexpr std::string_view dedup_namespace(std::string_view ns) noexcept {
+  return ns == kDefaultNamespace ? std::string_view{} : ns;
+}
+
 // A request-id answer in the compact form the server's dedup cache keeps it in
 // (mock_server/dedup_cache.hpp): no key names, 4 bytes a page. The journal keeps the last ones
 // within --dedup-max-bytes for the next snapshot, the snapshot stores them, recovery hands them to
