@@ -8,6 +8,7 @@ namespace hf3fs_meta::server {
 
 struct DedupCache::Entry {
   std::string key;
+  std::size_t ns_size = 0;  // the bytes of a named namespace's name in `key` (0: the default's)
   std::uint64_t body_hash = 0;
   std::size_t body_size = 0;
   std::uint64_t generation = 0;
@@ -41,11 +42,15 @@ std::string make_key(std::string_view ns, int route, std::string_view id) {
   return key;
 }
 
-// The key is the route's letter, the id and a named namespace's name with its two bytes: weighed as
-// the journal and the snapshot weigh an entry.
-std::size_t weight(std::size_t key_size, std::size_t pages) { return durable::dedup_weight(key_size - 1, pages); }
-
 }  // namespace
+
+// An entry with `pages` pages, weighed as the journal and the snapshot weigh it: its namespace and id
+// read back from its key (make_key).
+std::size_t DedupCache::weight(const Entry& entry, std::size_t pages) {
+  const std::string_view key = entry.key;
+  const std::string_view ns = entry.ns_size == 0 ? std::string_view{} : key.substr(1, entry.ns_size);
+  return durable::dedup_weight(ns, key.substr(entry.ns_size == 0 ? 1 : entry.ns_size + 3), pages);
+}
 
 DedupCache::Claim& DedupCache::Claim::operator=(Claim&& other) noexcept {
   if (this != &other) {
@@ -74,7 +79,7 @@ DedupCache::Acquired DedupCache::acquire(std::string_view ns, int route, std::st
                                          std::size_t max_pages) {
   const auto hash = body_hash(body);
   auto key = make_key(ns, route, id);
-  const std::size_t reserve = weight(key.size(), max_pages);
+  const std::size_t reserve = durable::dedup_weight(ns, id, max_pages);
   const auto at = now();
   std::lock_guard lock(mutex_);
   evict_locked(at);
@@ -105,6 +110,7 @@ DedupCache::Acquired DedupCache::acquire(std::string_view ns, int route, std::st
   entry->generation = generation_;
   entry->bytes = reserve;
   entry->key = key;
+  entry->ns_size = durable::dedup_namespace(ns).size();
   bytes_ += reserve;
   entries_.emplace(std::move(key), entry);
   return Acquired{Kind::owner, Claim(this, std::move(entry)), {}, {}, {}};
@@ -117,9 +123,10 @@ void DedupCache::restore(std::string_view ns, int route, std::string_view id, st
   if (age >= options_.ttl) return;
   auto entry = std::make_shared<Entry>();
   entry->key = make_key(ns, route, id);
+  entry->ns_size = durable::dedup_namespace(ns).size();
   entry->body_hash = body_hash;
   entry->body_size = body_size;
-  entry->bytes = weight(entry->key.size(), answer.pages.size());
+  entry->bytes = durable::dedup_weight(ns, id, answer.pages.size());
   entry->answer = std::move(answer);
   entry->done = true;
   entry->settled = true;
@@ -152,7 +159,7 @@ void DedupCache::settle(const std::shared_ptr<Entry>& entry, bool keep, int stat
     std::lock_guard lock(mutex_);
     const bool current = entry->generation == generation_;
     entry->settled = true;
-    const std::size_t kept_bytes = weight(entry->key.size(), pages.size());
+    const std::size_t kept_bytes = weight(*entry, pages.size());
     if (keep && current && kept_bytes <= entry->bytes) {
       entry->done = true;
       entry->answer.status = status;

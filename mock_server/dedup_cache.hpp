@@ -130,6 +130,7 @@ class DedupCache {
   void settle(const std::shared_ptr<Entry>& entry, bool keep, int status, std::span<const std::int64_t> pages,
               std::uint64_t seq);
   void evict_locked(Clock::time_point now);
+  static std::size_t weight(const Entry& entry, std::size_t pages);
   void erase_locked(const std::shared_ptr<Entry>& entry);
   Clock::time_point now() const { return options_.now ? options_.now() : Clock::now(); }
 

@@ -280,6 +280,56 @@ TEST_F(DedupCacheTest, ARestoredAnswerKeepsItsNamespace) {
   }
 }
 
+// A named namespace's entry weighs its name too (and the two bytes that frame it in the key), in the
+// cache as in the journal's retention, so in the snapshot: the budget holds what it says.
+TEST_F(DedupCacheTest, ANamedNamespacesEntryWeighsItsNameInTheCacheAndTheJournalAlike) {
+  EXPECT_EQ(durable::dedup_weight({}, "r", 1), weight(1));
+  EXPECT_EQ(durable::dedup_weight("default", "r", 1), weight(1));  // the default, however it is named
+  EXPECT_EQ(durable::dedup_weight("m1", "r", 1), weight(1) + 4);
+  EXPECT_EQ(durable::dedup_weight(std::string(64, 'n'), "r", 0), weight(0) + 66);
+  auto cache = make(1 << 20);
+  auto owner = cache.acquire("m1", kAllocate, "r", "body", 10);
+  EXPECT_EQ(cache.stats().bytes, weight(10) + 4);  // reserved with the name
+  owner.claim.complete(200, std::vector<std::int64_t>{3});
+  EXPECT_EQ(cache.stats().bytes, weight(1) + 4);
+  cache.restore("m2", kAllocate, "s", DedupCache::body_hash("body"), 4, KeptAnswer{200, {1, 2}, 1});
+  EXPECT_EQ(cache.stats().bytes, weight(1) + 4 + weight(2) + 4);
+  // A budget of exactly three named entries holds three, not four.
+  auto three = make(3 * (weight(1) + 4));
+  for (const char* id : {"a", "b", "c"}) {
+    auto claimed = three.acquire("m1", kAllocate, id, "body", 1);
+    ASSERT_EQ(claimed.kind, Kind::owner) << id;
+    claimed.claim.complete(200, std::vector<std::int64_t>{0});
+  }
+  EXPECT_EQ(three.acquire("m1", kAllocate, "d", "body", 1).kind, Kind::full);
+
+  // The journal keeps the newest answers within the budget weighed alike: one byte short of three
+  // named entries keeps two (without their names counted, three would fit).
+  hf3fs_meta::testing::TempDir dir;
+  const std::size_t budget = 3 * durable::dedup_weight("m1", "req-0", 1) - 1;
+  const durable::Store::Options store_options{dir.path(), durable::FsyncMode::no, 0, budget};
+  {
+    MetadataState state;
+    auto store = std::move(durable::Store::open(store_options, state)).value();
+    ASSERT_TRUE(state.initialize(NamespaceRef{"m1"}, 0, 8).has_value());
+    for (int i = 0; i < 5; ++i) {
+      const durable::DedupTag tag{Route::batch_allocate, "req-" + std::to_string(i), 0, 0, "m1"};
+      durable::TagScope scope(&tag);
+      const std::vector<BlockKey> keys{{"k" + std::to_string(i), ""}};
+      ASSERT_TRUE(state.allocate(NamespaceRef{"m1"}, 0, keys).has_value());
+    }
+    ASSERT_TRUE(store->shutdown().has_value());
+  }
+  MetadataState state;
+  auto store = std::move(durable::Store::open(store_options, state)).value();
+  const auto& kept = store->recovered().dedup;
+  ASSERT_EQ(kept.size(), 2u);
+  for (std::size_t i = 0; i < kept.size(); ++i) {
+    EXPECT_EQ(kept[i].tag.id, "req-" + std::to_string(i + 3));
+    EXPECT_EQ(kept[i].tag.ns, "m1");
+  }
+}
+
 TEST_F(DedupCacheTest, ZeroBytesIsOff) {
   EXPECT_FALSE(make(0).enabled());
   EXPECT_TRUE(make(1).enabled());
