@@ -134,7 +134,7 @@ inline StateSnapshot parse_snapshot(std::string_view metrics_body) {
     s.ranks[std::stoll(label_value(labels, "rank"))].kept_on_release = std::stoll(value);
   }
   const auto keys = metric_series(metrics_body, "hf3fs_meta_keys");
-  if (auto it = keys.find(""); it != keys.end()) s.keys = std::stoll(it->second);
+  if (auto it = keys.find("namespace=\"default\""); it != keys.end()) s.keys = std::stoll(it->second);
   return s;
 }
 

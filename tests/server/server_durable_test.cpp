@@ -59,7 +59,7 @@ TEST_F(DurableServerTest, EveryAcknowledgedChangeAndAnswerSurvivesSigkill) {
   // The request id's answer came back with the journal: the same pages, nothing taken again.
   EXPECT_EQ(allocate(0, "k1", id).body, first.body);
   EXPECT_EQ(allocate(0, "k3").body, allocate_answer(0, "k3", 2));
-  EXPECT_EQ(metric("hf3fs_meta_rank_pages{rank=\"0\",state=\"allocated\"}"), "2");
+  EXPECT_EQ(metric("hf3fs_meta_rank_pages{namespace=\"default\",rank=\"0\",state=\"allocated\"}"), "2");
 }
 
 // A deletion is journaled like any change: a restart never brings a deleted key back, and its page
@@ -88,7 +88,7 @@ class DurableLifecycleServerTest : protected DataDir, public ServerTestBase {
                         "lru", "--read-lease-ms", "600000", "--allocation-ttl-ms", "600000"}) {}
   fs::path data() const { return dir_.path() / "data"; }
   std::optional<std::string> pages(std::string_view state) {
-    return metric(R"(hf3fs_meta_rank_pages{rank="0",state=")" + std::string(state) + R"("})");
+    return metric(R"(hf3fs_meta_rank_pages{namespace="default",rank="0",state=")" + std::string(state) + R"("})");
   }
 };
 
@@ -106,7 +106,7 @@ TEST_F(DurableLifecycleServerTest, EvictionsDeletionsAndLeasesSurviveSigkillAndA
   EXPECT_EQ(post("/keys/batch_exists", R"({"keys":["a","b","c"]})").body, R"({"exists":[false,false,false]})");
   EXPECT_EQ(pages("allocated"), "1");  // "c"'s page, not reclaimed
   EXPECT_EQ(pages("draining"), "1");   // "b"'s, drains a lease period after the restart
-  EXPECT_EQ(metric("hf3fs_meta_evicted_keys_total"), "1");
+  EXPECT_EQ(metric(R"(hf3fs_meta_evicted_keys_total{namespace="default"})"), "1");
   ASSERT_EQ(post("/keys/confirm_write", R"({"rank":0,"confirmations":[["c",0]]})").status, 204);
   ASSERT_EQ(server_.terminate(), 0);  // a clean stop: the snapshot alone holds the state
   const auto verified = ServerProcess::run_to_exit({"--verify-data-dir", data().string()});
@@ -119,7 +119,7 @@ TEST_F(DurableLifecycleServerTest, EvictionsDeletionsAndLeasesSurviveSigkillAndA
   EXPECT_EQ(post("/keys/batch_exists", R"({"keys":["c","d"]})").body, R"({"exists":[true,false]})");
   EXPECT_EQ(pages("mapped"), "1");
   EXPECT_EQ(pages("draining"), "1");
-  EXPECT_EQ(metric("hf3fs_meta_evicted_keys_total"), "0");  // counted since this process started
+  EXPECT_EQ(metric(R"(hf3fs_meta_evicted_keys_total{namespace="default"})"), "0");  // counted since this process started
 }
 
 // A state beyond the restarted server's --max-* flags stops it (exit 2, saying which limit), whether
@@ -141,7 +141,7 @@ TEST_F(DurableServerTest, AStateBeyondTheRestartedServersLimitsStopsIt) {
   EXPECT_EQ(from_journal.exit_code, 2) << from_journal.output;
   EXPECT_THAT(from_journal.output, HasSubstr("num_pages 20 would bring the pages of all ranks to 40, above the maximum 30"));
   server_.restart();
-  EXPECT_EQ(metric(R"(hf3fs_meta_rank_pages{rank="1",state="free"})"), "20");
+  EXPECT_EQ(metric(R"(hf3fs_meta_rank_pages{namespace="default",rank="1",state="free"})"), "20");
 }
 
 TEST_F(DurableServerTest, ACleanStopWritesASnapshotThatAloneRestoresTheState) {
@@ -253,7 +253,7 @@ TEST_F(DurableSnapshotTest, SnapshotsFollowTheJournalsGrowthAndOldFilesGo) {
   EXPECT_EQ(files_like(data(), "snapshot-").size(), 1u);
   EXPECT_EQ(files_like(data(), "journal-").size(), 1u);
   server_.restart();
-  EXPECT_EQ(metric("hf3fs_meta_rank_pages{rank=\"0\",state=\"allocated\"}"), "100");
+  EXPECT_EQ(metric("hf3fs_meta_rank_pages{namespace=\"default\",rank=\"0\",state=\"allocated\"}"), "100");
 }
 
 TEST_F(DurableServerTest, AnInitializeWithAnotherNumPagesKeepsTheRankAndIsCounted) {
@@ -264,7 +264,7 @@ TEST_F(DurableServerTest, AnInitializeWithAnotherNumPagesKeepsTheRankAndIsCounte
   EXPECT_EQ(r.body, R"({"message":"Rank 0 initialized with 20 pages"})");  // vLLM's answer
   initialize(0, 10);  // the same count: not a mismatch
   EXPECT_EQ(metric("hf3fs_meta_initialize_num_pages_mismatch_total"), "1");
-  EXPECT_EQ(metric("hf3fs_meta_rank_pages{rank=\"0\",state=\"free\"}"), "10");
+  EXPECT_EQ(metric("hf3fs_meta_rank_pages{namespace=\"default\",rank=\"0\",state=\"free\"}"), "10");
 }
 
 TEST_F(DurableServerTest, DeletingLockDoesNotLetASecondServerIn) {
@@ -289,7 +289,7 @@ TEST_F(DurableServerTest, StartupRemovesWhatAnInterruptedSnapshotLeftAndSaysSo) 
   EXPECT_THAT(read_bytes(log), HasSubstr("removed " + left.string() + ", left by an interrupted snapshot"));
   EXPECT_FALSE(fs::exists(left));
   EXPECT_THAT(raw_request(again.host(), again.port(), "GET", "/metrics").body,
-              HasSubstr(R"(hf3fs_meta_rank_pages{rank="0",state="free"} 4)"));
+              HasSubstr(R"(hf3fs_meta_rank_pages{namespace="default",rank="0",state="free"} 4)"));
   EXPECT_EQ(again.terminate(), 0);
 }
 
@@ -423,7 +423,7 @@ class DurableDiskFaultTest : protected DataDir,
     ASSERT_EQ(get("/healthz").body, R"({"status":"ok"})");
   }
   std::optional<std::string> pages(std::string_view state) {
-    return metric(R"(hf3fs_meta_rank_pages{rank="0",state=")" + std::string(state) + R"("})");
+    return metric(R"(hf3fs_meta_rank_pages{namespace="default",rank="0",state=")" + std::string(state) + R"("})");
   }
 };
 
@@ -580,7 +580,7 @@ TEST(DurableDiskTest, AFullDiskRefusesChangesAndLosesNothingAcknowledged) {
     EXPECT_EQ(post("/keys/batch_exists", R"({"keys":[")" + refused_key + R"("]})").body, R"({"exists":[false]})");
     // Rolled back: of the refused key, not even its allocated page is left.
     EXPECT_THAT(raw_request(server.host(), server.port(), "GET", "/metrics").body,
-                HasSubstr(R"(hf3fs_meta_rank_pages{rank="0",state="allocated"} 0)"));
+                HasSubstr(R"(hf3fs_meta_rank_pages{namespace="default",rank="0",state="allocated"} 0)"));
     const auto health = raw_request(server.host(), server.port(), "GET", "/healthz");
     EXPECT_THAT(health.body, HasSubstr("degraded"));
     EXPECT_THAT(raw_request(server.host(), server.port(), "GET", "/metrics").body,
@@ -606,7 +606,7 @@ TEST(DurableDiskTest, AFullDiskRefusesChangesAndLosesNothingAcknowledged) {
             R"({"exists":[false]})");
   // Only "after" is allocated and not confirmed.
   EXPECT_THAT(raw_request(again.host(), again.port(), "GET", "/metrics").body,
-              HasSubstr(R"(hf3fs_meta_rank_pages{rank="0",state="allocated"} 1)"));
+              HasSubstr(R"(hf3fs_meta_rank_pages{namespace="default",rank="0",state="allocated"} 1)"));
   EXPECT_EQ(again.terminate(), 0);
 }
 
