@@ -122,6 +122,90 @@ TEST_F(DurableLifecycleServerTest, EvictionsDeletionsAndLeasesSurviveSigkillAndA
   EXPECT_EQ(metric(R"(hf3fs_meta_evicted_keys_total{namespace="default"})"), "0");  // counted since this process started
 }
 
+// Issue 20, kill -9 exactness per namespace (docs/namespaces-plan.md 4.5): the default namespace and
+// two named ones, changed alike and differently under --fsync always (the same key, the same request
+// id, other page counts, a delete, an unconfirmed allocate); after SIGKILL each one's /stats, exists,
+// locations and request-id repeats are what they were, and none answers another's.
+// DISABLED_ until this branch has the server acting in the header's namespace (Router::admit setting
+// Exchange::ns, branch i20-tenants, and Service acting in it, branch i20-wire): without them every
+// request acts in the default namespace and the repeats below answer each other.
+TEST_F(DurableServerTest, DISABLED_ThreeNamespacesSurviveSigkillExactly) {
+  struct Space {
+    std::string name;  // empty: the default namespace, no header
+    int pages;
+    Headers header() const { return name.empty() ? Headers{} : Headers{{"X-Hf3fs-Namespace", name}}; }
+    Headers with_id(const std::string& id) const {
+      Headers h = header();
+      h.emplace_back("X-Request-Id", id);
+      return h;
+    }
+  };
+  const std::vector<Space> spaces{{"", 16}, {"m1", 8}, {"m2", 4}};
+  const auto allocate_in = [&](int rank, std::string_view key, const Headers& headers) {
+    return post("/keys/batch_allocate",
+                R"({"rank":)" + std::to_string(rank) + R"(,"keys":[[")" + std::string(key) + R"(",""]]})", headers);
+  };
+  // What a namespace answers: its stats, exists and locations of every key used, and the repeats of
+  // its request ids (each the whole answer: status and body).
+  const auto observe = [&](const Space& s) {
+    std::vector<std::string> seen;
+    const auto note = [&](const RawResponse& r) { seen.push_back(std::to_string(r.status) + " " + r.body); };
+    note(send("GET", "/stats", {}, s.header()));
+    note(post("/keys/batch_exists", R"({"keys":["k","j","d","u","x"]})", s.header()));
+    for (int rank : {0, 1}) {
+      note(post("/keys/get_locations", R"({"rank":)" + std::to_string(rank) + R"(,"keys":["k","j","d","u","x"]})",
+                s.header()));
+    }
+    note(allocate_in(0, "k", s.with_id("alloc-k")));
+    note(allocate_in(0, "u", s.with_id("alloc-u-" + s.name)));
+    note(post("/keys/confirm_write", R"({"rank":0,"confirmations":[["k",0]]})", s.with_id("confirm-k")));
+    return seen;
+  };
+  for (const Space& s : spaces) {
+    for (int rank = 0; rank < (s.name == "m1" ? 2 : 1); ++rank) {
+      const auto r = post("/rank/" + std::to_string(rank) + "/initialize",
+                          R"({"num_pages":)" + std::to_string(s.pages) + "}", s.header());
+      ASSERT_EQ(r.status, 200) << s.name << ": " << r.body;
+    }
+  }
+  // The same key under the same request id in every namespace: each gets page 0 of its own rank 0.
+  for (const Space& s : spaces) {
+    const auto r = allocate_in(0, "k", s.with_id("alloc-k"));
+    ASSERT_EQ(r.body, allocate_answer(0, "k", 0)) << s.name;
+    ASSERT_EQ(post("/keys/confirm_write", R"({"rank":0,"confirmations":[["k",0]]})", s.with_id("confirm-k")).status,
+              204);
+  }
+  // Then each its own: m1 (two ranks) "k" on rank 1 too (complete there) and "j" on rank 1 only
+  // (incomplete), m2 a deleted key, every one an unconfirmed allocate.
+  ASSERT_EQ(allocate_in(1, "k", spaces[1].header()).body, allocate_answer(1, "k", 0));
+  ASSERT_EQ(post("/keys/confirm_write", R"({"rank":1,"confirmations":[["k",0]]})", spaces[1].header()).status, 204);
+  ASSERT_EQ(allocate_in(1, "j", spaces[1].header()).body, allocate_answer(1, "j", 1));
+  ASSERT_EQ(post("/keys/confirm_write", R"({"rank":1,"confirmations":[["j",1]]})", spaces[1].header()).status, 204);
+  ASSERT_EQ(allocate_in(0, "d", spaces[2].header()).body, allocate_answer(0, "d", 1));
+  ASSERT_EQ(post("/keys/confirm_write", R"({"rank":0,"confirmations":[["d",1]]})", spaces[2].header()).status, 204);
+  ASSERT_EQ(post("/keys/delete", R"({"keys":["d"]})", spaces[2].header()).body, R"({"deleted":[true]})");
+  for (const Space& s : spaces) ASSERT_EQ(allocate_in(0, "u", s.with_id("alloc-u-" + s.name)).status, 200);
+
+  std::vector<std::vector<std::string>> before;
+  for (const Space& s : spaces) before.push_back(observe(s));
+  // The namespaces differ (so equal answers after the restart are each one's own).
+  EXPECT_NE(before[0][0], before[1][0]);
+  EXPECT_NE(before[1][0], before[2][0]);
+  EXPECT_EQ(before[0][1], R"(200 {"exists":[true,false,false,false,false]})");
+  EXPECT_EQ(before[1][1], R"(200 {"exists":[true,false,false,false,false]})");  // "j" incomplete
+  EXPECT_EQ(before[2][1], R"(200 {"exists":[true,false,false,false,false]})");  // "d" deleted
+  EXPECT_EQ(metric("hf3fs_meta_namespaces"), "3");
+  server_.restart();  // SIGKILL, then the same arguments
+  for (std::size_t i = 0; i < spaces.size(); ++i) EXPECT_EQ(observe(spaces[i]), before[i]) << spaces[i].name;
+  EXPECT_EQ(metric("hf3fs_meta_namespaces"), "3");
+  EXPECT_EQ(metric(R"(hf3fs_meta_ranks{namespace="m1"})"), "2");
+  // A clean stop writes a snapshot (version 5: the namespaces and each kept answer's namespace); a
+  // start from it gives every namespace and answer back alike.
+  ASSERT_EQ(server_.terminate(), 0);
+  server_.restart();
+  for (std::size_t i = 0; i < spaces.size(); ++i) EXPECT_EQ(observe(spaces[i]), before[i]) << spaces[i].name;
+}
+
 // A state beyond the restarted server's --max-* flags stops it (exit 2, saying which limit), whether
 // the rank is in the snapshot or only in the journal; with the flags raised it starts.
 TEST_F(DurableServerTest, AStateBeyondTheRestartedServersLimitsStopsIt) {
