@@ -153,10 +153,10 @@ void RequestCounters::record(std::size_t shard, RouteLabel route, int status,
 
 std::vector<MetricFamily> RequestCounters::Collect() const {
   // No namespace label here (issue 20): these are counted on the request path, in shards per I/O
-  // thread of a counter per route and status (RouteLabel::kCount x 600 8-byte atomics, 80 KB a shard
-  // with today's 17 labels); a namespace dimension would multiply that by the namespaces allowed
-  // (80 MB per I/O thread at 1024) and put a lookup by name on the hot path. Per-namespace figures
-  // are the state's families.
+  // thread of a counter per route and status (600 8-byte atomics per route label, RouteLabel::kCount
+  // of them: 80-100 KB a shard); a namespace dimension would multiply that by the namespaces allowed
+  // (about 100 MB per I/O thread at 1024) and put a lookup by name on the request path. The
+  // per-namespace figures are the state's families.
   MetricFamily requests =
       family("hf3fs_meta_requests_total", "Requests answered, by route and status.", MetricType::Counter);
   for (std::size_t r = 0; r < RouteLabel::kCount; ++r) {
