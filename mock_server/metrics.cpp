@@ -49,7 +49,7 @@ double value_of(const std::atomic<std::uint64_t>& v) {
 // The state's figures, one set per namespace (MetadataState::all_stats, by name), each sample labelled
 // with its namespace first (issue 20): a family's samples share one label set, so the default-only
 // server labels its samples too (namespace="default"). Only namespaces that exist appear, so
-// --max-namespaces bounds the samples.
+// StateOptions::max_namespaces bounds the samples.
 using NamespaceStats = std::vector<std::pair<std::string, StateStats>>;
 
 // hf3fs_meta_namespaces, hf3fs_meta_ranks, hf3fs_meta_rank_pages and
