@@ -309,7 +309,7 @@ void Router::serve_faults(const Request& request, Exchange& exchange) {
         return;
       }
       durable::Journal::reset_thread_seq();
-      service_.state().clear();
+      service_.state().clear_all();  // a restart forgets every namespace
       if (store_) written = store_->journal().write_through(durable::Journal::thread_seq());
     }
     if (!written) {
@@ -346,11 +346,11 @@ bool Router::settle_or_refuse(Exchange& exchange) {
 }
 
 Router::Served Router::handle_gated(const Request& request, Exchange& exchange) {
-  if (!store_) return Served{service_.handle(exchange.target, request.body), 0};
+  if (!store_) return Served{service_.handle(exchange.target, request.body, exchange.ns), 0};
   // See Store::gate; released on return, before serve_protocol's settle().
   const std::shared_lock<std::shared_mutex> gate = store_->gate();
   if (!route_info(exchange.target.route).changes_state) {
-    return Served{service_.handle(exchange.target, request.body), 0};
+    return Served{service_.handle(exchange.target, request.body, exchange.ns), 0};
   }
   if (auto writable = store_->journal().writable(); !writable) {
     return Served{unavailable(nothing_applied(writable.error().message)), 0};
@@ -372,7 +372,7 @@ Router::Served Router::handle_journaled(const Request& request, Exchange& exchan
   // in order: the call, then the seq of the record it appended.
   Served served{[&] {
                   durable::TagScope scope(exchange.claim ? &tag : nullptr);
-                  return service_.handle(exchange.target, request.body);
+                  return service_.handle(exchange.target, request.body, exchange.ns);
                 }(),
                 durable::Journal::thread_seq()};
   if (served.seq == 0) return served;  // no record appended: nothing to write
