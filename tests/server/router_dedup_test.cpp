@@ -145,6 +145,12 @@ TEST_F(RouterDedupTest, TheSameIdAndBodyInTwoNamespacesAreBothApplied) {
   const auto second = allocate(0, {"K"}, "r1", "m1");
   EXPECT_EQ(second.status, 200) << second.body;
   EXPECT_EQ(router_.dedup().stats().hits, 0u);     // neither answered from a kept answer
+  // Applied in m1 (Service acts in Exchange::ns): "K" holds page 0 of each namespace's rank 0.
+  const std::vector<BlockKey> k{"K"};
+  const std::vector<Page> page0{0};
+  EXPECT_EQ(second.body, first.body);
+  EXPECT_TRUE(state_.holds(NamespaceRef{"m1"}, 0, page0, k));
+  EXPECT_TRUE(state_.holds(NamespaceRef{}, 0, page0, k));
   EXPECT_EQ(router_.dedup().stats().entries, 2u);  // each kept under its own namespace
   EXPECT_EQ(allocate(0, {"K"}, "r1").body, first.body);
   EXPECT_EQ(router_.dedup().stats().hits, 1u);

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <csignal>
 #include <mutex>
+#include <regex>
 #include <set>
 #include <tuple>
 #include <chrono>
@@ -126,10 +127,7 @@ TEST_F(DurableLifecycleServerTest, EvictionsDeletionsAndLeasesSurviveSigkillAndA
 // two named ones, changed alike and differently under --fsync always (the same key, the same request
 // id, other page counts, a delete, an unconfirmed allocate); after SIGKILL each one's /stats, exists,
 // locations and request-id repeats are what they were, and none answers another's.
-// DISABLED_ until this branch has the server acting in the header's namespace (Router::admit setting
-// Exchange::ns, branch i20-tenants, and Service acting in it, branch i20-wire): without them every
-// request acts in the default namespace and the repeats below answer each other.
-TEST_F(DurableServerTest, DISABLED_ThreeNamespacesSurviveSigkillExactly) {
+TEST_F(DurableServerTest, ThreeNamespacesSurviveSigkillExactly) {
   struct Space {
     std::string name;  // empty: the default namespace, no header
     int pages;
@@ -200,10 +198,21 @@ TEST_F(DurableServerTest, DISABLED_ThreeNamespacesSurviveSigkillExactly) {
   EXPECT_EQ(metric("hf3fs_meta_namespaces"), "3");
   EXPECT_EQ(metric(R"(hf3fs_meta_ranks{namespace="m1"})"), "2");
   // A clean stop writes a snapshot (version 5: the namespaces and each kept answer's namespace); a
-  // start from it gives every namespace and answer back alike.
+  // start from it gives every namespace and answer back alike. The lifecycle's counters in /stats
+  // count since the process started, as without namespaces: a replayed journal counts its records
+  // again (m2's deletion above), a snapshot holds none, so they are left out here.
+  const auto without_counters = [](std::vector<std::string> seen) {
+    static const std::regex counter(
+        R"re("(evicted_keys|deleted_keys|reclaimed_keys|reclaimed_allocated_pages|reclaimed_orphaned_pages)":[0-9]+)re");
+    seen[0] = std::regex_replace(seen[0], counter, R"("$1":counted)");
+    return seen;
+  };
+  EXPECT_THAT(before[2][0], HasSubstr(R"("deleted_keys":1)"));
   ASSERT_EQ(server_.terminate(), 0);
   server_.restart();
-  for (std::size_t i = 0; i < spaces.size(); ++i) EXPECT_EQ(observe(spaces[i]), before[i]) << spaces[i].name;
+  for (std::size_t i = 0; i < spaces.size(); ++i) {
+    EXPECT_EQ(without_counters(observe(spaces[i])), without_counters(before[i])) << spaces[i].name;
+  }
 }
 
 // A state beyond the restarted server's --max-* flags stops it (exit 2, saying which limit), whether
