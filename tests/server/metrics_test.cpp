@@ -70,10 +70,12 @@ TEST(MetricsRender, TheStatesFamiliesHaveOneSampleSetPerNamespace) {
   EXPECT_THAT(text, HasSubstr("\nhf3fs_meta_namespaces 3\n"));
   // By name, as all_stats gives them.
   EXPECT_EQ(lines_with(text, "hf3fs_meta_ranks{"),
-            (std::vector<std::string>{R"(hf3fs_meta_ranks{namespace="b2"} 2)", R"(hf3fs_meta_ranks{namespace="default"} 1)",
+            (std::vector<std::string>{R"(hf3fs_meta_ranks{namespace="b2"} 2)",
+                                      R"(hf3fs_meta_ranks{namespace="default"} 1)",
                                       R"(hf3fs_meta_ranks{namespace="m1"} 1)"}));
   EXPECT_EQ(lines_with(text, "hf3fs_meta_keys{"),
-            (std::vector<std::string>{R"(hf3fs_meta_keys{namespace="b2"} 0)", R"(hf3fs_meta_keys{namespace="default"} 0)",
+            (std::vector<std::string>{R"(hf3fs_meta_keys{namespace="b2"} 0)",
+                                      R"(hf3fs_meta_keys{namespace="default"} 0)",
                                       R"(hf3fs_meta_keys{namespace="m1"} 1)"}));
   EXPECT_THAT(text, HasSubstr("\nhf3fs_meta_rank_pages{namespace=\"m1\",rank=\"2\",state=\"mapped\"} 1\n"));
   EXPECT_THAT(text, HasSubstr("\nhf3fs_meta_rank_pages{namespace=\"m1\",rank=\"2\",state=\"free\"} 7\n"));
