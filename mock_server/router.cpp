@@ -8,6 +8,7 @@
 #include <openssl/crypto.h>
 
 #include "hf3fs_meta/protocol_server.hpp"
+#include "internal/namespace_name.hpp"
 
 namespace hf3fs_meta::server {
 namespace {
@@ -29,8 +30,10 @@ void set_json(Reply& reply, int status, std::string body) {
 // and the repeat's writer would write over it. Such a repeat gets 409, which the SDK does not repeat.
 // (So /clear forgets no id: a repeat of one from before it is 409 too, never executed afresh.)
 // (A confirm's answer names no page: giving its 204 again hands nothing out.)
-void answer_again(const Request& request, Dedup what, const KeptAnswer& kept, const MetadataState& state,
-                  Reply& reply) {
+// The pages are checked in the request's namespace (`ns`): after a drop of it, none is held, so a
+// repeat is 409 there too.
+void answer_again(const Request& request, std::string_view ns, Dedup what, const KeptAnswer& kept,
+                  const MetadataState& state, Reply& reply) {
   if (what != Dedup::pages) {
     reply.status = kept.status;
     reply.content_type.clear();
@@ -50,7 +53,7 @@ void answer_again(const Request& request, Dedup what, const KeptAnswer& kept, co
   std::transform(kept.pages.begin(), kept.pages.end(), pages.begin(),
                  [](std::uint32_t p) { return p == 0xFFFFFFFFu ? kNoPage : Page{p}; });
   const Rank rank = decoded.value().rank;
-  if (!state.holds(rank, pages, decoded.value().keys)) {
+  if (!state.holds(NamespaceRef{ns}, rank, pages, decoded.value().keys)) {
     // Ends "on rank R", as the state's own 409s do (the SDK's classifier reads the rank there).
     set_json(reply, 409,
              protocol::encode_detail("X-Request-Id " + request.request_id +
@@ -81,14 +84,97 @@ void set_method_not_allowed(Reply& reply, std::string_view allow) {
   reply.allow = allow;
 }
 
-// `Authorization: Bearer <token>` (the scheme's name in any case, RFC 7235) carrying `token`. The
-// comparison takes the same time wherever the first difference is; only a length mismatch is quicker.
-bool bearer_matches(std::string_view header, std::string_view token) {
+// The token of `Authorization: Bearer <token>` (the scheme's name in any case, RFC 7235), or nullopt.
+std::optional<std::string_view> bearer_token(std::string_view header) {
   constexpr std::string_view kScheme = "Bearer ";
-  if (header.size() < kScheme.size() || !boost::beast::iequals(header.substr(0, kScheme.size()), kScheme)) return false;
+  if (header.size() < kScheme.size() || !boost::beast::iequals(header.substr(0, kScheme.size()), kScheme)) {
+    return std::nullopt;
+  }
   std::string_view given = header.substr(kScheme.size());
   while (!given.empty() && given.front() == ' ') given.remove_prefix(1);
-  return given.size() == token.size() && CRYPTO_memcmp(given.data(), token.data(), token.size()) == 0;
+  return given;
+}
+
+// `Authorization: Bearer <token>` carrying `token`. The comparison takes the same time wherever the
+// first difference is; only a length mismatch is quicker.
+bool bearer_matches(std::string_view header, std::string_view token) {
+  const auto given = bearer_token(header);
+  return given && given->size() == token.size() && CRYPTO_memcmp(given->data(), token.data(), token.size()) == 0;
+}
+
+// 401, with today's two texts (--auth-token-file's and --tenants-file's alike).
+void refuse_unauthenticated(const Request& request, Exchange& exchange) {
+  exchange.label = ServerRoute::unauthorized;
+  set_json(exchange.reply, 401,
+           protocol::encode_detail(request.authorization.empty() ? "Not authenticated"
+                                                                 : "Invalid authentication credentials"));
+}
+
+void refuse_operator_route(std::string_view row, Reply& reply) {
+  set_json(reply, 403, protocol::encode_detail(std::string(row) + " needs an operator token"));
+}
+
+// With --tenants-file, the server's own routes but /healthz are an operator's: /metrics names every
+// namespace, /_faults acts on all of them (docs/namespaces-plan.md 7.4, point 4). The row, or
+// null. (/_faults without --enable-fault-injection is no route: 404 for everyone.)
+const ServerRouteInfo* operator_server_route(std::string_view path, bool faults_on) {
+  for (const auto& row : kServerRoutes) {
+    if (path != row.name) continue;
+    if (row.route == ServerRoute::metrics || (row.route == ServerRoute::faults && faults_on)) return &row;
+    return nullptr;
+  }
+  return nullptr;
+}
+
+// The protocol's routes that are an operator's: listing and dropping namespaces. The row's name, or
+// empty. TODO(lead): matched by their text until the wire's rows (Route::namespaces,
+// Route::drop_namespace on i20-wire) are merged; then this is a test of exchange.target.route.
+std::string_view operator_protocol_route(std::string_view path) {
+  constexpr std::string_view kList = "/namespaces";
+  constexpr std::string_view kDrop = "/drop";
+  if (path == kList) return kList;
+  if (path.size() > kList.size() + 1 + kDrop.size() && path.substr(0, kList.size()) == kList &&
+      path[kList.size()] == '/' && path.substr(path.size() - kDrop.size()) == kDrop) {
+    const auto name = path.substr(kList.size() + 1, path.size() - kList.size() - 1 - kDrop.size());
+    if (name.find('/') == std::string_view::npos) return "/namespaces/{name}/drop";
+  }
+  return {};
+}
+
+// The namespace the request acts in (exchange.ns): X-Hf3fs-Namespace's, checked (docs/protocol.md
+// "Namespaces"), and with --tenants-file (`principal` set) the one its token allows. False with the
+// reply set: 400 for a repeated or bad header (never echoed), 403 for a tenant naming another
+// namespace (the same text whether it exists or not) or on an operator's route.
+bool choose_namespace(const Request& request, const Principal* principal, std::string_view path,
+                      Exchange& exchange) {
+  std::string_view named;  // the header's; empty: none, or the default one
+  if (request.ns_headers != 0) {
+    if (request.ns_headers > 1) {
+      set_json(exchange.reply, 400, protocol::encode_detail(internal::namespace_header_repeated()));
+      return false;
+    }
+    if (!valid_namespace_name(request.ns)) {
+      set_json(exchange.reply, 400, protocol::encode_detail(internal::namespace_header_invalid()));
+      return false;
+    }
+    if (request.ns != kDefaultNamespace) named = request.ns;
+  }
+  if (principal == nullptr || principal->operator_access) {
+    exchange.ns = named;
+    return true;
+  }
+  if (const auto row = operator_protocol_route(path); !row.empty()) {
+    refuse_operator_route(row, exchange.reply);
+    return false;
+  }
+  if (request.ns_headers != 0 && named != principal->ns) {
+    // A valid name (checked above): safe to echo.
+    set_json(exchange.reply, 403,
+             protocol::encode_detail(std::string(kNamespaceHeader) + " " + request.ns + ": not permitted for this token"));
+    return false;
+  }
+  exchange.ns = principal->ns;
+  return true;
 }
 
 // A 503 of the data dir's, with its JSON detail.
@@ -119,6 +205,7 @@ Router::Router(const ServerOptions& options, MetadataState& state, Metrics& metr
       metrics_(metrics),
       dedup_(DedupCache::Options{options.dedup_max_bytes, options.dedup_ttl, {}}),
       store_(store) {
+  if (options.tenants) tenants_ = std::make_unique<Tenants>(options.tenants);
   // Always on: keyed releases cost a client nothing to ignore (vLLM's ignores the header).
   dedup_header_ = std::string(kKeyedReleaseHeader) + ": 1\r\n";
   if (dedup_.enabled()) dedup_header_ += "x-request-id-dedup: " + std::to_string(dedup_.window().count()) + "\r\n";
@@ -275,8 +362,10 @@ Router::Served Router::handle_journaled(const Request& request, Exchange& exchan
   // The change's record carries the request id, so that a restarted server still knows the answer.
   durable::DedupTag tag;
   if (exchange.claim) {
+    // The namespace's name goes to the journal's retained answers (the snapshot's tags), not into the
+    // record's tag bytes: the record carries its namespace itself (record.hpp).
     tag = durable::DedupTag{exchange.target.route, request.request_id, DedupCache::body_hash(request.body),
-                            request.body.size()};
+                            request.body.size(), std::string(durable::dedup_namespace(exchange.ns))};
   }
   durable::Journal::reset_thread_seq();
   // Constructed in place from Service's answer (no move of it on the hot path); a braced list runs
@@ -367,20 +456,32 @@ Router::Outcome Router::admit(const Request& request, Exchange& exchange) {
   auto& reply = exchange.reply;
   std::string_view path = request.target;
   path = path.substr(0, path.find('?'));
-  if (!options_.auth_token.empty() && path != route_info(ServerRoute::healthz).name &&
-      !bearer_matches(request.authorization, options_.auth_token)) {
-    exchange.label = ServerRoute::unauthorized;
-    set_json(reply, 401, protocol::encode_detail(request.authorization.empty() ? "Not authenticated"
-                                                                               : "Invalid authentication credentials"));
+  const Principal* principal = nullptr;  // --tenants-file: who asks (never null past here with it)
+  if (tenants_ && path != route_info(ServerRoute::healthz).name) {
+    const auto token = bearer_token(request.authorization);
+    if (!token || !(principal = tenants_->resolve(*token, exchange.tenant))) {
+      refuse_unauthenticated(request, exchange);
+      return Next::reply;
+    }
+    if (const auto* row = operator_server_route(path, options_.enable_fault_injection);
+        row && !principal->operator_access) {
+      exchange.label = row->route;
+      refuse_operator_route(row->name, reply);
+      return Next::reply;
+    }
+  } else if (!options_.auth_token.empty() && path != route_info(ServerRoute::healthz).name &&
+             !bearer_matches(request.authorization, options_.auth_token)) {
+    refuse_unauthenticated(request, exchange);
     return Next::reply;
   }
   if (serve_server_route(request, path, exchange)) return Next::reply;
 
   Service::route(request.method, request.target, exchange.target);
   exchange.label = exchange.target.route;
-  // STOPGAP (wire branch only; the lead drops these 3 lines at the merge): Router::admit's namespace
-  // step is the tenants part's. Until it lands, a single valid header selects the namespace.
-  if (request.ns_headers == 1 && valid_namespace_name(request.ns)) exchange.ns = request.ns;
+  // Without the header and without tenants: the default namespace, for one branch.
+  if ((request.ns_headers != 0 || principal) && !choose_namespace(request, principal, path, exchange)) {
+    return Next::reply;
+  }
   if (!options_.enable_fault_injection) return std::nullopt;
   exchange.action = faults_.match(path, route_info(exchange.target.route).is_endpoint());
   switch (exchange.action.kind) {
@@ -407,15 +508,15 @@ Router::Outcome Router::deduplicate(const Request& request, Exchange& exchange) 
     exchange.answered = true;
     return std::nullopt;
   }
-  auto acquired = dedup_.acquire(static_cast<int>(exchange.target.route), request.request_id, request.body,
-                                 kept == Dedup::pages ? most_pages(request.body) : 0);
+  auto acquired = dedup_.acquire(exchange.ns, static_cast<int>(exchange.target.route), request.request_id,
+                                 request.body, kept == Dedup::pages ? most_pages(request.body) : 0);
   exchange.wait_entry.reset();
   switch (acquired.kind) {
     case DedupCache::Kind::owner:
       exchange.claim = std::move(acquired.claim);
       break;
     case DedupCache::Kind::hit:
-      answer_again(request, kept, acquired.answer, service_.state(), reply);
+      answer_again(request, exchange.ns, kept, acquired.answer, service_.state(), reply);
       // Not before the first answer's record is as durable as that answer was.
       if (store_ && store_->journal().mode() == durable::FsyncMode::always && reply.status < 300) {
         exchange.durable_seq = acquired.answer.seq;

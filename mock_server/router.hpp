@@ -17,6 +17,7 @@
 #include "metrics.hpp"
 #include "request_parser.hpp"
 #include "server_options.hpp"
+#include "tenants.hpp"
 
 namespace hf3fs_meta::server {
 
@@ -60,6 +61,9 @@ struct Exchange {
   DedupCache::Claim claim;
   std::shared_ptr<DedupCache::Entry> wait_entry;
   Reply reply;
+  // --tenants-file: the connection's last token lookup, kept from one request to the next (reset()
+  // leaves it), so that a keep-alive client does not pay a digest per request.
+  TenantCache tenant;
 
   void reset() {
     label = Route::not_found;
@@ -101,6 +105,8 @@ class Router {
 
   DedupCache& dedup() noexcept { return dedup_; }
   Metrics& metrics() noexcept { return metrics_; }
+  // --tenants-file's table (null without it), which SIGHUP reloads.
+  Tenants* tenants() noexcept { return tenants_.get(); }
   // The header lines every answer carries: kKeyedReleaseHeader, and, while request-id deduplication
   // is on, its window in ms.
   const std::string& dedup_header() const noexcept { return dedup_header_; }
@@ -145,6 +151,7 @@ class Router {
   FaultInjector faults_;
   durable::Store* store_ = nullptr;
   std::string default_host_;
+  std::unique_ptr<Tenants> tenants_;  // from options.tenants
 };
 
 }  // namespace hf3fs_meta::server

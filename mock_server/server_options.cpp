@@ -99,7 +99,16 @@ void define(CLI::App& app, ServerOptions& o) {
         o.auth_token = std::move(*token);
       },
       "every route but /healthz then needs `Authorization: Bearer TOKEN`, TOKEN being the file's content "
-      "without surrounding whitespace (else 401); /metrics too (default: no authentication)");
+      "without surrounding whitespace (else 401); /metrics too (default: no authentication). With "
+      "--tenants-file, one more operator token");
+  app.add_option("--tenants-file", o.tenants_file,
+                 "namespaces per token (multi-tenant): one `TOKEN NAMESPACE` per line, NAMESPACE `*` for an "
+                 "operator (a field that starts with `#` begins a comment). Every route but /healthz then needs "
+                 "`Authorization: Bearer TOKEN` of the file (else 401); a tenant's requests act in its namespace "
+                 "(X-Hf3fs-Namespace naming another: 403); /metrics, /_faults and /namespaces need an operator "
+                 "(else 403). SIGHUP reads the file again; one that does not parse keeps the tokens in use "
+                 "(default: none)")
+      ->check(not_empty("FILE"));
   auto* cert = app.add_option("--tls-cert", o.tls_cert, "serve HTTPS (TLS 1.2+) with this PEM certificate chain...")
                    ->check(CLI::ExistingFile);
   auto* key = app.add_option("--tls-key", o.tls_key, "...and this PEM private key; both or neither (default: HTTP)")
@@ -177,6 +186,12 @@ ParsedOptions parse_options(const std::vector<std::string>& args) {
   } catch (const CLI::ParseError& e) {
     // CLI11's own exit codes are 100 and up; every usage error exits 2.
     return ParsedOptions{std::nullopt, 2, "hf3fs-meta-server: " + std::string(e.what()) + "\n(see --help)\n"};
+  }
+  if (!options.tenants_file.empty()) {
+    // Read once all flags are in: --auth-token-file's token joins the table as an operator.
+    auto read = TenantTable::read(options.tenants_file, options.auth_token);
+    if (!read.table) return ParsedOptions{std::nullopt, 2, "hf3fs-meta-server: " + read.error + "\n"};
+    options.tenants = std::move(read.table);
   }
   return ParsedOptions{options, 0, {}};
 }

@@ -4,12 +4,14 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "hf3fs_meta/state.hpp"
 #include "durable/journal.hpp"
+#include "tenants.hpp"
 
 namespace hf3fs_meta::server {
 
@@ -33,6 +35,11 @@ struct ServerOptions {
   std::chrono::milliseconds idle_timeout{30000};
   // Non-empty: every route but /healthz needs `Authorization: Bearer <auth_token>` (--auth-token-file).
   std::string auth_token;
+  // Non-empty (--tenants-file): every route but /healthz needs a token of this file, which says the
+  // namespace it acts in (auth_token, if set, is one more operator token). `tenants` is the table read
+  // when the options were parsed; SIGHUP reads the file again (main.cpp).
+  std::string tenants_file;
+  std::shared_ptr<const TenantTable> tenants;
   // Both set: serve HTTPS with this PEM certificate chain and private key (--tls-cert, --tls-key).
   std::string tls_cert;
   std::string tls_key;

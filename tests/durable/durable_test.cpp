@@ -893,7 +893,7 @@ TEST(DurableRecovery, ASnapshotKeepsTheNewestAnswersWithinTheBudgetAsTheCacheWei
   const std::string long_key(1000, 'k');
   {
     MetadataState state;
-    auto store = open_store(dir.path(), state, FsyncMode::no, 3 * dedup_weight(5, 1));
+    auto store = open_store(dir.path(), state, FsyncMode::no, 3 * dedup_weight({}, "req-0", 1));
     ASSERT_TRUE(state.initialize(0, 8).has_value());
     for (int i = 0; i < 5; ++i) {
       const DedupTag tag{Route::batch_allocate, "req-" + std::to_string(i), 0, 0};

@@ -73,7 +73,7 @@ TEST_F(ServerBodyBudgetTest, ABodyBeyondTheBudgetIs503AndNothingIsApplied) {
   EXPECT_TRUE(over.peer_closed(std::chrono::seconds(5)));
   EXPECT_LE(in_flight(), 100000u);
   EXPECT_THAT(metric("hf3fs_meta_body_budget_refused_total"), Optional(std::string("1")));
-  EXPECT_THAT(metric(R"(hf3fs_meta_rank_pages{rank="0",state="free"})"), Optional(std::string("10")));
+  EXPECT_THAT(metric(R"(hf3fs_meta_rank_pages{namespace="default",rank="0",state="free"})"), Optional(std::string("10")));
   // Within the budget, requests are served as ever.
   EXPECT_EQ(allocate(0, "k").body, allocate_answer(0, "k", 0));
 }
@@ -184,7 +184,7 @@ TEST_F(ServerKeyLimitTest, ALongerKeyIsRefusedNamingItAndNothingIsApplied) {
   const auto refused = allocate(0, over);
   EXPECT_EQ(refused.status, 400);
   EXPECT_EQ(refused.body, R"x({"detail":"keys[0][0]: a key of 17 bytes, above the limit of 16 (--max-key-bytes)"})x");
-  EXPECT_THAT(metric(R"(hf3fs_meta_rank_pages{rank="0",state="free"})"), Optional(std::string("4")));
+  EXPECT_THAT(metric(R"(hf3fs_meta_rank_pages{namespace="default",rank="0",state="free"})"), Optional(std::string("4")));
   const auto exists = post("/keys/batch_exists", R"({"keys":["a",")" + over + R"("]})");
   EXPECT_EQ(exists.status, 400);
   EXPECT_EQ(exists.body, R"x({"detail":"keys[1]: a key of 17 bytes, above the limit of 16 (--max-key-bytes)"})x");
@@ -219,10 +219,10 @@ TEST_F(ServerKeyedReleaseTest, EveryAnswerAdvertisesKeyedReleasesWhichFreeOnlyTh
   const auto late = post("/keys/confirm_write", R"({"rank":0,"confirmations":[],"pages_to_release":[["j",0]]})");
   EXPECT_EQ(late.status, 204);
   EXPECT_THAT(late.header(kKeyedRelease), Optional(std::string("1")));
-  EXPECT_THAT(metric(R"(hf3fs_meta_rank_pages{rank="0",state="allocated"})"), Optional(std::string("1")));
+  EXPECT_THAT(metric(R"(hf3fs_meta_rank_pages{namespace="default",rank="0",state="allocated"})"), Optional(std::string("1")));
   const auto own = post("/keys/confirm_write", R"({"rank":0,"confirmations":[],"pages_to_release":[["k",0]]})");
   EXPECT_EQ(own.status, 204);
-  EXPECT_THAT(metric(R"(hf3fs_meta_rank_pages{rank="0",state="allocated"})"), Optional(std::string("0")));
+  EXPECT_THAT(metric(R"(hf3fs_meta_rank_pages{namespace="default",rank="0",state="allocated"})"), Optional(std::string("0")));
   const auto bad = post("/keys/confirm_write", R"({"rank":0,"pages_to_release":[[0,"k"]]})");
   EXPECT_EQ(bad.status, 400);
   EXPECT_EQ(bad.body,
