@@ -203,10 +203,7 @@ TEST_F(NamespaceContractTest, ForgetStateForgetsEveryNamespace) {
             R"({"detail":"Allocation failed: Rank 0 not initialized"})");
 }
 
-// Router::admit's namespace step is the tenants part's (its commit 72706ac); this branch's stopgap in
-// admit only takes a valid header, so a bad one acts in the default namespace here. Enabled at the
-// merge, when admit answers it 400 (it passed with an admit answering as plan 2.2 says, tried locally).
-TEST_F(NamespaceContractTest, DISABLED_ABadOrRepeatedHeaderIs400AndChangesNothing) {
+TEST_F(NamespaceContractTest, ABadOrRepeatedHeaderIs400AndChangesNothing) {
   init_in("a", 0, 2);
   const std::string before = get("/namespaces").body;
   const std::string invalid =
