@@ -93,23 +93,8 @@ struct NamespaceRef {
   std::string_view name;  // empty or kDefaultNamespace: the default namespace
 };
 
-// GET /namespaces: one namespace.
-struct NamespaceSummary {
-  std::string name;
-  std::vector<Rank> ranks;  // sorted
-  std::int64_t pages = 0;   // of all its ranks
-  std::size_t keys = 0;     // keys that exist (deleted and draining ones not counted)
-  friend bool operator==(const NamespaceSummary&, const NamespaceSummary&) = default;
-};
-
-// drop_namespace: what went with it.
-struct NamespaceDropOutcome {
-  bool dropped = false;  // false: there was no such namespace
-  std::size_t ranks = 0;
-  std::int64_t pages = 0;
-  std::size_t keys_removed = 0;
-  friend bool operator==(const NamespaceDropOutcome&, const NamespaceDropOutcome&) = default;
-};
+// NamespaceSummary (GET /namespaces) and NamespaceDropOutcome (drop_namespace): types.hpp, which the
+// client's decoders share.
 
 struct InitializeOutcome {
   bool created = false;  // false: the rank existed (left as it was) or role scheduler
