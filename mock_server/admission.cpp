@@ -35,21 +35,6 @@ const ServerRouteInfo* operator_server_route(std::string_view path, bool faults_
   return nullptr;
 }
 
-// The protocol's routes that are an operator's: listing and dropping namespaces. The row's name, or
-// empty. TODO(lead): matched by their text until the wire's rows (Route::namespaces,
-// Route::drop_namespace on i20-wire) are merged; then this is a test of exchange.target.route.
-std::string_view operator_protocol_route(std::string_view path) {
-  constexpr std::string_view kList = "/namespaces";
-  constexpr std::string_view kDrop = "/drop";
-  if (path == kList) return kList;
-  if (path.size() > kList.size() + 1 + kDrop.size() && path.substr(0, kList.size()) == kList &&
-      path[kList.size()] == '/' && path.substr(path.size() - kDrop.size()) == kDrop) {
-    const auto name = path.substr(kList.size() + 1, path.size() - kList.size() - 1 - kDrop.size());
-    if (name.find('/') == std::string_view::npos) return "/namespaces/{name}/drop";
-  }
-  return {};
-}
-
 }  // namespace
 
 void refuse_unauthenticated(const Request& request, Exchange& exchange) {
@@ -74,7 +59,7 @@ const Principal* admit_tenant(const Tenants& tenants, bool faults_on, const Requ
   return principal;
 }
 
-bool choose_namespace(const Request& request, const Principal* principal, std::string_view path, Exchange& exchange) {
+bool choose_namespace(const Request& request, const Principal* principal, Exchange& exchange) {
   std::string_view named;  // the header's; empty: none, or the default one
   if (request.ns_headers != 0) {
     if (request.ns_headers > 1) {
@@ -91,8 +76,9 @@ bool choose_namespace(const Request& request, const Principal* principal, std::s
     exchange.ns = named;
     return true;
   }
-  if (const auto row = operator_protocol_route(path); !row.empty()) {
-    refuse_operator_route(row, exchange.reply);
+  // Listing and dropping namespaces: an operator's.
+  if (const Route route = exchange.target.route; route == Route::namespaces || route == Route::drop_namespace) {
+    refuse_operator_route(route_info(route).name, exchange.reply);
     return false;
   }
   if (request.ns_headers != 0 && named != principal->ns) {

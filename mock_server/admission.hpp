@@ -44,7 +44,8 @@ const Principal* admit_tenant(const Tenants& tenants, bool faults_on, const Requ
 // The namespace the request acts in (exchange.ns): X-Hf3fs-Namespace's, checked, and with
 // --tenants-file (`principal` set) the one its token allows. False with the reply set: 400 for a
 // repeated or bad header (never echoed), 403 for a tenant naming another namespace (the same text
-// whether it exists or not) or on an operator's route.
-bool choose_namespace(const Request& request, const Principal* principal, std::string_view path, Exchange& exchange);
+// whether it exists or not) or on an operator's route (/namespaces, /namespaces/{name}/drop). Runs
+// after routing (exchange.target).
+bool choose_namespace(const Request& request, const Principal* principal, Exchange& exchange);
 
 }  // namespace hf3fs_meta::server

@@ -370,7 +370,7 @@ Router::Outcome Router::admit(const Request& request, Exchange& exchange) {
   Service::route(request.method, request.target, exchange.target);
   exchange.label = exchange.target.route;
   // Without the header and without tenants: the default namespace, for one branch.
-  if ((request.ns_headers != 0 || principal) && !choose_namespace(request, principal, path, exchange)) {
+  if ((request.ns_headers != 0 || principal) && !choose_namespace(request, principal, exchange)) {
     return Next::reply;
   }
   if (!options_.enable_fault_injection) return std::nullopt;
