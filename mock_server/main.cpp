@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "router.hpp"
 #include "server.hpp"
 #include "server_options.hpp"
+#include "tenants.hpp"
 
 namespace {
 
@@ -63,6 +65,24 @@ int verify(const std::string& dir, const hf3fs_meta::StateOptions& limits) {
               r.dedup.size(),
               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
   return 0;
+}
+
+// SIGHUP: --tenants-file read again; a file that does not parse keeps the table in use. Re-armed
+// after each signal, until cancelled at shutdown.
+void reload_on_hangup(boost::asio::signal_set& hangups, hf3fs_meta::server::Tenants& tenants,
+                      const hf3fs_meta::server::ServerOptions& options) {
+  hangups.async_wait([&hangups, &tenants, &options](const boost::system::error_code& ec, int) {
+    if (ec) return;
+    const auto kept = tenants.table()->tokens();
+    const auto reloaded = tenants.reload(options.tenants_file, options.auth_token);
+    if (reloaded.table) {
+      std::fprintf(stderr, "hf3fs-meta-server: --tenants-file %s reloaded: %zu tokens (%zu operators)\n",
+                   options.tenants_file.c_str(), reloaded.table->tokens(), reloaded.table->operators());
+    } else {
+      std::fprintf(stderr, "hf3fs-meta-server: %s; the previous %zu tokens stay\n", reloaded.error.c_str(), kept);
+    }
+    reload_on_hangup(hangups, tenants, options);
+  });
 }
 
 }  // namespace
@@ -141,6 +161,12 @@ int main(int argc, char** argv) {
       caught = signal;
       server.stop();
     });
+    // --tenants-file: SIGHUP reads the file again (without it, SIGHUP keeps its default action).
+    std::optional<boost::asio::signal_set> hangups;
+    if (Tenants* tenants = router.tenants()) {
+      hangups.emplace(signal_context, SIGHUP);
+      reload_on_hangup(*hangups, *tenants, options);
+    }
     std::thread signal_thread([&] { signal_context.run(); });
 
     const char* scheme = options.tls_cert.empty() ? "http" : "https";
@@ -155,19 +181,23 @@ int main(int argc, char** argv) {
     const std::string durability =
         store ? ", data dir " + options.data_dir + ", fsync " + std::string(durable::to_string(options.fsync))
               : ", memory only";
+    const std::string tenants_note =
+        router.tenants() ? ", tenants " + std::to_string(router.tenants()->table()->tokens())
+                         : options.auth_token.empty() ? std::string() : std::string(", bearer token required");
     // "listening on URL" is said once, on stdout (the line scripts and tests read); stderr, often the
     // same log, gets the settings without repeating it.
     std::fprintf(stderr,
                  "hf3fs-meta-server: ready (threads %u, max pages %lld, max connections %zu%s%s%s%s)\n",
                  threads, static_cast<long long>(options.max_pages), server.max_connections(),
                  durability.c_str(),
-                 options.auth_token.empty() ? "" : ", bearer token required",
+                 tenants_note.c_str(),
                  options.enable_fault_injection ? ", fault injection on" : "", lifecycle.c_str());
     std::printf("listening on %s://%s\n", scheme, address.c_str());
     std::fflush(stdout);
 
     server.run();
     signals.cancel();
+    if (hangups) hangups->cancel();
     signal_thread.join();
     if (store) {
       // Clean shutdown: a snapshot, so the next start reads one file and replays nothing.

@@ -4,11 +4,8 @@
 #include <cstdio>
 #include <utility>
 
-#include <boost/beast/core/string.hpp>
-#include <openssl/crypto.h>
-
+#include "admission.hpp"
 #include "hf3fs_meta/protocol_server.hpp"
-#include "internal/namespace_name.hpp"
 
 namespace hf3fs_meta::server {
 namespace {
@@ -82,99 +79,6 @@ std::size_t most_pages(std::string_view body) noexcept {
 void set_method_not_allowed(Reply& reply, std::string_view allow) {
   set_json(reply, 405, protocol::encode_detail("Method Not Allowed"));
   reply.allow = allow;
-}
-
-// The token of `Authorization: Bearer <token>` (the scheme's name in any case, RFC 7235), or nullopt.
-std::optional<std::string_view> bearer_token(std::string_view header) {
-  constexpr std::string_view kScheme = "Bearer ";
-  if (header.size() < kScheme.size() || !boost::beast::iequals(header.substr(0, kScheme.size()), kScheme)) {
-    return std::nullopt;
-  }
-  std::string_view given = header.substr(kScheme.size());
-  while (!given.empty() && given.front() == ' ') given.remove_prefix(1);
-  return given;
-}
-
-// `Authorization: Bearer <token>` carrying `token`. The comparison takes the same time wherever the
-// first difference is; only a length mismatch is quicker.
-bool bearer_matches(std::string_view header, std::string_view token) {
-  const auto given = bearer_token(header);
-  return given && given->size() == token.size() && CRYPTO_memcmp(given->data(), token.data(), token.size()) == 0;
-}
-
-// 401, with today's two texts (--auth-token-file's and --tenants-file's alike).
-void refuse_unauthenticated(const Request& request, Exchange& exchange) {
-  exchange.label = ServerRoute::unauthorized;
-  set_json(exchange.reply, 401,
-           protocol::encode_detail(request.authorization.empty() ? "Not authenticated"
-                                                                 : "Invalid authentication credentials"));
-}
-
-void refuse_operator_route(std::string_view row, Reply& reply) {
-  set_json(reply, 403, protocol::encode_detail(std::string(row) + " needs an operator token"));
-}
-
-// With --tenants-file, the server's own routes but /healthz are an operator's: /metrics names every
-// namespace, /_faults acts on all of them (docs/namespaces-plan.md 7.4, point 4). The row, or
-// null. (/_faults without --enable-fault-injection is no route: 404 for everyone.)
-const ServerRouteInfo* operator_server_route(std::string_view path, bool faults_on) {
-  for (const auto& row : kServerRoutes) {
-    if (path != row.name) continue;
-    if (row.route == ServerRoute::metrics || (row.route == ServerRoute::faults && faults_on)) return &row;
-    return nullptr;
-  }
-  return nullptr;
-}
-
-// The protocol's routes that are an operator's: listing and dropping namespaces. The row's name, or
-// empty. TODO(lead): matched by their text until the wire's rows (Route::namespaces,
-// Route::drop_namespace on i20-wire) are merged; then this is a test of exchange.target.route.
-std::string_view operator_protocol_route(std::string_view path) {
-  constexpr std::string_view kList = "/namespaces";
-  constexpr std::string_view kDrop = "/drop";
-  if (path == kList) return kList;
-  if (path.size() > kList.size() + 1 + kDrop.size() && path.substr(0, kList.size()) == kList &&
-      path[kList.size()] == '/' && path.substr(path.size() - kDrop.size()) == kDrop) {
-    const auto name = path.substr(kList.size() + 1, path.size() - kList.size() - 1 - kDrop.size());
-    if (name.find('/') == std::string_view::npos) return "/namespaces/{name}/drop";
-  }
-  return {};
-}
-
-// The namespace the request acts in (exchange.ns): X-Hf3fs-Namespace's, checked (docs/protocol.md
-// "Namespaces"), and with --tenants-file (`principal` set) the one its token allows. False with the
-// reply set: 400 for a repeated or bad header (never echoed), 403 for a tenant naming another
-// namespace (the same text whether it exists or not) or on an operator's route.
-bool choose_namespace(const Request& request, const Principal* principal, std::string_view path,
-                      Exchange& exchange) {
-  std::string_view named;  // the header's; empty: none, or the default one
-  if (request.ns_headers != 0) {
-    if (request.ns_headers > 1) {
-      set_json(exchange.reply, 400, protocol::encode_detail(internal::namespace_header_repeated()));
-      return false;
-    }
-    if (!valid_namespace_name(request.ns)) {
-      set_json(exchange.reply, 400, protocol::encode_detail(internal::namespace_header_invalid()));
-      return false;
-    }
-    if (request.ns != kDefaultNamespace) named = request.ns;
-  }
-  if (principal == nullptr || principal->operator_access) {
-    exchange.ns = named;
-    return true;
-  }
-  if (const auto row = operator_protocol_route(path); !row.empty()) {
-    refuse_operator_route(row, exchange.reply);
-    return false;
-  }
-  if (request.ns_headers != 0 && named != principal->ns) {
-    // A valid name (checked above): safe to echo.
-    set_json(exchange.reply, 403,
-             protocol::encode_detail(std::string(kNamespaceHeader) + " " + request.ns + ": not permitted for this token"));
-    return false;
-  }
-  exchange.ns = principal->ns;
-  return true;
 }
 
 // A 503 of the data dir's, with its JSON detail.
@@ -458,17 +362,8 @@ Router::Outcome Router::admit(const Request& request, Exchange& exchange) {
   path = path.substr(0, path.find('?'));
   const Principal* principal = nullptr;  // --tenants-file: who asks (never null past here with it)
   if (tenants_ && path != route_info(ServerRoute::healthz).name) {
-    const auto token = bearer_token(request.authorization);
-    if (!token || !(principal = tenants_->resolve(*token, exchange.tenant))) {
-      refuse_unauthenticated(request, exchange);
-      return Next::reply;
-    }
-    if (const auto* row = operator_server_route(path, options_.enable_fault_injection);
-        row && !principal->operator_access) {
-      exchange.label = row->route;
-      refuse_operator_route(row->name, reply);
-      return Next::reply;
-    }
+    principal = admit_tenant(*tenants_, options_.enable_fault_injection, request, path, exchange);
+    if (!principal) return Next::reply;
   } else if (!options_.auth_token.empty() && path != route_info(ServerRoute::healthz).name &&
              !bearer_matches(request.authorization, options_.auth_token)) {
     refuse_unauthenticated(request, exchange);
@@ -479,7 +374,7 @@ Router::Outcome Router::admit(const Request& request, Exchange& exchange) {
   Service::route(request.method, request.target, exchange.target);
   exchange.label = exchange.target.route;
   // Without the header and without tenants: the default namespace, for one branch.
-  if ((request.ns_headers != 0 || principal) && !choose_namespace(request, principal, path, exchange)) {
+  if ((request.ns_headers != 0 || principal) && !choose_namespace(request, principal, exchange)) {
     return Next::reply;
   }
   if (!options_.enable_fault_injection) return std::nullopt;
