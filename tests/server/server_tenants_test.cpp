@@ -127,6 +127,46 @@ TEST_F(ServerTenantsTest, ATenantIsServedAndHeldToItsNamespace) {
   EXPECT_THAT(metrics, HasSubstr("hf3fs_meta_requests_total{route=\"/keys/batch_exists\",status=\"403\"} 2\n"));
 }
 
+// Two tenants save the same key on the same rank, each without naming a namespace: each acts in its
+// own, sees only its own page and completes its key with its own ranks; an operator reads each by
+// the header, and the default namespace holds nothing of theirs.
+TEST_F(ServerTenantsTest, TenantsWithoutTheHeaderActInTheirOwnNamespaces) {
+  ASSERT_EQ(as("tok-a", "POST", "/rank/0/initialize", R"({"num_pages":4})").status, 200);
+  ASSERT_EQ(as("tok-a", "POST", "/rank/1/initialize", R"({"num_pages":4})").status, 200);
+  ASSERT_EQ(as("tok-b", "POST", "/rank/0/initialize", R"({"num_pages":8})").status, 200);
+  // tok-b takes page 0 for another key first, so the same key gets page 1 in model-b.
+  ASSERT_EQ(as("tok-b", "POST", "/keys/batch_allocate", R"({"rank":0,"keys":[["other",""]]})").body,
+            R"({"rank":0,"results":[["other",0]]})");
+  const auto a = as("tok-a", "POST", "/keys/batch_allocate", R"({"rank":0,"keys":[["k",""]]})");
+  EXPECT_EQ(a.body, R"({"rank":0,"results":[["k",0]]})");
+  EXPECT_EQ(a.header("x-hf3fs-namespace"), std::nullopt);  // no header came, none goes back
+  EXPECT_EQ(as("tok-b", "POST", "/keys/batch_allocate", R"({"rank":0,"keys":[["k",""]]})").body,
+            R"({"rank":0,"results":[["k",1]]})");
+  ASSERT_EQ(as("tok-a", "POST", "/keys/confirm_write", R"({"rank":0,"confirmations":[["k",0]]})").status, 204);
+  ASSERT_EQ(as("tok-b", "POST", "/keys/confirm_write", R"({"rank":0,"confirmations":[["k",1]]})").status, 204);
+  // model-a has two ranks, so k waits for rank 1 there; model-b has one, so k is complete there.
+  EXPECT_EQ(as("tok-a", "POST", "/keys/batch_exists", R"({"keys":["k"]})").body, R"({"exists":[false]})");
+  EXPECT_EQ(as("tok-b", "POST", "/keys/batch_exists", R"({"keys":["k"]})").body, R"({"exists":[true]})");
+  EXPECT_EQ(as("tok-b", "POST", "/keys/get_locations", R"({"rank":0,"keys":["k"]})").body, R"({"locations":[1]})");
+  // A tenant naming its own namespace is served, and the answer echoes it.
+  const auto echoed = in("tok-b", "model-b", "POST", "/keys/batch_exists", R"({"keys":["k"]})");
+  EXPECT_EQ(echoed.body, R"({"exists":[true]})");
+  EXPECT_EQ(echoed.header("x-hf3fs-namespace"), "model-b");
+  // The operator: each namespace by its header; the default one has no ranks and no keys.
+  EXPECT_EQ(in("tok-op", "model-b", "POST", "/keys/get_locations", R"({"rank":0,"keys":["k"]})").body,
+            R"({"locations":[1]})");
+  EXPECT_EQ(as("tok-op", "POST", "/keys/batch_exists", R"({"keys":["k"]})").body, R"({"exists":[false]})");
+  EXPECT_EQ(as("tok-op", "GET", "/namespaces").body,
+            R"({"namespaces":[{"name":"default","ranks":[],"pages":0,"keys":0},)"
+            R"({"name":"model-a","ranks":[0,1],"pages":8,"keys":1},)"
+            R"({"name":"model-b","ranks":[0],"pages":8,"keys":1}]})");
+  // tok-a's /clear empties model-a alone.
+  ASSERT_EQ(as("tok-a", "POST", "/clear").status, 204);
+  EXPECT_EQ(as("tok-b", "POST", "/keys/batch_exists", R"({"keys":["k"]})").body, R"({"exists":[true]})");
+  EXPECT_EQ(as("tok-a", "POST", "/keys/batch_allocate", R"({"rank":0,"keys":[["k",""]]})").body,
+            R"({"detail":"Allocation failed: Rank 0 not initialized"})");
+}
+
 TEST_F(ServerTenantsTest, OperatorsActInAnyNamespace) {
   for (const auto* token : {"tok-op", "tok-boss"}) {
     SCOPED_TRACE(token);
