@@ -10,14 +10,8 @@
 namespace hf3fs_meta::server {
 namespace {
 
-// A refusal with the server's JSON detail (as router.cpp's set_json).
-void refuse(Reply& reply, int status, const std::string& detail) {
-  reply.status = status;
-  reply.content_type = "application/json";
-  reply.body = protocol::encode_detail(detail);
-  reply.location.clear();
-  reply.allow.clear();
-}
+// A refusal with the server's JSON detail.
+void refuse(Reply& reply, int status, const std::string& detail) { reply.set_json(status, protocol::encode_detail(detail)); }
 
 void refuse_operator_route(std::string_view row, Reply& reply) {
   refuse(reply, 403, std::string(row) + " needs an operator token");

@@ -28,6 +28,11 @@ std::string url_host(const std::string& host) {
   return host.find(':') != std::string::npos ? "[" + host + "]" : host;
 }
 
+// Said after the counts of a state with named namespaces (the counts are of all of them).
+std::string in_namespaces(std::size_t count) {
+  return count > 1 ? " in " + std::to_string(count) + " namespaces" : std::string();
+}
+
 // --verify-data-dir: recovery without the lock and without writing anything, under the limits the
 // server would have with the same --max-* flags.
 int verify(const std::string& dir, const hf3fs_meta::StateOptions& limits) {
@@ -40,21 +45,24 @@ int verify(const std::string& dir, const hf3fs_meta::StateOptions& limits) {
     return 2;
   }
   const auto& r = recovered.value();
-  RankStats total;
-  for (const auto& [rank, stats] : state.all_rank_stats()) {
-    total.num_pages += stats.num_pages;
-    total.free += stats.free;
-    total.allocated += stats.allocated;
-    total.mapped += stats.mapped;
-    total.orphaned += stats.orphaned;
-    total.draining += stats.draining;
+  RankStats total;  // of every namespace's ranks
+  const auto spaces = state.all_stats();
+  for (const auto& [name, space] : spaces) {
+    for (const auto& [rank, stats] : space.ranks) {
+      total.num_pages += stats.num_pages;
+      total.free += stats.free;
+      total.allocated += stats.allocated;
+      total.mapped += stats.mapped;
+      total.orphaned += stats.orphaned;
+      total.draining += stats.draining;
+    }
   }
   // "sound" only when the server would start from these files as they are.
   const std::string verdict = r.cut ? "cut " + std::to_string(r.cut_bytes) + " bytes after change " +
                                           std::to_string(r.seq) + " (the server will cut them)"
                                     : std::string("sound");
   std::printf("%s: %s. snapshot at change %llu, %zu journal records replayed (%llu bytes), last change %llu%s%s\n"
-              "%zu ranks, %lld pages (%lld free, %lld allocated, %lld mapped, %lld orphaned, %lld draining), %zu keys, "
+              "%zu ranks, %lld pages (%lld free, %lld allocated, %lld mapped, %lld orphaned, %lld draining), %zu keys%s, "
               "%zu request-id answers; read in %.0f ms\n",
               dir.c_str(), verdict.c_str(), static_cast<unsigned long long>(r.snapshot_seq), r.records,
               static_cast<unsigned long long>(r.journal_bytes), static_cast<unsigned long long>(r.seq),
@@ -62,6 +70,7 @@ int verify(const std::string& dir, const hf3fs_meta::StateOptions& limits) {
               static_cast<long long>(total.num_pages), static_cast<long long>(total.free),
               static_cast<long long>(total.allocated), static_cast<long long>(total.mapped),
               static_cast<long long>(total.orphaned), static_cast<long long>(total.draining), state.key_count(),
+              in_namespaces(spaces.size()).c_str(),
               r.dedup.size(),
               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
   return 0;
@@ -128,8 +137,9 @@ int main(int argc, char** argv) {
                               std::chrono::system_clock::now().time_since_epoch()).count();
       for (const auto& e : store->recovered().dedup) router.dedup().restore(e, now_ms);
       store->recovered().dedup.clear();
-      std::fprintf(stderr, "hf3fs-meta-server: recovered %zu ranks, %zu keys from %s in %.0f ms\n", state.rank_count(),
-                   state.key_count(), options.data_dir.c_str(), store->stats().recovery_seconds * 1000);
+      std::fprintf(stderr, "hf3fs-meta-server: recovered %zu ranks, %zu keys%s from %s in %.0f ms\n",
+                   state.rank_count(), state.key_count(), in_namespaces(state.namespaces().size()).c_str(),
+                   options.data_dir.c_str(), store->stats().recovery_seconds * 1000);
     }
     // Options the server cannot serve with (a TLS file it cannot use, an address it cannot listen
     // on) stop it as a bad flag does: exit 2 with the reason.

@@ -12,13 +12,6 @@ namespace {
 
 constexpr std::string_view kJson = "application/json";
 
-void set_json(Reply& reply, int status, std::string body) {
-  reply.status = status;
-  reply.content_type = kJson;
-  reply.body = std::move(body);
-  reply.location.clear();
-  reply.allow.clear();
-}
 
 // A repeat gets the answer its first request got, rendered again from what the route keeps
 // (routes.hpp, Dedup) and the repeat's body (the same body as the first's; a differing one is a
@@ -42,7 +35,7 @@ void answer_again(const Request& request, std::string_view ns, Dedup what, const
   auto decoded = protocol::decode_allocate_request(request.body);
   if (!decoded || decoded.value().keys.size() != kept.pages.size()) {
     // Only a hash collision between two different bodies of one id gets here.
-    set_json(reply, 400, protocol::encode_detail("X-Request-Id " + request.request_id +
+    reply.set_json(400, protocol::encode_detail("X-Request-Id " + request.request_id +
                                                  " was already used with a different body"));
     return;
   }
@@ -52,14 +45,14 @@ void answer_again(const Request& request, std::string_view ns, Dedup what, const
   const Rank rank = decoded.value().rank;
   if (!state.holds(NamespaceRef{ns}, rank, pages, decoded.value().keys)) {
     // Ends "on rank R", as the state's own 409s do (the SDK's classifier reads the rank there).
-    set_json(reply, 409,
+    reply.set_json(409,
              protocol::encode_detail("X-Request-Id " + request.request_id +
                                      ": the pages of its answer were taken back since (reclaimed, dropped, deleted, "
                                      "evicted or cleared); allocate again under a new request id, on rank " +
                                      std::to_string(rank)));
     return;
   }
-  set_json(reply, kept.status,
+  reply.set_json(kept.status,
            protocol::encode_allocate_response(decoded.value().rank, decoded.value().keys, pages));
 }
 
@@ -77,7 +70,7 @@ std::size_t most_pages(std::string_view body) noexcept {
 }
 
 void set_method_not_allowed(Reply& reply, std::string_view allow) {
-  set_json(reply, 405, protocol::encode_detail("Method Not Allowed"));
+  reply.set_json(405, protocol::encode_detail("Method Not Allowed"));
   reply.allow = allow;
 }
 
@@ -125,7 +118,7 @@ bool Router::settle(Reply& reply) {
   auto settled = store_->settle();
   if (settled) return true;
   std::fprintf(stderr, "hf3fs-meta-server: %s\n", settled.error().message.c_str());
-  set_json(reply, 503, protocol::encode_detail("the data dir failed and the changes it did not acknowledge could not be "
+  reply.set_json(503, protocol::encode_detail("the data dir failed and the changes it did not acknowledge could not be "
                                                "rolled back (" + settled.error().message + "); nothing is served until they are"));
   return false;
 }
@@ -150,9 +143,9 @@ bool Router::serve_server_route(const Request& request, std::string_view path, E
           // Reads are still answered; state changes get 503 until a snapshot succeeds.
           std::string body = protocol::encode_detail(writable.error().message);
           body.insert(1, R"("status":"degraded",)");
-          set_json(reply, 200, std::move(body));
+          reply.set_json(200, std::move(body));
         } else {
-          set_json(reply, 200, R"({"status":"ok"})");
+          reply.set_json(200, R"({"status":"ok"})");
         }
         return true;
       case ServerRoute::metrics:
@@ -184,7 +177,7 @@ void Router::serve_faults(const Request& request, Exchange& exchange) {
   if (request.method == "DELETE") {
     const auto removed = faults_.clear();
     durable::clear_disk_errors();
-    set_json(reply, 200, "{\"removed\":" + std::to_string(removed) + "}");
+    reply.set_json(200, "{\"removed\":" + std::to_string(removed) + "}");
     return;
   }
   if (request.method != "POST") {
@@ -193,13 +186,13 @@ void Router::serve_faults(const Request& request, Exchange& exchange) {
   }
   auto parsed = parse_fault_request(request.body);
   if (!parsed.request) {
-    set_json(reply, 400, protocol::encode_detail(parsed.error));
+    reply.set_json(400, protocol::encode_detail(parsed.error));
     return;
   }
   if (parsed.request->disk) {
     const auto& disk = *parsed.request->disk;
     durable::inject_disk_error(disk.op, disk.err, disk.times);
-    set_json(reply, 200, R"({"disk_error":true})");
+    reply.set_json(200, R"({"disk_error":true})");
     return;
   }
   if (parsed.request->forget_state) {
@@ -209,7 +202,7 @@ void Router::serve_faults(const Request& request, Exchange& exchange) {
       std::shared_lock<std::shared_mutex> gate;
       if (store_) gate = store_->gate();
       if (auto writable = journal_writable(); !writable) {
-        set_json(reply, 503, nothing_applied(writable.error().message));
+        reply.set_json(503, nothing_applied(writable.error().message));
         return;
       }
       durable::Journal::reset_thread_seq();
@@ -218,15 +211,15 @@ void Router::serve_faults(const Request& request, Exchange& exchange) {
     }
     if (!written) {
       // As for any change whose record failed (serve_protocol): rolled back, not acknowledged.
-      if (settle(reply)) set_json(reply, 503, not_acknowledged(written.error().message));
+      if (settle(reply)) reply.set_json(503, not_acknowledged(written.error().message));
       return;
     }
     dedup_.clear();
-    set_json(reply, 200, R"({"forgotten":true})");
+    reply.set_json(200, R"({"forgotten":true})");
     return;
   }
   const auto rules = faults_.add(std::move(parsed.request->rule));
-  set_json(reply, 200, "{\"rules\":" + std::to_string(rules) + "}");
+  reply.set_json(200, "{\"rules\":" + std::to_string(rules) + "}");
 }
 
 // Service::handle, as a sequence: settle any earlier failure, run the call under the store's gate
@@ -381,7 +374,7 @@ Router::Outcome Router::admit(const Request& request, Exchange& exchange) {
   exchange.action = faults_.match(path, route_info(exchange.target.route).is_endpoint());
   switch (exchange.action.kind) {
     case FaultAction::Kind::status:
-      set_json(reply, exchange.action.status, std::move(exchange.action.body));
+      reply.set_json(exchange.action.status, std::move(exchange.action.body));
       return Next::reply;
     case FaultAction::Kind::close_before:
       return Next::close;
@@ -397,7 +390,7 @@ Router::Outcome Router::deduplicate(const Request& request, Exchange& exchange) 
   const Dedup kept = route_info(exchange.target.route).dedup;
   if (kept == Dedup::none || !dedup_.enabled() || request.request_id.empty()) return std::nullopt;
   if (!valid_request_id(request.request_id)) {
-    set_json(reply, 400,
+    reply.set_json(400,
              protocol::encode_detail("X-Request-Id must be at most " + std::to_string(kMaxRequestIdBytes) +
                                      " visible ASCII characters"));
     exchange.answered = true;
@@ -418,7 +411,7 @@ Router::Outcome Router::deduplicate(const Request& request, Exchange& exchange) 
       }
       break;
     case DedupCache::Kind::conflict:
-      set_json(reply, 400,
+      reply.set_json(400,
                protocol::encode_detail("X-Request-Id " + request.request_id + " was already used with a different body"));
       break;
     case DedupCache::Kind::wait:
@@ -426,7 +419,7 @@ Router::Outcome Router::deduplicate(const Request& request, Exchange& exchange) 
       exchange.stage = Stage::dedup;  // the first request's answer, then this stage again
       return Next::wait;
     case DedupCache::Kind::full:
-      set_json(reply, 503,
+      reply.set_json(503,
                protocol::encode_detail("Request-id deduplication is full: every kept answer is inside its " +
                                        std::to_string(dedup_.window().count()) +
                                        " ms window; nothing was applied, retry later"));
@@ -434,7 +427,7 @@ Router::Outcome Router::deduplicate(const Request& request, Exchange& exchange) 
       break;
     case DedupCache::Kind::too_large:
       // Not 503: waiting never makes room for an answer larger than the whole budget.
-      set_json(reply, 413,
+      reply.set_json(413,
                protocol::encode_detail("the answer to this X-Request-Id could never fit --dedup-max-bytes (" +
                                        std::to_string(options_.dedup_max_bytes) +
                                        " bytes); nothing was applied: send it without X-Request-Id or in "
@@ -450,7 +443,7 @@ Router::Next Router::finish(Exchange& exchange) {
     const std::string error = std::move(exchange.durable_error);
     exchange.durable_error.clear();
     if (settle(exchange.reply)) {
-      set_json(exchange.reply, 503, protocol::encode_detail("the change was written but not synced to disk (" + error +
+      exchange.reply.set_json(503, protocol::encode_detail("the change was written but not synced to disk (" + error +
                                                             "): not acknowledged, and rolled back"));
     }
     if (exchange.claim) exchange.claim.complete(503, {}, 0);

@@ -28,6 +28,15 @@ struct Reply {
   std::string location;  // absolute, for 307
   std::string allow;     // for 405
   std::string retry_after;  // seconds, for a 503 of the server's own limits
+
+  // An answer with a JSON body (the router's, and admission's refusals).
+  void set_json(int status_, std::string body_) {
+    status = status_;
+    content_type = "application/json";
+    body = std::move(body_);
+    location.clear();
+    allow.clear();
+  }
 };
 
 // Where a request is in the router. The stages run once each, in this order; a stage that makes the

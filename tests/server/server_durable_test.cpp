@@ -214,6 +214,15 @@ TEST_F(DurableServerTest, ThreeNamespacesSurviveSigkillExactly) {
   for (std::size_t i = 0; i < spaces.size(); ++i) {
     EXPECT_EQ(without_counters(observe(spaces[i])), without_counters(before[i])) << spaces[i].name;
   }
+  // --verify-data-dir counts the ranks, pages and keys of every namespace (1 + 2 + 1 ranks of 16, 8
+  // and 4 pages; k, then k and j, then k).
+  ASSERT_EQ(server_.terminate(), 0);
+  const auto verified = ServerProcess::run_to_exit({"--verify-data-dir", data().string()});
+  EXPECT_EQ(verified.exit_code, 0) << verified.output;
+  EXPECT_THAT(verified.output, HasSubstr(": sound. "));
+  EXPECT_THAT(verified.output, HasSubstr("\n4 ranks, 36 pages ("));
+  EXPECT_THAT(verified.output, HasSubstr(", 4 keys in 3 namespaces, "));
+  server_.restart();  // for the fixture's own stop
 }
 
 // A state beyond the restarted server's --max-* flags stops it (exit 2, saying which limit), whether
