@@ -7,7 +7,6 @@
 #include <cerrno>
 #include <csignal>
 #include <mutex>
-#include <regex>
 #include <set>
 #include <tuple>
 #include <chrono>
@@ -16,6 +15,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 #include <thread>
 
@@ -203,9 +203,17 @@ TEST_F(DurableServerTest, ThreeNamespacesSurviveSigkillExactly) {
   // count since the process started, as without namespaces: a replayed journal counts its records
   // again (m2's deletion above), a snapshot holds none, so they are left out here.
   const auto without_counters = [](std::vector<std::string> seen) {
-    static const std::regex counter(R"re("(evicted_keys|deleted_keys|reclaimed_keys|)re"
-                                    R"re(reclaimed_allocated_pages|reclaimed_orphaned_pages)":[0-9]+)re");
-    seen[0] = std::regex_replace(seen[0], counter, R"("$1":counted)");
+    // (Not std::regex: GCC 12 warns, falsely, inside libstdc++'s regex at -O1 with ASan.)
+    for (const std::string_view name : {"evicted_keys", "deleted_keys", "reclaimed_keys", "reclaimed_allocated_pages",
+                                        "reclaimed_orphaned_pages"}) {
+      std::string field = "\"";
+      field.append(name).append("\":");
+      const std::size_t at = seen[0].find(field);
+      if (at == std::string::npos) continue;
+      const std::size_t from = at + field.size();
+      const std::size_t to = seen[0].find_first_not_of("0123456789", from);
+      seen[0].replace(from, to - from, "counted");
+    }
     return seen;
   };
   EXPECT_THAT(before[2][0], HasSubstr(R"("deleted_keys":1)"));
