@@ -161,6 +161,11 @@ TEST(TenantsTest, ResolveCachesPerConnectionAndSeesAReload) {
   EXPECT_EQ(tenants.resolve("tok-", cache), nullptr);
   ASSERT_NE(tenants.resolve("tok-a", cache), nullptr);
 
+  // Another connection's request, under way across the reload below.
+  TenantCache other;
+  const Principal* held = tenants.resolve("tok-a", other);
+  ASSERT_NE(held, nullptr);
+
   // A reload that removes tok-a and adds tok-c: the cache sees it at its next lookup.
   rewrite(file.path(), "tok-b model-b\ntok-c *\n");
   const auto reloaded = tenants.reload(file.path(), {});
@@ -170,8 +175,10 @@ TEST(TenantsTest, ResolveCachesPerConnectionAndSeesAReload) {
   EXPECT_GT(cache.generation, generation);
   ASSERT_NE(tenants.resolve("tok-c", cache), nullptr);
   EXPECT_TRUE(cache.principal->operator_access);
-  // A principal handed out before the reload stays valid while its cache holds the old table.
-  EXPECT_EQ(a->ns, "model-a");
+  // A principal handed out before the reload stays valid while its cache holds the old table (the
+  // other connection has not looked anything up since). `a` is not: its cache moved on.
+  EXPECT_EQ(held->ns, "model-a");
+  EXPECT_EQ(other.table->tokens(), 2u);
 }
 
 TEST(TenantsTest, AReloadThatFailsKeepsTheTableInUse) {
