@@ -229,18 +229,30 @@ void BM_Release1000Into1M(benchmark::State& bench) {
 }
 BENCHMARK(BM_Release1000Into1M)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
-// batch_exists of 1,250 keys (vLLM's largest batches) against 200k known keys, half of them present.
-void BM_Exists1250(benchmark::State& bench) {
+// batch_exists of 1,250 keys (vLLM's largest batches) against 200k known keys, half of them present,
+// in the namespace `ns` (issue 20: a named one is found by its name under the lock, with two more
+// namespaces beside it).
+void exists_1250(benchmark::State& bench, NamespaceRef ns) {
   MetadataState state;
-  (void)state.initialize(0, 1'000'000);
-  fill(state, 0, 0, 200'000);
+  if (!ns.name.empty()) {
+    (void)state.initialize(NamespaceRef{"other-1"}, 0, 1);
+    (void)state.initialize(NamespaceRef{"other-2"}, 0, 1);
+  }
+  (void)state.initialize(ns, 0, 1'000'000);
+  for (std::size_t at = 0; at < 200'000; at += 128) {
+    const auto keys = block_keys(at, 128);
+    const auto pages = state.allocate(ns, 0, keys).value();
+    std::vector<Confirmation> confirmations;
+    for (std::size_t i = 0; i < keys.size(); ++i) confirmations.push_back({keys[i].key, pages[i]});
+    (void)state.confirm_write(ns, 0, confirmations, {}).value();
+  }
   std::vector<std::string> keys;
   std::mt19937_64 rng(42);
   for (int i = 0; i < 1250; ++i) keys.push_back(md5_like(i % 2 ? rng() % 200'000 : 1'000'000 + rng() % 1'000'000));
   std::size_t found = 0;
   for (auto _ : bench) {
     const auto start = Clock::now();
-    const auto exists = state.batch_exists(keys);
+    const auto exists = ns.name.empty() ? state.batch_exists(keys) : state.batch_exists(ns, keys);
     bench.SetIterationTime(seconds_since(start));
     found = static_cast<std::size_t>(std::count(exists.begin(), exists.end(), true));
     benchmark::DoNotOptimize(found);
@@ -248,7 +260,34 @@ void BM_Exists1250(benchmark::State& bench) {
   bench.counters["found"] = static_cast<double>(found);
   bench.SetItemsProcessed(bench.iterations() * 1250);
 }
+void BM_Exists1250(benchmark::State& bench) { exists_1250(bench, NamespaceRef{}); }
 BENCHMARK(BM_Exists1250)->UseManualTime()->Unit(benchmark::kMicrosecond);
+void BM_Exists1250InNamespace(benchmark::State& bench) { exists_1250(bench, NamespaceRef{"bench"}); }
+BENCHMARK(BM_Exists1250InNamespace)->UseManualTime()->Unit(benchmark::kMicrosecond);
+
+// Not timed: the memory of a namespace (docs/performance.md), as malloc counts it: 1,000 namespaces
+// each created by a one-page rank and then cleared (empty, as a namespace stays), and 1,000 one-page
+// ranks in one namespace.
+void BM_NamespaceMemory(benchmark::State& bench) {
+  constexpr int kCount = 1000;
+  const auto in_use = [] {
+    const auto m = mallinfo2();
+    return static_cast<double>(m.uordblks + m.hblkhd);
+  };
+  for (auto _ : bench) {
+    MetadataState state;
+    std::vector<std::string> names;
+    for (int i = 0; i < kCount; ++i) names.push_back("tenant-" + std::to_string(i));
+    const double before = in_use();
+    for (const std::string& name : names) (void)state.initialize(NamespaceRef{name}, 0, 1);
+    for (const std::string& name : names) state.clear(NamespaceRef{name});
+    bench.counters["bytes_per_empty_namespace"] = (in_use() - before) / kCount;
+    const double before_ranks = in_use();
+    for (Rank r = 0; r < kCount; ++r) (void)state.initialize(NamespaceRef{"ranks"}, r, 1);
+    bench.counters["bytes_per_one_page_rank"] = (in_use() - before_ranks) / kCount;
+  }
+}
+BENCHMARK(BM_NamespaceMemory)->Iterations(1)->Unit(benchmark::kMillisecond);
 
 // A worker's cycle on its own rank (allocate 128 new keys, confirm them, then allocate and release
 // 128 more): what the single lock must carry. Run with 1 and 2 threads, each on its own rank; the

@@ -10,6 +10,7 @@
 
 #include "fuzz_support.hpp"
 #include "hf3fs_meta/protocol.hpp"
+#include "hf3fs_meta/routes.hpp"
 
 namespace {
 
@@ -25,6 +26,58 @@ void check_list(std::string_view body, std::string_view field, std::size_t count
   const Value* list = find_member(doc, field);
   HF3FS_FUZZ_CHECK(list && list->IsArray() && list->Size() == count);
   for (rapidjson::SizeType i = 0; i < count; ++i) HF3FS_FUZZ_CHECK(element((*list)[i], i));
+}
+
+// A member that is a count (a non-negative integer) equal to `value`.
+bool is_count(const Value& object, const char* name, std::int64_t value) {
+  const Value* v = find_member(object, name);
+  return v && value >= 0 && is_int64(v, value);
+}
+
+// A "ranks" member: a list of exactly these integers.
+bool is_ranks(const Value& object, const std::vector<Rank>& ranks) {
+  const Value* list = find_member(object, "ranks");
+  if (!list || !list->IsArray() || list->Size() != ranks.size()) return false;
+  for (rapidjson::SizeType i = 0; i < list->Size(); ++i) {
+    if (!is_int64(&(*list)[i], ranks[i])) return false;
+  }
+  return true;
+}
+
+// The namespaces' answers (docs/protocol.md, "Namespaces"), read back with RapidJSON.
+void check_namespace_answers(std::string_view body, std::size_t expected) {
+  if (auto all = protocol::decode_namespaces_response(body)) {
+    check_list(body, "namespaces", all.value().size(), [&](const Value& v, std::size_t i) {
+      const NamespaceSummary& n = all.value()[i];
+      const Value* name = v.IsObject() ? find_member(v, "name") : nullptr;
+      return name && is_string(*name, n.name) && valid_namespace_name(n.name) && is_ranks(v, n.ranks) &&
+             is_count(v, "pages", n.pages) && is_count(v, "keys", static_cast<std::int64_t>(n.keys));
+    });
+  }
+  if (auto dropped = protocol::decode_drop_namespace_response(body, "m1")) {
+    rapidjson::Document doc;
+    HF3FS_FUZZ_CHECK(parse_object(body, doc));
+    const Value* name = find_member(doc, "namespace");
+    const Value* flag = find_member(doc, "dropped");
+    const NamespaceDropOutcome& d = dropped.value();
+    HF3FS_FUZZ_CHECK(name && is_string(*name, "m1") && flag && flag->IsBool() && flag->GetBool() == d.dropped);
+    HF3FS_FUZZ_CHECK(is_count(doc, "ranks", static_cast<std::int64_t>(d.ranks)) && is_count(doc, "pages", d.pages) &&
+                     is_count(doc, "keys_removed", static_cast<std::int64_t>(d.keys_removed)));
+  }
+  if (auto status = protocol::decode_key_status_response(body, expected)) {
+    const KeyStatusAnswer& a = status.value();
+    HF3FS_FUZZ_CHECK(a.status.size() == expected);
+    rapidjson::Document doc;
+    HF3FS_FUZZ_CHECK(parse_object(body, doc));
+    HF3FS_FUZZ_CHECK(is_count(doc, "ranks_initialized", static_cast<std::int64_t>(a.ranks_initialized)));
+    check_list(body, "status", expected, [&](const Value& v, std::size_t i) {
+      if (!a.status[i]) return v.IsNull();
+      const KeyStatus& k = *a.status[i];
+      const Value* complete = v.IsObject() ? find_member(v, "complete") : nullptr;
+      return complete && complete->IsBool() && complete->GetBool() == k.complete && is_ranks(v, k.ranks) &&
+             is_count(v, "tp_world_size", k.tp_world_size);
+    });
+  }
 }
 
 }  // namespace
@@ -66,6 +119,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       return got[i] ? is_int64(&v, *got[i]) : v.IsNull();
     });
   }
+
+  check_namespace_answers(body, expected);
 
   check_fast_path_agrees([&] { return protocol::decode_allocate_response(body, sent); });
   check_fast_path_agrees([&] { return protocol::decode_batch_exists_response(body, expected); });

@@ -44,6 +44,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       if (parser->is_done()) {
         HF3FS_FUZZ_CHECK(!request.method.empty() && request.body.size() <= (1 << 16));
         HF3FS_FUZZ_CHECK(held == request.body.size() && in_flight.load() == held);
+        // X-Hf3fs-Namespace: counted up to 2 (the router refuses more than one), none leaves no value.
+        HF3FS_FUZZ_CHECK(request.ns_headers <= 2 && (request.ns_headers != 0 || request.ns.empty()));
         budget.give_back(std::exchange(held, 0));  // answered, as the server does
         parser.reset();
       } else if (used == 0) {

@@ -119,6 +119,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                  [](std::string_view b) { return protocol::decode_batch_exists_request(b); });
   check_key_list(body, json, doc, &protocol::decode_get_locations_request,
                  [](std::string_view b) { return protocol::decode_get_locations_request(b); });
+  // POST /keys/status takes POST /keys/delete's body (batch_exists' list), refused alike.
+  check_key_list(body, json, doc, &protocol::decode_key_status_request,
+                 [](std::string_view b) { return protocol::decode_batch_exists_request(b); });
   check_fast_path_agrees([&] { return protocol::decode_allocate_request(body); });
   check_fast_path_agrees([&] { return protocol::decode_confirm_write_request(body); });
   check_fast_path_agrees([&] { return protocol::decode_batch_exists_request(body); });

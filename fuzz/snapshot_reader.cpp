@@ -2,10 +2,11 @@
 // its image into an empty state. The first byte says how the rest is read:
 //  even: as the file itself (file header and checksum as the fuzzer wrote them);
 //  odd:  as the body between the file header and the checksum, which are added right, so that the
-//        parser and the image's consistency checks are reached; bits 1-2 choose the version: 0
+//        parser and the image's consistency checks are reached; bits 1-3 choose the version: 0
 //        version 1, 1 version 2 (the cache lifecycle's section follows the free key ids), 2
 //        version 3 (that section, and the request-id answers in their compact form), 3 version 4
-//        (the TTL's reclaim marks after the timed keys).
+//        (the TTL's reclaim marks after the timed keys), 4 and above version 5 (the named
+//        namespaces after the marks, and each answer's namespace).
 // What must hold: a failure is an error naming the file; a snapshot that loads and imports gives
 // exactly its image back (never a part of it), and every request-id entry an older version holds
 // (a whole journal payload) is an allocate's 200 or another change's 204.
@@ -34,11 +35,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string_view rest = fuzz::as_text(data + 1, size - 1);
   std::string file;
   if (data[0] & 1) {
-    const int choice = (data[0] >> 1) & 3;
+    const int choice = (data[0] >> 1) & 7;
     file = durable::file_header(durable::kSnapshotMagic, choice == 0   ? durable::kFormatVersion
                                                          : choice == 1 ? durable::kSnapshotLifecycleVersion
                                                          : choice == 2 ? durable::kSnapshotDedupVersion
-                                                                       : durable::kSnapshotReclaimVersion);
+                                                         : choice == 3 ? durable::kSnapshotReclaimVersion
+                                                                       : durable::kSnapshotNamespaceVersion);
     file.append(rest);
     durable::put_u32(file, durable::crc32c(rest));
   } else {
@@ -65,6 +67,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   expected.timed_pages.clear();
   expected.timed_keys.clear();
   expected.clock_ms.reset();
+  for (NamespaceImage& n : expected.namespaces) {
+    n.space.timed_pages.clear();
+    n.space.timed_keys.clear();
+  }
   HF3FS_FUZZ_CHECK(state.export_image() == expected);
   return 0;
 }

@@ -8,6 +8,7 @@ namespace hf3fs_meta::server {
 
 struct DedupCache::Entry {
   std::string key;
+  std::size_t ns_size = 0;  // the bytes of a named namespace's name in `key` (0: the default's)
   std::uint64_t body_hash = 0;
   std::size_t body_size = 0;
   std::uint64_t generation = 0;
@@ -21,18 +22,35 @@ struct DedupCache::Entry {
 
 namespace {
 
-std::string make_key(int route, std::string_view id) {
+// The default namespace's key is the route's letter and the id, as before namespaces (nothing more to
+// build on the hot path). A named one's is '#', the name, ' ', then the same: '#' is no route's
+// letter, so it never equals a default key, and a name holds no space (valid_namespace_name), so the
+// name ends at the first one and two namespaces' keys never meet.
+std::string make_key(std::string_view ns, int route, std::string_view id) {
+  ns = durable::dedup_namespace(ns);
   std::string key;
-  key.reserve(id.size() + 1);
+  if (ns.empty()) {
+    key.reserve(id.size() + 1);
+  } else {
+    key.reserve(ns.size() + 3 + id.size());
+    key.push_back('#');
+    key.append(ns);
+    key.push_back(' ');
+  }
   key.push_back(static_cast<char>('a' + route));
   key.append(id);
   return key;
 }
 
-// The key is the route's letter and the id: weighed as the journal and the snapshot weigh an entry.
-std::size_t weight(std::size_t key_size, std::size_t pages) { return durable::dedup_weight(key_size - 1, pages); }
-
 }  // namespace
+
+// An entry with `pages` pages, weighed as the journal and the snapshot weigh it: its namespace and id
+// read back from its key (make_key).
+std::size_t DedupCache::weight(const Entry& entry, std::size_t pages) {
+  const std::string_view key = entry.key;
+  const std::string_view ns = entry.ns_size == 0 ? std::string_view{} : key.substr(1, entry.ns_size);
+  return durable::dedup_weight(ns, key.substr(entry.ns_size == 0 ? 1 : entry.ns_size + 3), pages);
+}
 
 DedupCache::Claim& DedupCache::Claim::operator=(Claim&& other) noexcept {
   if (this != &other) {
@@ -57,11 +75,11 @@ void DedupCache::Claim::reset() {
 
 DedupCache::DedupCache(Options options) : options_(std::move(options)) {}
 
-DedupCache::Acquired DedupCache::acquire(int route, std::string_view id, std::string_view body,
+DedupCache::Acquired DedupCache::acquire(std::string_view ns, int route, std::string_view id, std::string_view body,
                                          std::size_t max_pages) {
   const auto hash = body_hash(body);
-  auto key = make_key(route, id);
-  const std::size_t reserve = weight(key.size(), max_pages);
+  auto key = make_key(ns, route, id);
+  const std::size_t reserve = durable::dedup_weight(ns, id, max_pages);
   const auto at = now();
   std::lock_guard lock(mutex_);
   evict_locked(at);
@@ -92,6 +110,7 @@ DedupCache::Acquired DedupCache::acquire(int route, std::string_view id, std::st
   entry->generation = generation_;
   entry->bytes = reserve;
   entry->key = key;
+  entry->ns_size = durable::dedup_namespace(ns).size();
   bytes_ += reserve;
   entries_.emplace(std::move(key), entry);
   return Acquired{Kind::owner, Claim(this, std::move(entry)), {}, {}, {}};
@@ -99,14 +118,15 @@ DedupCache::Acquired DedupCache::acquire(int route, std::string_view id, std::st
 
 std::uint64_t DedupCache::body_hash(std::string_view body) { return std::hash<std::string_view>{}(body); }
 
-void DedupCache::restore(int route, std::string_view id, std::uint64_t body_hash, std::size_t body_size,
-                         KeptAnswer answer, std::chrono::milliseconds age) {
+void DedupCache::restore(std::string_view ns, int route, std::string_view id, std::uint64_t body_hash,
+                         std::size_t body_size, KeptAnswer answer, std::chrono::milliseconds age) {
   if (age >= options_.ttl) return;
   auto entry = std::make_shared<Entry>();
-  entry->key = make_key(route, id);
+  entry->key = make_key(ns, route, id);
+  entry->ns_size = durable::dedup_namespace(ns).size();
   entry->body_hash = body_hash;
   entry->body_size = body_size;
-  entry->bytes = weight(entry->key.size(), answer.pages.size());
+  entry->bytes = durable::dedup_weight(ns, id, answer.pages.size());
   entry->answer = std::move(answer);
   entry->done = true;
   entry->settled = true;
@@ -128,7 +148,7 @@ void DedupCache::restore(int route, std::string_view id, std::uint64_t body_hash
 
 void DedupCache::restore(const durable::DedupEntry& e, std::int64_t now_ms) {
   const auto age = std::chrono::milliseconds(e.at_ms == 0 ? 0 : std::max<std::int64_t>(now_ms - e.at_ms, 0));
-  restore(static_cast<int>(e.tag.route), e.tag.id, e.tag.body_hash, e.tag.body_size,
+  restore(e.tag.ns, static_cast<int>(e.tag.route), e.tag.id, e.tag.body_hash, e.tag.body_size,
           KeptAnswer{static_cast<int>(e.status), e.pages, e.seq}, age);
 }
 
@@ -139,7 +159,7 @@ void DedupCache::settle(const std::shared_ptr<Entry>& entry, bool keep, int stat
     std::lock_guard lock(mutex_);
     const bool current = entry->generation == generation_;
     entry->settled = true;
-    const std::size_t kept_bytes = weight(entry->key.size(), pages.size());
+    const std::size_t kept_bytes = weight(*entry, pages.size());
     if (keep && current && kept_bytes <= entry->bytes) {
       entry->done = true;
       entry->answer.status = status;

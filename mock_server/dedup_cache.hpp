@@ -1,20 +1,23 @@
 // Request-id deduplication: batch_allocate and confirm_write carrying X-Request-Id are applied once.
-// The key is (route, id). A 2xx answer is kept for the window (`ttl`) and given again to a repeat
-// without applying anything; a repeat that arrives while the first is still being handled waits for
-// it; the same id with another body is refused; errors are not kept, so a repeat is applied again.
+// The key is (namespace, route, id): ids of one namespace never answer another's requests (issue 20).
+// The namespace is its name, not its id, so that a repeat after the namespace was dropped finds its
+// entry and gets 409 from the router's check of its pages, as a repeat after /clear does. A 2xx
+// answer is kept for the window (`ttl`) and given again to a repeat without applying anything; a
+// repeat that arrives while the first is still being handled waits for it; the same id with another
+// body is refused; errors are not kept, so a repeat is applied again.
 // clear() (forget_state, which plays a server that lost its memory) starts a new generation: nothing
 // from before it is kept. The clear route forgets no id: the server checks a kept allocate answer's
 // pages before giving it again (router.cpp), and /clear took them all back.
 //
-// An entry keeps what answering again needs, not the rendered answer: the route and id, a hash and
+// An entry keeps what answering again needs, not the rendered answer: its key, a hash and
 // the size of the body (which detect a reused id), the status and, for an allocate, its pages (4
 // bytes each; the keys come from the repeat's own body, which is the same). Entries are weighed in
 // bytes and the cache never holds more than `max_bytes`: a new entry reserves, before anything is
 // applied, the most its answer can weigh, and gives back the excess when it is kept. A promise is
-// never forgotten inside its window: when the budget is full of entries still inside it, acquire()
-// refuses (`full`, with the time until the oldest leaves), and the server answers 503. An answer
-// that could not fit even in an empty cache is refused at once (`too_large`: 413), since waiting
-// would never help.
+// never forgotten inside its window: when the budget (one for all namespaces) is full of entries
+// still inside it, acquire() refuses (`full`, with the time until the oldest leaves), and the server
+// answers 503. An answer that could not fit even in an empty cache is refused at once (`too_large`:
+// 413), since waiting would never help.
 #pragma once
 
 #include <chrono>
@@ -97,9 +100,11 @@ class DedupCache {
   bool enabled() const noexcept { return options_.max_bytes > 0; }
   std::chrono::milliseconds window() const noexcept { return options_.ttl; }
 
-  // `route` is a small number naming the route; ids are only compared within a route.
+  // `ns`: the namespace's name (empty or kDefaultNamespace: the default one); `route` is a small
+  // number naming the route; ids are only compared within a namespace and a route.
   // `max_pages`: the most pages the answer may carry (0 for confirm_write).
-  Acquired acquire(int route, std::string_view id, std::string_view body, std::size_t max_pages);
+  Acquired acquire(std::string_view ns, int route, std::string_view id, std::string_view body,
+                   std::size_t max_pages);
 
   // Calls `wake` (on the completing thread, or at once if already settled) when the entry's owner
   // completes or abandons it; the waiter then calls acquire() again.
@@ -109,10 +114,11 @@ class DedupCache {
 
   // An answer recovered from a durable server's journal or snapshot, kept as if given `age` ago (what
   // is left of its window); left out if its window is over or the budget has no room for it.
-  void restore(int route, std::string_view id, std::uint64_t body_hash, std::size_t body_size, KeptAnswer answer,
-               std::chrono::milliseconds age = std::chrono::milliseconds(0));
-  // The same, for an answer recovery found (durable::Recovered::dedup): its age is the time since it
-  // was recorded (`now_ms`: the system clock, as DedupEntry::at_ms), none when that is unknown.
+  void restore(std::string_view ns, int route, std::string_view id, std::uint64_t body_hash, std::size_t body_size,
+               KeptAnswer answer, std::chrono::milliseconds age = std::chrono::milliseconds(0));
+  // The same, for an answer recovery found (durable::Recovered::dedup), in its namespace (tag.ns): its
+  // age is the time since it was recorded (`now_ms`: the system clock, as DedupEntry::at_ms), none
+  // when that is unknown.
   void restore(const durable::DedupEntry& entry, std::int64_t now_ms);
   // The body's fingerprint kept with an entry (and journaled): libstdc++'s hash of a string is a
   // fixed-seed MurmurHash, the same in every run, so journaled fingerprints match after a restart.
@@ -124,6 +130,7 @@ class DedupCache {
   void settle(const std::shared_ptr<Entry>& entry, bool keep, int status, std::span<const std::int64_t> pages,
               std::uint64_t seq);
   void evict_locked(Clock::time_point now);
+  static std::size_t weight(const Entry& entry, std::size_t pages);
   void erase_locked(const std::shared_ptr<Entry>& entry);
   Clock::time_point now() const { return options_.now ? options_.now() : Clock::now(); }
 

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -19,11 +20,17 @@
 #include "router.hpp"
 #include "server.hpp"
 #include "server_options.hpp"
+#include "tenants.hpp"
 
 namespace {
 
 std::string url_host(const std::string& host) {
   return host.find(':') != std::string::npos ? "[" + host + "]" : host;
+}
+
+// Said after the counts of a state with named namespaces (the counts are of all of them).
+std::string in_namespaces(std::size_t count) {
+  return count > 1 ? " in " + std::to_string(count) + " namespaces" : std::string();
 }
 
 // --verify-data-dir: recovery without the lock and without writing anything, under the limits the
@@ -38,21 +45,24 @@ int verify(const std::string& dir, const hf3fs_meta::StateOptions& limits) {
     return 2;
   }
   const auto& r = recovered.value();
-  RankStats total;
-  for (const auto& [rank, stats] : state.all_rank_stats()) {
-    total.num_pages += stats.num_pages;
-    total.free += stats.free;
-    total.allocated += stats.allocated;
-    total.mapped += stats.mapped;
-    total.orphaned += stats.orphaned;
-    total.draining += stats.draining;
+  RankStats total;  // of every namespace's ranks
+  const auto spaces = state.all_stats();
+  for (const auto& [name, space] : spaces) {
+    for (const auto& [rank, stats] : space.ranks) {
+      total.num_pages += stats.num_pages;
+      total.free += stats.free;
+      total.allocated += stats.allocated;
+      total.mapped += stats.mapped;
+      total.orphaned += stats.orphaned;
+      total.draining += stats.draining;
+    }
   }
   // "sound" only when the server would start from these files as they are.
   const std::string verdict = r.cut ? "cut " + std::to_string(r.cut_bytes) + " bytes after change " +
                                           std::to_string(r.seq) + " (the server will cut them)"
                                     : std::string("sound");
   std::printf("%s: %s. snapshot at change %llu, %zu journal records replayed (%llu bytes), last change %llu%s%s\n"
-              "%zu ranks, %lld pages (%lld free, %lld allocated, %lld mapped, %lld orphaned, %lld draining), %zu keys, "
+              "%zu ranks, %lld pages (%lld free, %lld allocated, %lld mapped, %lld orphaned, %lld draining), %zu keys%s, "
               "%zu request-id answers; read in %.0f ms\n",
               dir.c_str(), verdict.c_str(), static_cast<unsigned long long>(r.snapshot_seq), r.records,
               static_cast<unsigned long long>(r.journal_bytes), static_cast<unsigned long long>(r.seq),
@@ -60,9 +70,28 @@ int verify(const std::string& dir, const hf3fs_meta::StateOptions& limits) {
               static_cast<long long>(total.num_pages), static_cast<long long>(total.free),
               static_cast<long long>(total.allocated), static_cast<long long>(total.mapped),
               static_cast<long long>(total.orphaned), static_cast<long long>(total.draining), state.key_count(),
+              in_namespaces(spaces.size()).c_str(),
               r.dedup.size(),
               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
   return 0;
+}
+
+// SIGHUP: --tenants-file read again; a file that does not parse keeps the table in use. Re-armed
+// after each signal, until cancelled at shutdown.
+void reload_on_hangup(boost::asio::signal_set& hangups, hf3fs_meta::server::Tenants& tenants,
+                      const hf3fs_meta::server::ServerOptions& options) {
+  hangups.async_wait([&hangups, &tenants, &options](const boost::system::error_code& ec, int) {
+    if (ec) return;
+    const auto kept = tenants.table()->tokens();
+    const auto reloaded = tenants.reload(options.tenants_file, options.auth_token);
+    if (reloaded.table) {
+      std::fprintf(stderr, "hf3fs-meta-server: --tenants-file %s reloaded: %zu tokens (%zu operators)\n",
+                   options.tenants_file.c_str(), reloaded.table->tokens(), reloaded.table->operators());
+    } else {
+      std::fprintf(stderr, "hf3fs-meta-server: %s; the previous %zu tokens stay\n", reloaded.error.c_str(), kept);
+    }
+    reload_on_hangup(hangups, tenants, options);
+  });
 }
 
 }  // namespace
@@ -108,8 +137,9 @@ int main(int argc, char** argv) {
                               std::chrono::system_clock::now().time_since_epoch()).count();
       for (const auto& e : store->recovered().dedup) router.dedup().restore(e, now_ms);
       store->recovered().dedup.clear();
-      std::fprintf(stderr, "hf3fs-meta-server: recovered %zu ranks, %zu keys from %s in %.0f ms\n", state.rank_count(),
-                   state.key_count(), options.data_dir.c_str(), store->stats().recovery_seconds * 1000);
+      std::fprintf(stderr, "hf3fs-meta-server: recovered %zu ranks, %zu keys%s from %s in %.0f ms\n",
+                   state.rank_count(), state.key_count(), in_namespaces(state.namespaces().size()).c_str(),
+                   options.data_dir.c_str(), store->stats().recovery_seconds * 1000);
     }
     // Options the server cannot serve with (a TLS file it cannot use, an address it cannot listen
     // on) stop it as a bad flag does: exit 2 with the reason.
@@ -141,6 +171,12 @@ int main(int argc, char** argv) {
       caught = signal;
       server.stop();
     });
+    // --tenants-file: SIGHUP reads the file again (without it, SIGHUP keeps its default action).
+    std::optional<boost::asio::signal_set> hangups;
+    if (Tenants* tenants = router.tenants()) {
+      hangups.emplace(signal_context, SIGHUP);
+      reload_on_hangup(*hangups, *tenants, options);
+    }
     std::thread signal_thread([&] { signal_context.run(); });
 
     const char* scheme = options.tls_cert.empty() ? "http" : "https";
@@ -155,19 +191,23 @@ int main(int argc, char** argv) {
     const std::string durability =
         store ? ", data dir " + options.data_dir + ", fsync " + std::string(durable::to_string(options.fsync))
               : ", memory only";
+    const std::string tenants_note =
+        router.tenants() ? ", tenants " + std::to_string(router.tenants()->table()->tokens())
+                         : options.auth_token.empty() ? std::string() : std::string(", bearer token required");
     // "listening on URL" is said once, on stdout (the line scripts and tests read); stderr, often the
     // same log, gets the settings without repeating it.
     std::fprintf(stderr,
                  "hf3fs-meta-server: ready (threads %u, max pages %lld, max connections %zu%s%s%s%s)\n",
                  threads, static_cast<long long>(options.max_pages), server.max_connections(),
                  durability.c_str(),
-                 options.auth_token.empty() ? "" : ", bearer token required",
+                 tenants_note.c_str(),
                  options.enable_fault_injection ? ", fault injection on" : "", lifecycle.c_str());
     std::printf("listening on %s://%s\n", scheme, address.c_str());
     std::fflush(stdout);
 
     server.run();
     signals.cancel();
+    if (hangups) hangups->cancel();
     signal_thread.join();
     if (store) {
       // Clean shutdown: a snapshot, so the next start reads one file and replays nothing.

@@ -46,32 +46,50 @@ double value_of(const std::atomic<std::uint64_t>& v) {
   return static_cast<double>(v.load(std::memory_order_relaxed));
 }
 
-// hf3fs_meta_ranks, hf3fs_meta_rank_pages and hf3fs_meta_releases_kept_mapped_total.
-void add_rank_families(const StateStats& figures, std::vector<MetricFamily>& out) {
-  const auto& ranks = figures.ranks;
-  out.push_back(single("hf3fs_meta_ranks", "Ranks initialized.", MetricType::Gauge, static_cast<double>(ranks.size())));
+// The state's figures, one set per namespace (MetadataState::all_stats, by name), each sample labelled
+// with its namespace first (issue 20): a family's samples share one label set, so the default-only
+// server labels its samples too (namespace="default"). Only namespaces that exist appear, so
+// StateOptions::max_namespaces bounds the samples.
+using NamespaceStats = std::vector<std::pair<std::string, StateStats>>;
+
+// hf3fs_meta_namespaces, hf3fs_meta_ranks, hf3fs_meta_rank_pages and
+// hf3fs_meta_releases_kept_mapped_total.
+void add_rank_families(const NamespaceStats& spaces, std::vector<MetricFamily>& out) {
+  out.push_back(single("hf3fs_meta_namespaces", "Namespaces that exist, the default one included.", MetricType::Gauge,
+                       static_cast<double>(spaces.size())));
+  MetricFamily ranks = family("hf3fs_meta_ranks", "Ranks initialized.", MetricType::Gauge);
   MetricFamily pages = family("hf3fs_meta_rank_pages", "Pages of a rank, by state.", MetricType::Gauge);
   MetricFamily kept = family("hf3fs_meta_releases_kept_mapped_total",
                              "Releases refused because a key maps to the page.", MetricType::Counter);
-  for (const auto& [rank, stats] : ranks) {
-    const std::string label = std::to_string(rank);
-    for (const auto& [name, member] : protocol::kRankStatsFields) {
-      if (member == &RankStats::num_pages) continue;  // the sum of the others
-      add(pages, static_cast<double>(stats.*member), {{"rank", label}, {"state", std::string(name)}});
+  for (const auto& [ns, figures] : spaces) {
+    add(ranks, static_cast<double>(figures.ranks.size()), {{"namespace", ns}});
+    for (const auto& [rank, stats] : figures.ranks) {
+      const std::string label = std::to_string(rank);
+      for (const auto& [name, member] : protocol::kRankStatsFields) {
+        if (member == &RankStats::num_pages) continue;  // the sum of the others
+        add(pages, static_cast<double>(stats.*member),
+            {{"namespace", ns}, {"rank", label}, {"state", std::string(name)}});
+      }
+      add(kept, static_cast<double>(stats.kept_on_release), {{"namespace", ns}, {"rank", label}});
     }
-    add(kept, static_cast<double>(stats.kept_on_release), {{"rank", label}});
   }
+  out.push_back(std::move(ranks));
   out.push_back(std::move(pages));
   out.push_back(std::move(kept));
 }
 
 // hf3fs_meta_keys and the cache lifecycle's figures, as GET /stats names them.
-void add_key_families(const StateStats& figures, std::vector<MetricFamily>& out) {
-  out.push_back(single("hf3fs_meta_keys", "Keys known.", MetricType::Gauge,
-                       static_cast<double>(figures.keys_complete + figures.keys_incomplete)));
+void add_key_families(const NamespaceStats& spaces, std::vector<MetricFamily>& out) {
+  MetricFamily keys = family("hf3fs_meta_keys", "Keys known.", MetricType::Gauge);
+  for (const auto& [ns, figures] : spaces) {
+    add(keys, static_cast<double>(figures.keys_complete + figures.keys_incomplete), {{"namespace", ns}});
+  }
+  out.push_back(std::move(keys));
   for (const auto& [name, member, counter, help] : protocol::kStateStatsFields) {
-    out.push_back(single("hf3fs_meta_" + std::string(name) + (counter ? "_total" : ""), std::string(help),
-                         counter ? MetricType::Counter : MetricType::Gauge, static_cast<double>(figures.*member)));
+    MetricFamily f = family("hf3fs_meta_" + std::string(name) + (counter ? "_total" : ""), std::string(help),
+                            counter ? MetricType::Counter : MetricType::Gauge);
+    for (const auto& [ns, figures] : spaces) add(f, static_cast<double>(figures.*member), {{"namespace", ns}});
+    out.push_back(std::move(f));
   }
 }
 
@@ -134,6 +152,11 @@ void RequestCounters::record(std::size_t shard, RouteLabel route, int status,
 }
 
 std::vector<MetricFamily> RequestCounters::Collect() const {
+  // No namespace label here (issue 20): these are counted on the request path, in shards per I/O
+  // thread of a counter per route and status (600 8-byte atomics per route label, RouteLabel::kCount
+  // of them: 80-100 KB a shard); a namespace dimension would multiply that by the namespaces allowed
+  // (about 100 MB per I/O thread at 1024) and put a lookup by name on the request path. The
+  // per-namespace figures are the state's families.
   MetricFamily requests =
       family("hf3fs_meta_requests_total", "Requests answered, by route and status.", MetricType::Counter);
   for (std::size_t r = 0; r < RouteLabel::kCount; ++r) {
@@ -181,11 +204,11 @@ Metrics::~Metrics() = default;
 std::string Metrics::render(const MetadataState& state, const DedupCache::Stats& dedup,
                             std::vector<MetricFamily> more) const {
   std::vector<MetricFamily> families = requests_.Collect();
-  const StateStats figures = state.stats();
-  add_rank_families(figures, families);
+  const NamespaceStats spaces = state.all_stats();  // one lock: every namespace at one instant
+  add_rank_families(spaces, families);
   auto registered = registry_.Collect();
   std::move(registered.begin(), registered.end(), std::back_inserter(families));
-  add_key_families(figures, families);
+  add_key_families(spaces, families);
   add_dedup_families(dedup, families);
   add_limit_families(limits, families);
   std::move(more.begin(), more.end(), std::back_inserter(families));

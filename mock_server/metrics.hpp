@@ -120,8 +120,8 @@ class Metrics {
     requests_.record(shard, route, status, latency);
   }
 
-  // The Prometheus text of every family: the requests, the state's figures, the request-id cache's,
-  // the limits', then `more` (a durable server's).
+  // The Prometheus text of every family: the requests, the state's figures (per namespace, labelled
+  // with it), the request-id cache's, the limits', then `more` (a durable server's).
   std::string render(const MetadataState& state, const DedupCache::Stats& dedup,
                      std::vector<prometheus::MetricFamily> more = {}) const;
 

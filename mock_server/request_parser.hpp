@@ -1,7 +1,7 @@
 // A lean HTTP/1.1 request parser: Beast's basic_parser writing into buffers that the connection owns
 // and reuses, so a steady stream of requests on one connection allocates nothing per message.
-// It keeps only what the server reads: method, target, Host, Authorization, X-Request-Id, Expect
-// and the body.
+// It keeps only what the server reads: method, target, Host, Authorization, X-Request-Id,
+// X-Hf3fs-Namespace, Expect and the body.
 #pragma once
 
 #include <algorithm>
@@ -25,6 +25,8 @@ struct Request {
   std::string host;
   std::string authorization;
   std::string request_id;
+  std::string ns;                // X-Hf3fs-Namespace's value (unchecked: the router checks it)
+  std::uint8_t ns_headers = 0;   // how many X-Hf3fs-Namespace fields came (more than one: 400)
   std::string body;
   bool expect_continue = false;
   bool keep_alive = true;
@@ -36,6 +38,8 @@ struct Request {
     host.clear();
     authorization.clear();
     request_id.clear();
+    ns.clear();
+    ns_headers = 0;
     body.clear();
     expect_continue = false;
     keep_alive = true;
@@ -101,8 +105,13 @@ class RequestParser final : public boost::beast::http::basic_parser<true> {
         request_.expect_continue = boost::beast::iequals(value, "100-continue");
         break;
       case field::unknown:
-        if (boost::beast::iequals(name_string, "x-request-id"))
+        // Only unknown names pay for these comparisons; the namespace's only when the first fails.
+        if (boost::beast::iequals(name_string, "x-request-id")) {
           request_.request_id.assign(value.data(), value.size());
+        } else if (boost::beast::iequals(name_string, "x-hf3fs-namespace")) {
+          request_.ns.assign(value.data(), value.size());
+          if (request_.ns_headers < 2) ++request_.ns_headers;
+        }
         break;
       default:
         break;

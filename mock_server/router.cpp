@@ -4,9 +4,7 @@
 #include <cstdio>
 #include <utility>
 
-#include <boost/beast/core/string.hpp>
-#include <openssl/crypto.h>
-
+#include "admission.hpp"
 #include "hf3fs_meta/protocol_server.hpp"
 
 namespace hf3fs_meta::server {
@@ -14,13 +12,6 @@ namespace {
 
 constexpr std::string_view kJson = "application/json";
 
-void set_json(Reply& reply, int status, std::string body) {
-  reply.status = status;
-  reply.content_type = kJson;
-  reply.body = std::move(body);
-  reply.location.clear();
-  reply.allow.clear();
-}
 
 // A repeat gets the answer its first request got, rendered again from what the route keeps
 // (routes.hpp, Dedup) and the repeat's body (the same body as the first's; a differing one is a
@@ -29,8 +20,10 @@ void set_json(Reply& reply, int status, std::string body) {
 // and the repeat's writer would write over it. Such a repeat gets 409, which the SDK does not repeat.
 // (So /clear forgets no id: a repeat of one from before it is 409 too, never executed afresh.)
 // (A confirm's answer names no page: giving its 204 again hands nothing out.)
-void answer_again(const Request& request, Dedup what, const KeptAnswer& kept, const MetadataState& state,
-                  Reply& reply) {
+// The pages are checked in the request's namespace (`ns`): after a drop of it, none is held, so a
+// repeat is 409 there too.
+void answer_again(const Request& request, std::string_view ns, Dedup what, const KeptAnswer& kept,
+                  const MetadataState& state, Reply& reply) {
   if (what != Dedup::pages) {
     reply.status = kept.status;
     reply.content_type.clear();
@@ -42,7 +35,7 @@ void answer_again(const Request& request, Dedup what, const KeptAnswer& kept, co
   auto decoded = protocol::decode_allocate_request(request.body);
   if (!decoded || decoded.value().keys.size() != kept.pages.size()) {
     // Only a hash collision between two different bodies of one id gets here.
-    set_json(reply, 400, protocol::encode_detail("X-Request-Id " + request.request_id +
+    reply.set_json(400, protocol::encode_detail("X-Request-Id " + request.request_id +
                                                  " was already used with a different body"));
     return;
   }
@@ -50,16 +43,16 @@ void answer_again(const Request& request, Dedup what, const KeptAnswer& kept, co
   std::transform(kept.pages.begin(), kept.pages.end(), pages.begin(),
                  [](std::uint32_t p) { return p == 0xFFFFFFFFu ? kNoPage : Page{p}; });
   const Rank rank = decoded.value().rank;
-  if (!state.holds(rank, pages, decoded.value().keys)) {
+  if (!state.holds(NamespaceRef{ns}, rank, pages, decoded.value().keys)) {
     // Ends "on rank R", as the state's own 409s do (the SDK's classifier reads the rank there).
-    set_json(reply, 409,
+    reply.set_json(409,
              protocol::encode_detail("X-Request-Id " + request.request_id +
                                      ": the pages of its answer were taken back since (reclaimed, dropped, deleted, "
                                      "evicted or cleared); allocate again under a new request id, on rank " +
                                      std::to_string(rank)));
     return;
   }
-  set_json(reply, kept.status,
+  reply.set_json(kept.status,
            protocol::encode_allocate_response(decoded.value().rank, decoded.value().keys, pages));
 }
 
@@ -77,18 +70,8 @@ std::size_t most_pages(std::string_view body) noexcept {
 }
 
 void set_method_not_allowed(Reply& reply, std::string_view allow) {
-  set_json(reply, 405, protocol::encode_detail("Method Not Allowed"));
+  reply.set_json(405, protocol::encode_detail("Method Not Allowed"));
   reply.allow = allow;
-}
-
-// `Authorization: Bearer <token>` (the scheme's name in any case, RFC 7235) carrying `token`. The
-// comparison takes the same time wherever the first difference is; only a length mismatch is quicker.
-bool bearer_matches(std::string_view header, std::string_view token) {
-  constexpr std::string_view kScheme = "Bearer ";
-  if (header.size() < kScheme.size() || !boost::beast::iequals(header.substr(0, kScheme.size()), kScheme)) return false;
-  std::string_view given = header.substr(kScheme.size());
-  while (!given.empty() && given.front() == ' ') given.remove_prefix(1);
-  return given.size() == token.size() && CRYPTO_memcmp(given.data(), token.data(), token.size()) == 0;
 }
 
 // A 503 of the data dir's, with its JSON detail.
@@ -119,6 +102,7 @@ Router::Router(const ServerOptions& options, MetadataState& state, Metrics& metr
       metrics_(metrics),
       dedup_(DedupCache::Options{options.dedup_max_bytes, options.dedup_ttl, {}}),
       store_(store) {
+  if (options.tenants) tenants_ = std::make_unique<Tenants>(options.tenants);
   // Always on: keyed releases cost a client nothing to ignore (vLLM's ignores the header).
   dedup_header_ = std::string(kKeyedReleaseHeader) + ": 1\r\n";
   if (dedup_.enabled()) dedup_header_ += "x-request-id-dedup: " + std::to_string(dedup_.window().count()) + "\r\n";
@@ -134,7 +118,7 @@ bool Router::settle(Reply& reply) {
   auto settled = store_->settle();
   if (settled) return true;
   std::fprintf(stderr, "hf3fs-meta-server: %s\n", settled.error().message.c_str());
-  set_json(reply, 503, protocol::encode_detail("the data dir failed and the changes it did not acknowledge could not be "
+  reply.set_json(503, protocol::encode_detail("the data dir failed and the changes it did not acknowledge could not be "
                                                "rolled back (" + settled.error().message + "); nothing is served until they are"));
   return false;
 }
@@ -159,9 +143,9 @@ bool Router::serve_server_route(const Request& request, std::string_view path, E
           // Reads are still answered; state changes get 503 until a snapshot succeeds.
           std::string body = protocol::encode_detail(writable.error().message);
           body.insert(1, R"("status":"degraded",)");
-          set_json(reply, 200, std::move(body));
+          reply.set_json(200, std::move(body));
         } else {
-          set_json(reply, 200, R"({"status":"ok"})");
+          reply.set_json(200, R"({"status":"ok"})");
         }
         return true;
       case ServerRoute::metrics:
@@ -193,7 +177,7 @@ void Router::serve_faults(const Request& request, Exchange& exchange) {
   if (request.method == "DELETE") {
     const auto removed = faults_.clear();
     durable::clear_disk_errors();
-    set_json(reply, 200, "{\"removed\":" + std::to_string(removed) + "}");
+    reply.set_json(200, "{\"removed\":" + std::to_string(removed) + "}");
     return;
   }
   if (request.method != "POST") {
@@ -202,13 +186,13 @@ void Router::serve_faults(const Request& request, Exchange& exchange) {
   }
   auto parsed = parse_fault_request(request.body);
   if (!parsed.request) {
-    set_json(reply, 400, protocol::encode_detail(parsed.error));
+    reply.set_json(400, protocol::encode_detail(parsed.error));
     return;
   }
   if (parsed.request->disk) {
     const auto& disk = *parsed.request->disk;
     durable::inject_disk_error(disk.op, disk.err, disk.times);
-    set_json(reply, 200, R"({"disk_error":true})");
+    reply.set_json(200, R"({"disk_error":true})");
     return;
   }
   if (parsed.request->forget_state) {
@@ -218,24 +202,24 @@ void Router::serve_faults(const Request& request, Exchange& exchange) {
       std::shared_lock<std::shared_mutex> gate;
       if (store_) gate = store_->gate();
       if (auto writable = journal_writable(); !writable) {
-        set_json(reply, 503, nothing_applied(writable.error().message));
+        reply.set_json(503, nothing_applied(writable.error().message));
         return;
       }
       durable::Journal::reset_thread_seq();
-      service_.state().clear();
+      service_.state().clear_all();  // a restart forgets every namespace
       if (store_) written = store_->journal().write_through(durable::Journal::thread_seq());
     }
     if (!written) {
       // As for any change whose record failed (serve_protocol): rolled back, not acknowledged.
-      if (settle(reply)) set_json(reply, 503, not_acknowledged(written.error().message));
+      if (settle(reply)) reply.set_json(503, not_acknowledged(written.error().message));
       return;
     }
     dedup_.clear();
-    set_json(reply, 200, R"({"forgotten":true})");
+    reply.set_json(200, R"({"forgotten":true})");
     return;
   }
   const auto rules = faults_.add(std::move(parsed.request->rule));
-  set_json(reply, 200, "{\"rules\":" + std::to_string(rules) + "}");
+  reply.set_json(200, "{\"rules\":" + std::to_string(rules) + "}");
 }
 
 // Service::handle, as a sequence: settle any earlier failure, run the call under the store's gate
@@ -259,11 +243,11 @@ bool Router::settle_or_refuse(Exchange& exchange) {
 }
 
 Router::Served Router::handle_gated(const Request& request, Exchange& exchange) {
-  if (!store_) return Served{service_.handle(exchange.target, request.body), 0};
+  if (!store_) return Served{service_.handle(exchange.target, request.body, exchange.ns), 0};
   // See Store::gate; released on return, before serve_protocol's settle().
   const std::shared_lock<std::shared_mutex> gate = store_->gate();
   if (!route_info(exchange.target.route).changes_state) {
-    return Served{service_.handle(exchange.target, request.body), 0};
+    return Served{service_.handle(exchange.target, request.body, exchange.ns), 0};
   }
   if (auto writable = store_->journal().writable(); !writable) {
     return Served{unavailable(nothing_applied(writable.error().message)), 0};
@@ -275,15 +259,17 @@ Router::Served Router::handle_journaled(const Request& request, Exchange& exchan
   // The change's record carries the request id, so that a restarted server still knows the answer.
   durable::DedupTag tag;
   if (exchange.claim) {
+    // The namespace's name goes to the journal's retained answers (the snapshot's tags), not into the
+    // record's tag bytes: the record carries its namespace itself (record.hpp).
     tag = durable::DedupTag{exchange.target.route, request.request_id, DedupCache::body_hash(request.body),
-                            request.body.size()};
+                            request.body.size(), std::string(durable::dedup_namespace(exchange.ns))};
   }
   durable::Journal::reset_thread_seq();
   // Constructed in place from Service's answer (no move of it on the hot path); a braced list runs
   // in order: the call, then the seq of the record it appended.
   Served served{[&] {
                   durable::TagScope scope(exchange.claim ? &tag : nullptr);
-                  return service_.handle(exchange.target, request.body);
+                  return service_.handle(exchange.target, request.body, exchange.ns);
                 }(),
                 durable::Journal::thread_seq()};
   if (served.seq == 0) return served;  // no record appended: nothing to write
@@ -367,22 +353,28 @@ Router::Outcome Router::admit(const Request& request, Exchange& exchange) {
   auto& reply = exchange.reply;
   std::string_view path = request.target;
   path = path.substr(0, path.find('?'));
-  if (!options_.auth_token.empty() && path != route_info(ServerRoute::healthz).name &&
-      !bearer_matches(request.authorization, options_.auth_token)) {
-    exchange.label = ServerRoute::unauthorized;
-    set_json(reply, 401, protocol::encode_detail(request.authorization.empty() ? "Not authenticated"
-                                                                               : "Invalid authentication credentials"));
+  const Principal* principal = nullptr;  // --tenants-file: who asks (never null past here with it)
+  if (tenants_ && path != route_info(ServerRoute::healthz).name) {
+    principal = admit_tenant(*tenants_, options_.enable_fault_injection, request, path, exchange);
+    if (!principal) return Next::reply;
+  } else if (!options_.auth_token.empty() && path != route_info(ServerRoute::healthz).name &&
+             !bearer_matches(request.authorization, options_.auth_token)) {
+    refuse_unauthenticated(request, exchange);
     return Next::reply;
   }
   if (serve_server_route(request, path, exchange)) return Next::reply;
 
   Service::route(request.method, request.target, exchange.target);
   exchange.label = exchange.target.route;
+  // Without the header and without tenants: the default namespace, for one branch.
+  if ((request.ns_headers != 0 || principal) && !choose_namespace(request, principal, exchange)) {
+    return Next::reply;
+  }
   if (!options_.enable_fault_injection) return std::nullopt;
   exchange.action = faults_.match(path, route_info(exchange.target.route).is_endpoint());
   switch (exchange.action.kind) {
     case FaultAction::Kind::status:
-      set_json(reply, exchange.action.status, std::move(exchange.action.body));
+      reply.set_json(exchange.action.status, std::move(exchange.action.body));
       return Next::reply;
     case FaultAction::Kind::close_before:
       return Next::close;
@@ -398,28 +390,28 @@ Router::Outcome Router::deduplicate(const Request& request, Exchange& exchange) 
   const Dedup kept = route_info(exchange.target.route).dedup;
   if (kept == Dedup::none || !dedup_.enabled() || request.request_id.empty()) return std::nullopt;
   if (!valid_request_id(request.request_id)) {
-    set_json(reply, 400,
+    reply.set_json(400,
              protocol::encode_detail("X-Request-Id must be at most " + std::to_string(kMaxRequestIdBytes) +
                                      " visible ASCII characters"));
     exchange.answered = true;
     return std::nullopt;
   }
-  auto acquired = dedup_.acquire(static_cast<int>(exchange.target.route), request.request_id, request.body,
-                                 kept == Dedup::pages ? most_pages(request.body) : 0);
+  auto acquired = dedup_.acquire(exchange.ns, static_cast<int>(exchange.target.route), request.request_id,
+                                 request.body, kept == Dedup::pages ? most_pages(request.body) : 0);
   exchange.wait_entry.reset();
   switch (acquired.kind) {
     case DedupCache::Kind::owner:
       exchange.claim = std::move(acquired.claim);
       break;
     case DedupCache::Kind::hit:
-      answer_again(request, kept, acquired.answer, service_.state(), reply);
+      answer_again(request, exchange.ns, kept, acquired.answer, service_.state(), reply);
       // Not before the first answer's record is as durable as that answer was.
       if (store_ && store_->journal().mode() == durable::FsyncMode::always && reply.status < 300) {
         exchange.durable_seq = acquired.answer.seq;
       }
       break;
     case DedupCache::Kind::conflict:
-      set_json(reply, 400,
+      reply.set_json(400,
                protocol::encode_detail("X-Request-Id " + request.request_id + " was already used with a different body"));
       break;
     case DedupCache::Kind::wait:
@@ -427,7 +419,7 @@ Router::Outcome Router::deduplicate(const Request& request, Exchange& exchange) 
       exchange.stage = Stage::dedup;  // the first request's answer, then this stage again
       return Next::wait;
     case DedupCache::Kind::full:
-      set_json(reply, 503,
+      reply.set_json(503,
                protocol::encode_detail("Request-id deduplication is full: every kept answer is inside its " +
                                        std::to_string(dedup_.window().count()) +
                                        " ms window; nothing was applied, retry later"));
@@ -435,7 +427,7 @@ Router::Outcome Router::deduplicate(const Request& request, Exchange& exchange) 
       break;
     case DedupCache::Kind::too_large:
       // Not 503: waiting never makes room for an answer larger than the whole budget.
-      set_json(reply, 413,
+      reply.set_json(413,
                protocol::encode_detail("the answer to this X-Request-Id could never fit --dedup-max-bytes (" +
                                        std::to_string(options_.dedup_max_bytes) +
                                        " bytes); nothing was applied: send it without X-Request-Id or in "
@@ -451,7 +443,7 @@ Router::Next Router::finish(Exchange& exchange) {
     const std::string error = std::move(exchange.durable_error);
     exchange.durable_error.clear();
     if (settle(exchange.reply)) {
-      set_json(exchange.reply, 503, protocol::encode_detail("the change was written but not synced to disk (" + error +
+      exchange.reply.set_json(503, protocol::encode_detail("the change was written but not synced to disk (" + error +
                                                             "): not acknowledged, and rolled back"));
     }
     if (exchange.claim) exchange.claim.complete(503, {}, 0);

@@ -17,6 +17,7 @@
 #include "metrics.hpp"
 #include "request_parser.hpp"
 #include "server_options.hpp"
+#include "tenants.hpp"
 
 namespace hf3fs_meta::server {
 
@@ -27,6 +28,15 @@ struct Reply {
   std::string location;  // absolute, for 307
   std::string allow;     // for 405
   std::string retry_after;  // seconds, for a 503 of the server's own limits
+
+  // An answer with a JSON body (the router's, and admission's refusals).
+  void set_json(int status_, std::string body_) {
+    status = status_;
+    content_type = "application/json";
+    body = std::move(body_);
+    location.clear();
+    allow.clear();
+  }
 };
 
 // Where a request is in the router. The stages run once each, in this order; a stage that makes the
@@ -45,6 +55,9 @@ enum class Stage : std::uint8_t {
 struct Exchange {
   RouteLabel label = Route::not_found;
   RoutedTarget target;  // routed once, handed to Service::handle
+  // The namespace the request acts in (issue 20), set by admit: the header's checked value, or the
+  // tenant's namespace; empty for the default one. Views the request or the tenant table.
+  std::string_view ns;
   Stage stage = Stage::admit;
   bool answered = false;  // dedup answered (a kept answer or a refusal): nothing to serve
   std::uint64_t durable_seq = 0;  // --fsync always: the record the reply waits for
@@ -57,10 +70,14 @@ struct Exchange {
   DedupCache::Claim claim;
   std::shared_ptr<DedupCache::Entry> wait_entry;
   Reply reply;
+  // --tenants-file: the connection's last token lookup, kept from one request to the next (reset()
+  // leaves it), so that a keep-alive client does not pay a digest per request.
+  TenantCache tenant;
 
   void reset() {
     label = Route::not_found;
     target.route = Route::not_found;
+    ns = {};
     stage = Stage::admit;
     answered = false;
     durable_seq = 0;
@@ -97,6 +114,8 @@ class Router {
 
   DedupCache& dedup() noexcept { return dedup_; }
   Metrics& metrics() noexcept { return metrics_; }
+  // --tenants-file's table (null without it), which SIGHUP reloads.
+  Tenants* tenants() noexcept { return tenants_.get(); }
   // The header lines every answer carries: kKeyedReleaseHeader, and, while request-id deduplication
   // is on, its window in ms.
   const std::string& dedup_header() const noexcept { return dedup_header_; }
@@ -141,6 +160,7 @@ class Router {
   FaultInjector faults_;
   durable::Store* store_ = nullptr;
   std::string default_host_;
+  std::unique_ptr<Tenants> tenants_;  // from options.tenants
 };
 
 }  // namespace hf3fs_meta::server

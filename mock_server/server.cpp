@@ -405,6 +405,14 @@ class Session : public std::enable_shared_from_this<Session> {
       header_ += "\r\n";
     }
     header_ += router_.dedup_header();
+    // The echo (docs/protocol.md, "Namespaces"): the answer comes from the namespace the request
+    // named. A value that is no namespace name was refused (400) and is never echoed.
+    if (request_.ns_headers == 1 && valid_namespace_name(request_.ns)) {
+      header_ += kNamespaceHeader;
+      header_ += ": ";
+      header_ += request_.ns;
+      header_ += "\r\n";
+    }
     if (!keep_open_) header_ += "connection: close\r\n";
     header_ += "\r\n";
 

@@ -51,6 +51,16 @@ void define(CLI::App& app, ServerOptions& o) {
   app.add_option("--max-total-pages", o.max_total_pages, "pages of all ranks together, 12 bytes each")
       ->capture_default_str()
       ->check(CLI::Range(std::int64_t{1}, std::numeric_limits<std::int64_t>::max()));
+  app.add_option("--namespace-max-total-pages", o.namespace_max_total_pages,
+                 "pages of all ranks of one namespace together (X-Hf3fs-Namespace; the default namespace "
+                 "too): a worker's initialize beyond it gets 400 naming the namespace, nothing created")
+      ->default_str("--max-total-pages")
+      ->check(CLI::Range(std::int64_t{1}, std::numeric_limits<std::int64_t>::max()));
+  app.add_option("--max-namespaces", o.max_namespaces,
+                 "namespaces that may exist at once, the default one included (so 1 allows none but it): a "
+                 "worker's initialize that would create one more gets 400 naming the namespace")
+      ->capture_default_str()
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
   app.add_option("--max-key-bytes", o.max_key_bytes,
                  "longest key (or prefix key) a request may name, in bytes: a request with a longer one gets "
                  "400 naming it, on every route that takes keys, nothing applied (vLLM's keys are 32 or 64 "
@@ -89,7 +99,16 @@ void define(CLI::App& app, ServerOptions& o) {
         o.auth_token = std::move(*token);
       },
       "every route but /healthz then needs `Authorization: Bearer TOKEN`, TOKEN being the file's content "
-      "without surrounding whitespace (else 401); /metrics too (default: no authentication)");
+      "without surrounding whitespace (else 401); /metrics too (default: no authentication). With "
+      "--tenants-file, one more operator token");
+  app.add_option("--tenants-file", o.tenants_file,
+                 "namespaces per token (multi-tenant): one `TOKEN NAMESPACE` per line, NAMESPACE `*` for an "
+                 "operator (a field that starts with `#` begins a comment). Every route but /healthz then needs "
+                 "`Authorization: Bearer TOKEN` of the file (else 401); a tenant's requests act in its namespace "
+                 "(X-Hf3fs-Namespace naming another: 403); /metrics, /_faults and /namespaces need an operator "
+                 "(else 403). SIGHUP reads the file again; one that does not parse keeps the tokens in use "
+                 "(default: none)")
+      ->check(not_empty("FILE"));
   auto* cert = app.add_option("--tls-cert", o.tls_cert, "serve HTTPS (TLS 1.2+) with this PEM certificate chain...")
                    ->check(CLI::ExistingFile);
   auto* key = app.add_option("--tls-key", o.tls_key, "...and this PEM private key; both or neither (default: HTTP)")
@@ -168,6 +187,12 @@ ParsedOptions parse_options(const std::vector<std::string>& args) {
     // CLI11's own exit codes are 100 and up; every usage error exits 2.
     return ParsedOptions{std::nullopt, 2, "hf3fs-meta-server: " + std::string(e.what()) + "\n(see --help)\n"};
   }
+  if (!options.tenants_file.empty()) {
+    // Read once all flags are in: --auth-token-file's token joins the table as an operator.
+    auto read = TenantTable::read(options.tenants_file, options.auth_token);
+    if (!read.table) return ParsedOptions{std::nullopt, 2, "hf3fs-meta-server: " + read.error + "\n"};
+    options.tenants = std::move(read.table);
+  }
   return ParsedOptions{options, 0, {}};
 }
 
@@ -177,6 +202,8 @@ StateOptions state_options(const ServerOptions& options) {
   state.max_ranks = options.max_ranks;
   state.max_total_pages = options.max_total_pages;
   state.max_key_bytes = options.max_key_bytes;
+  state.namespace_max_total_pages = options.namespace_max_total_pages;  // 0 (not given): max_total_pages
+  state.max_namespaces = options.max_namespaces;
   state.eviction = options.eviction;
   state.read_lease = options.read_lease.value_or(
       options.eviction == Eviction::lru ? kDefaultLease : std::chrono::milliseconds(0));

@@ -4,12 +4,14 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "hf3fs_meta/state.hpp"
 #include "durable/journal.hpp"
+#include "tenants.hpp"
 
 namespace hf3fs_meta::server {
 
@@ -20,6 +22,10 @@ struct ServerOptions {
   std::int64_t max_pages = std::int64_t{1} << 24;
   std::int64_t max_ranks = 1024;
   std::int64_t max_total_pages = std::int64_t{1} << 28;
+  // Namespaces (issue 20; docs/protocol.md, "Namespaces"): the pages of all ranks of one namespace
+  // (0: max_total_pages), and how many namespaces may exist at once, the default one included.
+  std::int64_t namespace_max_total_pages = 0;
+  std::int64_t max_namespaces = 1024;
   std::size_t max_body_bytes = std::size_t{16} << 20;
   std::size_t max_key_bytes = 1024;  // StateOptions::max_key_bytes (at least 1 here)
   std::size_t max_inflight_body_bytes = std::size_t{256} << 20;  // all connections together
@@ -29,6 +35,11 @@ struct ServerOptions {
   std::chrono::milliseconds idle_timeout{30000};
   // Non-empty: every route but /healthz needs `Authorization: Bearer <auth_token>` (--auth-token-file).
   std::string auth_token;
+  // Non-empty (--tenants-file): every route but /healthz needs a token of this file, which says the
+  // namespace it acts in (auth_token, if set, is one more operator token). `tenants` is the table read
+  // when the options were parsed; SIGHUP reads the file again (main.cpp).
+  std::string tenants_file;
+  std::shared_ptr<const TenantTable> tenants;
   // Both set: serve HTTPS with this PEM certificate chain and private key (--tls-cert, --tls-key).
   std::string tls_cert;
   std::string tls_key;

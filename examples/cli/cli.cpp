@@ -1,5 +1,7 @@
 #include "cli.hpp"
 
+#include <algorithm>
+#include <array>
 #include <charconv>
 #include <chrono>
 #include <cstdint>
@@ -18,6 +20,7 @@
 
 #include "hf3fs_meta/client.hpp"
 #include "hf3fs_meta/protocol.hpp"
+#include "internal/namespace_name.hpp"
 #include "internal/token_file.hpp"
 
 namespace hf3fs_meta::cli {
@@ -42,6 +45,7 @@ struct CommandLine {
   std::string url;
   std::optional<std::string> token_file;
   std::string ca_file;
+  std::optional<std::string> ns;  // --namespace
   std::optional<std::int64_t> timeout_ms;
   std::optional<int> attempts;
   std::optional<std::int64_t> deadline_ms;
@@ -54,6 +58,8 @@ struct CommandLine {
   std::string role = "worker";
   std::optional<std::int64_t> ensure_pages;
   std::vector<Page> releases;
+  bool why = false;       // exists --why
+  std::string name;       // drop-namespace's NAME
 };
 
 using Writer = rapidjson::Writer<rapidjson::StringBuffer>;
@@ -319,9 +325,82 @@ int confirm(const Call& c) {
   return c.ok();
 }
 
+void exists_options(CLI::App& sub, CommandLine& cl) {
+  keys_argument(sub, cl);
+  sub.add_flag("--why", cl.why,
+               "then ask the server why (POST /keys/status, a reference-server extension): the ranks that "
+               "confirmed each key and the tp_world_size it needs");
+}
+
+// The ranks as "0,1,2".
+std::string joined(const std::vector<Rank>& ranks) {
+  std::string out;
+  for (std::size_t i = 0; i < ranks.size(); ++i) out += (i ? "," : "") + std::to_string(ranks[i]);
+  return out;
+}
+// "rank 0", "ranks 0,1", "no rank".
+std::string rank_text(const std::vector<Rank>& ranks) {
+  if (ranks.empty()) return "no rank";
+  return (ranks.size() == 1 ? "rank " : "ranks ") + joined(ranks);
+}
+
+void write_ranks(Writer& w, const std::vector<Rank>& ranks) {
+  w.StartArray();
+  for (Rank rank : ranks) w.Int64(rank);
+  w.EndArray();
+}
+
+// exists --why: the batch_exists answer, then key_status's for the same keys, side by side.
+int exists_why(const Call& c, const std::vector<bool>& exists) {
+  auto why = c.client.key_status(c.cl.items);
+  if (!why) return c.failed(why.error());
+  const KeyStatusAnswer& a = why.value();
+  return c.succeeded(
+      [&](Writer& w) {
+        w.Key("exists");
+        w.StartArray();
+        for (bool b : exists) w.Bool(b);
+        w.EndArray();
+        w.Key("why");  // POST /keys/status' answer, under its names
+        w.StartObject();
+        w.Key("ranks_initialized");
+        w.Uint64(a.ranks_initialized);
+        w.Key("status");
+        w.StartArray();
+        for (const auto& s : a.status) {
+          if (!s) {
+            w.Null();
+            continue;
+          }
+          w.StartObject();
+          w.Key("ranks");
+          write_ranks(w, s->ranks);
+          w.Key("tp_world_size");
+          w.Int64(s->tp_world_size);
+          w.Key("complete");
+          w.Bool(s->complete);
+          w.EndObject();
+        }
+        w.EndArray();
+        w.EndObject();
+      },
+      [&](std::ostream& o) {
+        for (std::size_t i = 0; i < c.cl.items.size(); ++i) {
+          o << c.cl.items[i] << ' ' << (exists[i] ? "true" : "false") << ": ";
+          const auto& s = a.status[i];
+          if (!s) {
+            o << "unknown\n";
+          } else {
+            o << "confirmed on " << rank_text(s->ranks) << "; needs tp_world_size " << s->tp_world_size << '\n';
+          }
+        }
+      });
+}
+
 int exists(const Call& c) {
   auto r = c.client.batch_exists(c.cl.items);
   if (!r) return c.failed(r.error());
+  if (c.cl.why) return exists_why(c, r.value());
   return c.per_key(r.value(), "exists", "true", "false");
 }
 
@@ -423,6 +502,80 @@ int drop_rank(const Call& c) {
       });
 }
 
+// A table of every namespace: name, ranks, pages, keys (columns as wide as their widest cell).
+int namespaces(const Call& c) {
+  auto r = c.client.namespaces();
+  if (!r) return c.failed(r.error());
+  const auto& list = r.value();
+  return c.succeeded(
+      [&](Writer& w) {
+        w.Key("namespaces");
+        w.StartArray();
+        for (const NamespaceSummary& n : list) {
+          w.StartObject();
+          w.Key("name");
+          write_string(w, n.name);
+          w.Key("ranks");
+          write_ranks(w, n.ranks);
+          w.Key("pages");
+          w.Int64(n.pages);
+          w.Key("keys");
+          w.Uint64(n.keys);
+          w.EndObject();
+        }
+        w.EndArray();
+      },
+      [&](std::ostream& o) {
+        std::vector<std::array<std::string, 4>> rows{{"NAME", "RANKS", "PAGES", "KEYS"}};
+        for (const NamespaceSummary& n : list) {
+          rows.push_back({n.name, n.ranks.empty() ? "-" : joined(n.ranks), std::to_string(n.pages),
+                          std::to_string(n.keys)});
+        }
+        std::array<std::size_t, 4> width{};
+        for (const auto& row : rows) {
+          for (std::size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], row[i].size());
+        }
+        for (const auto& row : rows) {
+          std::string line;
+          for (std::size_t i = 0; i < row.size(); ++i) {
+            line += row[i];
+            if (i + 1 < row.size()) line.append(width[i] - row[i].size() + 2, ' ');
+          }
+          o << line << '\n';
+        }
+      });
+}
+
+void drop_namespace_options(CLI::App& sub, CommandLine& cl) {
+  sub.add_option("NAME", cl.name, "the namespace")->required();
+}
+int drop_namespace(const Call& c) {
+  auto r = c.client.drop_namespace(c.cl.name);
+  if (!r) return c.failed(r.error());
+  const NamespaceDropOutcome& d = r.value();
+  return c.succeeded(
+      [&](Writer& w) {
+        w.Key("namespace");
+        write_string(w, c.cl.name);
+        w.Key("dropped");
+        w.Bool(d.dropped);
+        w.Key("ranks");
+        w.Uint64(d.ranks);
+        w.Key("pages");
+        w.Int64(d.pages);
+        w.Key("keys_removed");
+        w.Uint64(d.keys_removed);
+      },
+      [&](std::ostream& o) {
+        if (!d.dropped) {
+          o << "namespace " << c.cl.name << " did not exist\n";
+        } else {
+          o << "dropped namespace " << c.cl.name << ": " << d.ranks << " ranks, " << d.pages << " pages, "
+            << d.keys_removed << " keys removed\n";
+        }
+      });
+}
+
 void raw_options(CLI::App& sub, CommandLine& cl) {
   sub.add_option("PATH", cl.path, "the path to post to")->required();
   sub.add_option("BODY", cl.body, "the body to post")->required();
@@ -455,9 +608,10 @@ constexpr Command kCommands[] = {
     {"init", "initialize a rank", init_options, init},
     {"allocate", "allocate a page for each key", allocate_options, allocate},
     {"confirm", "confirm written pages and release others (at least one of them)", confirm_options, confirm},
-    {"exists", "whether each key is complete", keys_argument, exists},
+    {"exists", "whether each key is complete (--why: and why not)", exists_options, exists},
     {"locations", "the rank's page of each complete key", locations_options, locations},
-    {"clear", "the server forgets every rank and key", no_options, clear},
+    {"clear", "the server forgets every rank and key of the namespace (--namespace; else the default one)",
+     no_options, clear},
     {"delete", "delete keys from every lookup (a reference-server extension)", keys_argument, delete_keys},
     {"stats", "pages by state per rank, keys, evictions, deletions, reclaims (a reference-server extension)",
      no_options, stats},
@@ -465,6 +619,12 @@ constexpr Command kCommands[] = {
      "forget the rank, its pages and its keys' mappings on it (reference server; for a redeploy with other "
      "num_pages or fewer ranks: README, \"Durability\")",
      rank_argument, drop_rank},
+    {"namespaces", "every namespace with its ranks, pages and keys (reference server; an operator's command)",
+     no_options, namespaces},
+    {"drop-namespace",
+     "forget the namespace with its ranks, pages and keys (reference server; an operator's command; the "
+     "default one cannot be dropped: clear empties it)",
+     drop_namespace_options, drop_namespace},
     {"raw", "post BODY as it is, and show how the SDK classifies the answer", raw_options, raw},
 };
 
@@ -479,6 +639,11 @@ void define(CLI::App& app, CommandLine& cl) {
   app.add_option("--ca-file", cl.ca_file,
                  "for an https:// URL: the PEM file of the CA that signed the server's certificate "
                  "(default: the system's CAs)");
+  app.add_option("--namespace", cl.ns,
+                 "act in namespace NAME: its ranks, pages and keys only (default: $HF3FS_META_NAMESPACE if set, "
+                 "else the default namespace, all a server without namespaces has); 1 to 64 characters of "
+                 "A-Z, a-z, 0-9, '.', '_' and '-', else refused before anything is sent")
+      ->type_name("NAME");
   app.add_option("--timeout-ms", cl.timeout_ms, "the request timeout of one attempt (default 5000)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
   app.add_option("--attempts", cl.attempts,
@@ -521,7 +686,8 @@ std::optional<int> parse(const std::vector<std::string>& args, CommandLine& cl, 
   return std::nullopt;
 }
 
-// The client of the run's one call, or the usage error that refuses the token before anything is sent.
+// The client of the run's one call, or the usage error that refuses the token or the namespace before
+// anything is sent.
 std::variant<ClientOptions, std::string> client_options(const CommandLine& cl, const Environment& env) {
   std::string token = env.default_token;
   if (cl.token_file) {
@@ -533,9 +699,17 @@ std::variant<ClientOptions, std::string> client_options(const CommandLine& cl, c
     // Refused before anything is sent: a CR or LF in it would add headers to the request.
     return "$HF3FS_META_TOKEN: " + *problem;
   }
+  // The flag wins over the environment; empty (either) is the default namespace: no header.
+  const std::string& ns = cl.ns ? *cl.ns : env.default_namespace;
+  if (!ns.empty()) {
+    if (auto problem = internal::namespace_problem(ns)) {
+      return std::string(cl.ns ? "--namespace" : "$HF3FS_META_NAMESPACE") + " " + *problem;
+    }
+  }
   ClientOptions options;
   options.base_url = cl.url;
   options.auth_token = std::move(token);
+  options.namespace_name = ns;
   options.ca_file = cl.ca_file;
   options.transport = env.transport;
   if (cl.timeout_ms) options.request_timeout = std::chrono::milliseconds(*cl.timeout_ms);

@@ -26,6 +26,9 @@
 //   overrides it), with one X-Request-Id for all of them. What is repeated: docs/design.md, "Retries".
 //   Error::attempts, ::stop_reason and ::request_id tell what happened; the observer sees each step.
 // - register_rank() only records the rank; its num_pages is checked when a restore needs it.
+// - ClientOptions::namespace_name: every call acts in that namespace, restores included; the ranks a
+//   client registered are its namespace's (each client has one namespace, so two clients in two
+//   namespaces restore each their own rank 0).
 // - Result<T>::value() throws std::system_error carrying Error::message() on failure.
 // - Copies share one connection. A moved-from Client may only be destroyed or assigned to.
 // - Unit tests of code that takes a Client: Client(std::make_shared<hf3fs_meta_mocks::MockConnection>())
@@ -96,13 +99,36 @@ class Client {
   }
   // GET /stats (an extension of the reference server): pages by state per rank, keys, lifecycle counters.
   Result<StateStats> stats(const CallOptions& call = {}) { return connection_->stats(call); }
-  // POST /clear: the server forgets every rank and key.
+  // POST /clear: the server forgets every rank and key of this client's namespace
+  // (ClientOptions::namespace_name; without one, of the default namespace, which is all there is on a
+  // server without namespaces).
   Result<void> clear(const CallOptions& call = {}) { return connection_->clear(call); }
   // POST /rank/{rank}/drop (extension of the reference server): the rank, its pages and its keys'
   // mappings on it go; keys left with no mapping go. For a redeploy with other num_pages or fewer
   // ranks against a durable server (README, "Durability"). A rank this client registered stays
   // registered (with its num_pages): a later call meeting "not initialized" initializes it again.
   Result<DropOutcome> drop_rank(Rank rank, const CallOptions& call = {}) { return connection_->drop_rank(rank, call); }
+  // GET /namespaces (extension of the reference server; docs/protocol.md, "Namespaces"): every
+  // namespace by name, the default one included, with its ranks, pages and keys. For an operator:
+  // a server with --tenants-file refuses a tenant's token (403, errc::unexpected_status).
+  Result<std::vector<NamespaceSummary>> namespaces(const CallOptions& call = {}) {
+    return connection_->namespaces(call);
+  }
+  // POST /namespaces/{name}/drop (extension): the namespace, its ranks, pages and keys go at once;
+  // dropped is false for a name that does not exist. `name` is checked before sending
+  // (errc::invalid_argument); the default namespace cannot be dropped (the server refuses it: clear()
+  // empties it). Never repeated after an ambiguous failure: a repeat could drop the namespace
+  // created again meanwhile. For an operator, as namespaces().
+  Result<NamespaceDropOutcome> drop_namespace(std::string_view name, const CallOptions& call = {}) {
+    return connection_->drop_namespace(name, call);
+  }
+  // POST /keys/status (extension): what the server knows of each key in this client's namespace,
+  // to say why batch_exists answered false: the ranks that confirmed it and the tp_world_size it
+  // needs (nullopt: an unknown key), beside how many ranks are initialized now. A read: it takes no
+  // lease and moves no key's recency, so it changes no eviction.
+  Result<KeyStatusAnswer> key_status(const std::vector<std::string>& keys, const CallOptions& call = {}) {
+    return connection_->key_status(keys, call);
+  }
   // POST a body as it is and classify the answer (for tools and tests).
   Result<RawResponse> raw(std::string_view path, std::string_view body, const CallOptions& call = {}) {
     return connection_->raw(path, body, call);

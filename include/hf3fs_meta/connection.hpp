@@ -27,6 +27,14 @@ struct ClientOptions {
   // Not empty: every request carries `Authorization: Bearer <auth_token>` (a server started with
   // --auth-token-file). Empty: no Authorization header, as vLLM's own client.
   std::string auth_token;
+  // Not empty: the namespace this client acts in (issue 20; docs/protocol.md, "Namespaces"), sent as
+  // X-Hf3fs-Namespace on every request (restores included), so its ranks, pages and keys are apart
+  // from other namespaces'. 1 to 64 characters of A-Z, a-z, 0-9, '.', '_' and '-'; any other value
+  // refuses every call before sending (errc::invalid_argument naming this option). A server that
+  // answers without echoing the header has no namespaces (vLLM's): its answers would come from the
+  // shared space, so they are errc::protocol_error. Empty: no header, the default namespace, every
+  // byte on the wire as without namespaces. `namespace` is a keyword, hence the name.
+  std::string namespace_name;
   // For an https:// base_url: the PEM file of the CA that signed the server's certificate (empty:
   // the system's CAs). Used by the default CurlTransport.
   std::string ca_file;
@@ -80,6 +88,12 @@ class Connection {
   virtual Result<void> clear(const CallOptions& call) = 0;
   virtual Result<DropOutcome> drop_rank(Rank rank, const CallOptions& call) = 0;
   virtual Result<RawResponse> raw(std::string_view path, std::string_view body, const CallOptions& call) = 0;
+  // Namespaces (issue 20; GET /namespaces, POST /namespaces/{name}/drop, POST /keys/status). Pure, as
+  // every call above: a user's own Connection must implement them (MockConnection does), so that a
+  // missing one is a compile error rather than a call failing at run time.
+  virtual Result<std::vector<NamespaceSummary>> namespaces(const CallOptions& call) = 0;
+  virtual Result<NamespaceDropOutcome> drop_namespace(std::string_view name, const CallOptions& call) = 0;
+  virtual Result<KeyStatusAnswer> key_status(const std::vector<std::string>& keys, const CallOptions& call) = 0;
 };
 
 // The SDK's connection to a server, as ClientOptions describe it.

@@ -48,6 +48,9 @@ enum class Operation {
   delete_keys,  // extension: POST /keys/delete
   stats,        // extension: GET /stats
   drop_rank,    // extension: POST /rank/{rank}/drop
+  namespaces,      // extension: GET /namespaces
+  drop_namespace,  // extension: POST /namespaces/{name}/drop
+  key_status,      // extension: POST /keys/status
   raw,
 };
 std::string_view to_string(Operation op) noexcept;

@@ -85,6 +85,10 @@ std::string encode_get_locations_request(Rank rank, std::span<const std::string>
 inline std::string encode_delete_keys_request(std::span<const std::string> keys) {
   return encode_batch_exists_request(keys);
 }
+// POST /keys/status' body is the same.
+inline std::string encode_key_status_request(std::span<const std::string> keys) {
+  return encode_batch_exists_request(keys);
+}
 
 // ---- Client side: success decoders, checking the answer against what was sent ----
 Decoded<std::string> decode_initialize_response(std::string_view body);  // the "message"
@@ -97,6 +101,13 @@ Decoded<std::vector<std::optional<Page>>> decode_get_locations_response(std::str
                                                                         std::size_t expected);
 Decoded<std::vector<bool>> decode_delete_keys_response(std::string_view body, std::size_t expected);
 Decoded<StateStats> decode_stats_response(std::string_view body);
+// Namespaces (extensions; docs/protocol.md, "Namespaces"). GET /namespaces: each entry's name a
+// valid one, its ranks integers, its pages and keys counts.
+Decoded<std::vector<NamespaceSummary>> decode_namespaces_response(std::string_view body);
+// POST /namespaces/{name}/drop: the answer must name the namespace sent.
+Decoded<NamespaceDropOutcome> decode_drop_namespace_response(std::string_view body, std::string_view sent);
+// POST /keys/status: one entry (an object or null) per key sent.
+Decoded<KeyStatusAnswer> decode_key_status_response(std::string_view body, std::size_t expected);
 
 // ---- Client side: classifying a non-2xx answer from its status and body alone ----
 // Only for non-2xx answers (a 2xx is not an error; given one, it says unexpected_status). The

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "hf3fs_meta/protocol.hpp"
+#include "hf3fs_meta/state.hpp"  // KeyInfo (key_status's answer)
 #include "hf3fs_meta/stats.hpp"
 #include "hf3fs_meta/types.hpp"
 
@@ -64,6 +65,10 @@ std::optional<DecodeError> decode_get_locations_request(std::string_view body, K
 inline std::optional<DecodeError> decode_delete_keys_request(std::string_view body, KeyListRequest& out) {
   return decode_batch_exists_request(body, out);
 }
+// POST /keys/status takes delete_keys' body ({"keys": [...]}), refused alike.
+inline std::optional<DecodeError> decode_key_status_request(std::string_view body, KeyListRequest& out) {
+  return decode_batch_exists_request(body, out);
+}
 
 // ---- Server side: response encoders (compact, as FastAPI renders them) ----
 std::string encode_message(std::string_view message);  // {"message":"..."}
@@ -74,6 +79,14 @@ std::string encode_batch_exists_response(const std::vector<bool>& exists);
 std::string encode_delete_keys_response(const std::vector<bool>& deleted);
 std::string encode_stats_response(const StateStats& stats);
 std::string encode_get_locations_response(std::span<const std::optional<Page>> locations);
+// Namespaces (docs/protocol.md, "Namespaces"):
+// {"namespaces":[{"name":"default","ranks":[0,1],"pages":16,"keys":5},...]}, in the order given.
+std::string encode_namespaces_response(std::span<const NamespaceSummary> namespaces);
+// {"namespace":"m1","dropped":true,"ranks":2,"pages":16,"keys_removed":5}; `name` is a valid one.
+std::string encode_drop_namespace_response(std::string_view name, const NamespaceDropOutcome& outcome);
+// {"ranks_initialized":3,"status":[{"ranks":[0,1],"tp_world_size":3,"complete":false},null]}: a key's
+// ranks are those of its pages (sorted by rank, as key_status gives them); null: an unknown key.
+std::string encode_key_status_response(std::size_t ranks_initialized, std::span<const std::optional<KeyInfo>> status);
 // FastAPI's pydantic-2 422 body for a path rank that is not an integer.
 std::string encode_path_rank_validation_error(std::string_view input);
 

@@ -28,6 +28,9 @@ enum class Route : std::uint8_t {
   delete_keys,  // extension (like SGLang's delete_keys)
   stats,        // extension
   drop_rank,  // extension of the reference server
+  namespaces,      // extension (issue 20): GET /namespaces
+  drop_namespace,  // extension (issue 20): POST /namespaces/{name}/drop
+  key_status,      // extension (issue 20): POST /keys/status
   redirect,  // an endpoint's path with a trailing slash: 307
   method_not_allowed,
   not_found,
@@ -58,13 +61,34 @@ enum class MissingRank : std::uint8_t {
   key_error,  // "<failure_prefix>: 3" (vLLM's KeyError(rank): its str() is the bare rank)
 };
 
+// A pattern's one path parameter (a route has at most one): "{rank}" or "{name}" (a namespace).
 inline constexpr std::string_view kRankParameter = "{rank}";
+inline constexpr std::string_view kNameParameter = "{name}";
 
 // Extension: a server whose answers carry this header with the value 1 (the reference server's all
 // do) takes keyed releases, confirm_write's pages_to_release entries `[key, page]` (key a string)
 // beside bare pages, and frees a keyed one only while its page is allocated for that key
 // (ReleaseKey). vLLM's server would put such a pair into its free list: send bare pages to it.
 inline constexpr std::string_view kKeyedReleaseHeader = "X-Hf3fs-Keyed-Release";
+
+// Extension (issue 20; docs/protocol.md "Namespaces"): the namespace a request acts in. Absent, the
+// default one, which answers as vLLM's server does. A server that knows namespaces echoes the header
+// in its answer to a request that carried it; vLLM's server ignores it (and serves its one space).
+inline constexpr std::string_view kNamespaceHeader = "X-Hf3fs-Namespace";
+inline constexpr std::size_t kMaxNamespaceBytes = 64;
+// A namespace name is 1 to kMaxNamespaceBytes of these: safe in a header, a path segment, a
+// Prometheus label and a log line without escaping.
+constexpr bool namespace_char(char c) {
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+         c == '-';
+}
+constexpr bool valid_namespace_name(std::string_view name) {
+  if (name.empty() || name.size() > kMaxNamespaceBytes) return false;
+  for (const char c : name) {
+    if (!namespace_char(c)) return false;
+  }
+  return true;
+}
 
 struct RouteInfo {
   Route route = Route::not_found;
@@ -164,6 +188,28 @@ inline constexpr RouteInfo kRoutes[] = {
      .operation = Operation::drop_rank,
      .repeat = Repeat::never,
      .changes_state = true},
+    // Namespaces (issue 20; docs/protocol.md, "Namespaces"). Wire numbers 9-11 are the routing
+    // outcomes', so these take 12-14. Dropping a namespace is never repeated: it could drop one
+    // created again since the first attempt.
+    {.route = Route::namespaces,
+     .wire = 12,
+     .name = "/namespaces",
+     .method = "GET",
+     .operation = Operation::namespaces,
+     .repeat = Repeat::always},
+    {.route = Route::drop_namespace,
+     .wire = 13,
+     .name = "/namespaces/{name}/drop",
+     .method = "POST",
+     .operation = Operation::drop_namespace,
+     .repeat = Repeat::never,
+     .changes_state = true},
+    {.route = Route::key_status,
+     .wire = 14,
+     .name = "/keys/status",
+     .method = "POST",
+     .operation = Operation::key_status,
+     .repeat = Repeat::always},
     {.route = Route::redirect, .wire = 9, .name = "redirect"},
     {.route = Route::method_not_allowed, .wire = 10, .name = "method_not_allowed"},
     {.route = Route::not_found, .wire = 11, .name = "not_found"},
@@ -212,5 +258,8 @@ constexpr const RouteInfo* route_of(Operation operation) noexcept {
 
 // The path to send to: the pattern with `rank` in place of "{rank}" ("/rank/3/initialize").
 std::string request_path(Route route, Rank rank = 0);
+// The same for a pattern with "{name}": `name` in its place ("/namespaces/m1/drop"), as given (a
+// valid_namespace_name needs no percent-encoding).
+std::string request_path(Route route, std::string_view name);
 
 }  // namespace hf3fs_meta

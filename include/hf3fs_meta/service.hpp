@@ -38,10 +38,13 @@ struct RoutedTarget {
   std::string_view query;  // after '?', may be empty
   std::string decoded;     // the percent-decoded path, when `raw` has a '%'
   bool percent_decoded = false;
-  std::size_t rank_at = 0, rank_size = 0;  // the {rank} segment of path(), if the route has one
+  // The segment of path() in place of the pattern's one parameter ({rank} or {name}), if it has one.
+  std::size_t param_at = 0, param_size = 0;
 
   std::string_view path() const noexcept { return percent_decoded ? std::string_view(decoded) : raw; }
-  std::string_view rank_segment() const noexcept { return path().substr(rank_at, rank_size); }
+  std::string_view param_segment() const noexcept { return path().substr(param_at, param_size); }
+  std::string_view rank_segment() const noexcept { return param_segment(); }  // a {rank} route's
+  std::string_view name_segment() const noexcept { return param_segment(); }  // a {name} route's
 };
 
 class Service {
@@ -53,14 +56,18 @@ class Service {
   static void route(std::string_view method, std::string_view target, RoutedTarget& out);
   static RoutedTarget route(std::string_view method, std::string_view target);
 
-  // Answers a request routed by route().
-  ServiceAnswer handle(const RoutedTarget& target, std::string_view body);
+  // Answers a request routed by route(), in namespace `ns` (a valid name, or empty: the default one;
+  // docs/protocol.md, "Namespaces"): every state call acts in it, /clear and /stats included.
+  ServiceAnswer handle(const RoutedTarget& target, std::string_view body, std::string_view ns = {});
   // route() then handle().
-  ServiceAnswer handle(std::string_view method, std::string_view target, std::string_view body);
+  ServiceAnswer handle(std::string_view method, std::string_view target, std::string_view body,
+                       std::string_view ns = {});
 
   MetadataState& state() noexcept { return state_; }
 
  private:
+  ServiceAnswer handle_namespaces(const RoutedTarget& target, std::string_view body, NamespaceRef ns);
+
   MetadataState& state_;
 };
 

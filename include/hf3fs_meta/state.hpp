@@ -76,7 +76,25 @@ struct StateOptions {
   // Read at the start of every call while one of the above is on; what expired by then is processed
   // first. A reading below an earlier one counts as the earlier one. Empty: std::chrono::steady_clock.
   std::function<std::chrono::milliseconds()> clock{};
+  // Namespaces (issue 20): how many may exist at once, the default one included, and the pages of all
+  // ranks of one namespace together (0: max_total_pages). Checked by a worker's initialize, the only
+  // call that creates a namespace, and by a replayed or imported one.
+  std::int64_t max_namespaces = 1024;
+  std::int64_t namespace_max_total_pages = 0;
 };
+
+// A namespace is a state of its own (its ranks, pages, keys, tp_world_size, lifecycle and stats);
+// nothing in one is visible from or changed by a call in another. The default namespace always
+// exists and is never dropped; an empty name or kDefaultNamespace selects it. A call naming a
+// namespace that does not exist answers as a fresh server would and creates nothing; only a worker's
+// initialize creates one.
+inline constexpr std::string_view kDefaultNamespace = "default";
+struct NamespaceRef {
+  std::string_view name;  // empty or kDefaultNamespace: the default namespace
+};
+
+// NamespaceSummary (GET /namespaces) and NamespaceDropOutcome (drop_namespace): types.hpp, which the
+// client's decoders share.
 
 struct InitializeOutcome {
   bool created = false;  // false: the rank existed (left as it was) or role scheduler
@@ -127,6 +145,9 @@ enum class ChangeKind : std::uint8_t {
   // rank, page, key_id: an orphaned page whose key was under a read lease when it moved: owned by the
   // key id given (no name, in no lookup) until key_drained returns it to the end of its pool.
   page_draining = 11,
+  // Namespaces (issue 20): not lifecycle kinds. Every record carries the namespace it acts in (ns).
+  namespace_created = 12,  // ns (the new id, never reused), ns_name
+  namespace_dropped = 13,  // ns: the namespace, its ranks and its keys gone
 };
 // The cache lifecycle's kinds: what the clock, the LRU order and the leases decided, never a request's
 // own answer (so their records never carry a request's X-Request-Id).
@@ -164,6 +185,8 @@ struct Change {
   PageState was = PageState::allocated;       // page_reclaimed: allocated or orphaned
   std::uint32_t key_id = 0;                   // key_drained, page_draining (a removed key has no name in any lookup)
   std::int64_t clock_ms = 0;                  // clock
+  std::uint32_t ns = 0;                       // the namespace's id; 0: the default (clock records too)
+  std::string_view ns_name;                   // namespace_created
 };
 // Called under the state's exclusive lock: must be quick and must not call back into the state.
 using ChangeSink = std::function<void(const Change&)>;
@@ -192,7 +215,7 @@ struct KeyImage {
 // The cache lifecycle's reclaim times (clock readings, wall-clock on a durable server).
 struct TimedPageImage {
   std::int64_t at = 0;  // when the page became allocated or orphaned
-  std::uint32_t rank_index = 0;  // in StateImage::ranks
+  std::uint32_t rank_index = 0;  // in its SpaceImage::ranks
   std::uint32_t page = 0;
   friend bool operator==(const TimedPageImage&, const TimedPageImage&) = default;
 };
@@ -201,11 +224,10 @@ struct TimedKeyImage {
   std::uint32_t id = 0;
   friend bool operator==(const TimedKeyImage&, const TimedKeyImage&) = default;
 };
-// The state, exact, and of the cache lifecycle what a restart must keep: keys removed but still
-// draining, reclaim times, the clock of the last change. Recency and leases are left out: after a
-// restart every key counts as leased for one lease period (MetadataState::restarted).
-struct StateImage {
-  std::uint64_t seq = 0;  // the last change included
+// One namespace's state, exact, and of the cache lifecycle what a restart must keep: keys removed but
+// still draining, reclaim times. Recency and leases are left out: after a restart every key counts as
+// leased for one lease period (MetadataState::restarted).
+struct SpaceImage {
   std::vector<RankImage> ranks;
   std::vector<KeyImage> keys;
   std::vector<std::uint32_t> free_ids;  // ids of removed keys, the last one reused first
@@ -213,12 +235,10 @@ struct StateImage {
   std::vector<std::uint32_t> draining_ids;  // removed keys whose pages wait for their lease's end, by id
   std::vector<TimedPageImage> timed_pages;  // allocated and orphaned pages, in the order they were timed
   std::vector<TimedKeyImage> timed_keys;    // incomplete keys, in the order they were timed
-  std::optional<std::int64_t> clock_ms;     // the clock of the last change recorded (allocation_ttl only)
-  friend bool operator==(const StateImage&, const StateImage&) = default;
+  friend bool operator==(const SpaceImage&, const SpaceImage&) = default;
 
   bool has_lifecycle() const noexcept {
-    return !draining_ids.empty() || !timed_pages.empty() || !timed_keys.empty() || clock_ms.has_value() ||
-           has_reclaim_marks();
+    return !draining_ids.empty() || !timed_pages.empty() || !timed_keys.empty() || has_reclaim_marks();
   }
   bool has_reclaim_marks() const noexcept {
     for (const RankImage& r : ranks) {
@@ -227,7 +247,38 @@ struct StateImage {
     return false;
   }
 };
+struct NamespaceImage {
+  std::uint32_t id = 0;  // 1, 2, ... in creation order, never reused
+  std::string name;
+  SpaceImage space;
+  friend bool operator==(const NamespaceImage&, const NamespaceImage&) = default;
+};
+// The whole state: the default namespace's space (the base, as before namespaces) and the named ones.
+struct StateImage : SpaceImage {
+  std::uint64_t seq = 0;                  // the last change included
+  std::optional<std::int64_t> clock_ms;   // the clock of the last change recorded (allocation_ttl only)
+  std::vector<NamespaceImage> namespaces;  // the named ones, by id
+  std::uint32_t next_namespace_id = 1;     // the id the next namespace created gets
+  friend bool operator==(const StateImage&, const StateImage&) = default;
 
+  bool has_lifecycle() const noexcept {
+    if (SpaceImage::has_lifecycle() || clock_ms.has_value()) return true;
+    for (const NamespaceImage& n : namespaces) {
+      if (n.space.has_lifecycle()) return true;
+    }
+    return false;
+  }
+  bool has_reclaim_marks() const noexcept {
+    if (SpaceImage::has_reclaim_marks()) return true;
+    for (const NamespaceImage& n : namespaces) {
+      if (n.space.has_reclaim_marks()) return true;
+    }
+    return false;
+  }
+};
+
+// Every call that acts in a namespace takes a NamespaceRef first; the overloads without one act in the
+// default namespace (and cost no lookup).
 class MetadataState {
  public:
   explicit MetadataState(StateOptions options = {});
@@ -235,13 +286,20 @@ class MetadataState {
   MetadataState(const MetadataState&) = delete;
   MetadataState& operator=(const MetadataState&) = delete;
 
-  // Worker with num_pages > 0: creates the rank, or leaves an existing one as it is.
-  // Scheduler: changes nothing, num_pages ignored.
-  StateResult<InitializeOutcome> initialize(Rank rank, std::int64_t num_pages, Role role = Role::worker);
+  // Worker with num_pages > 0: creates the rank (and the namespace, if it does not exist), or leaves
+  // an existing one as it is. Scheduler: changes nothing, num_pages ignored.
+  StateResult<InitializeOutcome> initialize(NamespaceRef ns, Rank rank, std::int64_t num_pages,
+                                            Role role = Role::worker);
+  StateResult<InitializeOutcome> initialize(Rank rank, std::int64_t num_pages, Role role = Role::worker) {
+    return initialize(NamespaceRef{}, rank, num_pages, role);
+  }
 
   // One page per key, in order; kNoPage for every key when the pool is short (nothing taken), except
   // that a complete key with a page on this rank always gets that page back.
-  StateResult<std::vector<Page>> allocate(Rank rank, std::span<const BlockKey> keys);
+  StateResult<std::vector<Page>> allocate(NamespaceRef ns, Rank rank, std::span<const BlockKey> keys);
+  StateResult<std::vector<Page>> allocate(Rank rank, std::span<const BlockKey> keys) {
+    return allocate(NamespaceRef{}, rank, keys);
+  }
 
   // Records rank -> page for each key (in order), then returns pages_to_release to the pool.
   // An allocated page remembers (a 32-bit hash of) the key it was allocated for: confirming it for
@@ -254,32 +312,59 @@ class MetadataState {
   // except that a mapped or draining page is kept (kept_mapped), as a bare release of it is.
   // A key under a read lease that moves to another page leaves its old page draining until the
   // lease ends (a reader told the old page may still be reading it).
-  StateResult<ConfirmOutcome> confirm_write(Rank rank, std::span<const Confirmation> confirmations,
+  StateResult<ConfirmOutcome> confirm_write(NamespaceRef ns, Rank rank, std::span<const Confirmation> confirmations,
                                             std::span<const Page> pages_to_release,
                                             std::span<const ReleaseKey> release_keys = {});
+  StateResult<ConfirmOutcome> confirm_write(Rank rank, std::span<const Confirmation> confirmations,
+                                            std::span<const Page> pages_to_release,
+                                            std::span<const ReleaseKey> release_keys = {}) {
+    return confirm_write(NamespaceRef{}, rank, confirmations, pages_to_release, release_keys);
+  }
 
   // True for complete keys only.
-  std::vector<bool> batch_exists(std::span<const std::string> keys) const;
+  std::vector<bool> batch_exists(NamespaceRef ns, std::span<const std::string> keys) const;
+  std::vector<bool> batch_exists(std::span<const std::string> keys) const { return batch_exists(NamespaceRef{}, keys); }
   // The same, for keys held elsewhere (the server's decoder yields views into the request body).
-  std::vector<bool> batch_exists(std::span<const std::string_view> keys) const;
+  std::vector<bool> batch_exists(NamespaceRef ns, std::span<const std::string_view> keys) const;
+  std::vector<bool> batch_exists(std::span<const std::string_view> keys) const {
+    return batch_exists(NamespaceRef{}, keys);
+  }
 
   // The rank's page of each complete key, otherwise nullopt.
-  StateResult<std::vector<std::optional<Page>>> get_locations(Rank rank,
+  StateResult<std::vector<std::optional<Page>>> get_locations(NamespaceRef ns, Rank rank,
                                                               std::span<const std::string> keys) const;
-  StateResult<std::vector<std::optional<Page>>> get_locations(Rank rank,
+  StateResult<std::vector<std::optional<Page>>> get_locations(NamespaceRef ns, Rank rank,
                                                               std::span<const std::string_view> keys) const;
+  StateResult<std::vector<std::optional<Page>>> get_locations(Rank rank, std::span<const std::string> keys) const {
+    return get_locations(NamespaceRef{}, rank, keys);
+  }
+  StateResult<std::vector<std::optional<Page>>> get_locations(Rank rank,
+                                                              std::span<const std::string_view> keys) const {
+    return get_locations(NamespaceRef{}, rank, keys);
+  }
 
   // Removes each key from every lookup at once (an extension, like SGLang's delete_keys): true for a
   // key that existed. Its pages return to their pools, or drain back when its read lease ends.
-  std::vector<bool> delete_keys(std::span<const std::string> keys);
-  std::vector<bool> delete_keys(std::span<const std::string_view> keys);
+  std::vector<bool> delete_keys(NamespaceRef ns, std::span<const std::string> keys);
+  std::vector<bool> delete_keys(NamespaceRef ns, std::span<const std::string_view> keys);
+  std::vector<bool> delete_keys(std::span<const std::string> keys) { return delete_keys(NamespaceRef{}, keys); }
+  std::vector<bool> delete_keys(std::span<const std::string_view> keys) { return delete_keys(NamespaceRef{}, keys); }
 
-  // Forgets every rank and key, as a restart does.
-  void clear();
+  // Forgets every rank and key of the namespace, as a restart does (a namespace that does not exist:
+  // nothing changes, nothing is recorded).
+  void clear(NamespaceRef ns);
+  void clear() { clear(NamespaceRef{}); }
+  // Forgets everything: every named namespace dropped, the default one cleared.
+  void clear_all();
 
   // Extension (POST /rank/{rank}/drop): forgets one rank, its pages and its keys' mappings on it;
   // keys left with no mapping go. Later keys count one rank fewer in their tp_world_size.
-  DropOutcome drop_rank(Rank rank);
+  DropOutcome drop_rank(NamespaceRef ns, Rank rank);
+  DropOutcome drop_rank(Rank rank) { return drop_rank(NamespaceRef{}, rank); }
+
+  // Extension (POST /namespaces/{name}/drop): removes a named namespace and everything in it
+  // (dropped false for one that does not exist). The default one is refused (invalid_argument).
+  StateResult<NamespaceDropOutcome> drop_namespace(std::string_view name);
 
   // Durability (docs/design.md, "Durable formats"): the state does no I/O; a journal subscribes to its changes and replays them.
   // Set before any call that changes the state; an empty sink stops the records.
@@ -301,25 +386,49 @@ class MetadataState {
   void restarted();
   std::uint64_t seq() const;  // the last change applied
 
-  // Introspection, for tests, metrics and the server.
-  std::optional<RankStats> rank_stats(Rank rank) const;
-  std::vector<std::pair<Rank, RankStats>> all_rank_stats() const;  // sorted by rank
-  std::optional<PageState> page_state(Rank rank, Page page) const;
-  std::optional<std::string> page_owner(Rank rank, Page page) const;  // the key mapping it, if any
+  // Introspection, for tests, metrics and the server. A namespace that does not exist has nothing.
+  std::optional<RankStats> rank_stats(NamespaceRef ns, Rank rank) const;
+  std::optional<RankStats> rank_stats(Rank rank) const { return rank_stats(NamespaceRef{}, rank); }
+  std::vector<std::pair<Rank, RankStats>> all_rank_stats(NamespaceRef ns) const;  // sorted by rank
+  std::vector<std::pair<Rank, RankStats>> all_rank_stats() const { return all_rank_stats(NamespaceRef{}); }
+  std::optional<PageState> page_state(NamespaceRef ns, Rank rank, Page page) const;
+  std::optional<PageState> page_state(Rank rank, Page page) const { return page_state(NamespaceRef{}, rank, page); }
+  // The key mapping it, if any.
+  std::optional<std::string> page_owner(NamespaceRef ns, Rank rank, Page page) const;
+  std::optional<std::string> page_owner(Rank rank, Page page) const { return page_owner(NamespaceRef{}, rank, page); }
   // Whether each page (kNoPage aside) is still held on `rank` for the key beside it: allocated for it
   // (the page remembers its key's hash) or mapped to it. One lock for the whole batch. The server
   // gives a repeated request id's allocate answer again only while this holds.
-  bool holds(Rank rank, std::span<const Page> pages, std::span<const BlockKey> keys) const;
-  std::vector<Page> free_pages(Rank rank) const;  // the pool, front first; O(num_pages): tests, debugging
-  std::optional<KeyInfo> key_info(std::string_view key) const;
-  std::size_t key_count() const;  // keys that exist (deleted and draining ones not counted)
-  StateStats stats() const;
-  std::size_t rank_count() const;
+  bool holds(NamespaceRef ns, Rank rank, std::span<const Page> pages, std::span<const BlockKey> keys) const;
+  bool holds(Rank rank, std::span<const Page> pages, std::span<const BlockKey> keys) const {
+    return holds(NamespaceRef{}, rank, pages, keys);
+  }
+  // The pool, front first; O(num_pages): tests, debugging.
+  std::vector<Page> free_pages(NamespaceRef ns, Rank rank) const;
+  std::vector<Page> free_pages(Rank rank) const { return free_pages(NamespaceRef{}, rank); }
+  std::optional<KeyInfo> key_info(NamespaceRef ns, std::string_view key) const;
+  std::optional<KeyInfo> key_info(std::string_view key) const { return key_info(NamespaceRef{}, key); }
+  // POST /keys/status: key_info of each key (nullopt: unknown), under one lock; a read that takes no
+  // lease and moves no recency.
+  // `ranks_initialized`, when given, gets ranks_initialized(ns) at the same instant.
+  std::vector<std::optional<KeyInfo>> key_status(NamespaceRef ns, std::span<const std::string_view> keys,
+                                                 std::size_t* ranks_initialized = nullptr) const;
+  std::size_t ranks_initialized(NamespaceRef ns) const;  // what a new key's tp_world_size would be
+  StateStats stats(NamespaceRef ns) const;
+  StateStats stats() const { return stats(NamespaceRef{}); }
+  // Every namespace's stats (the default one included), sorted by name, under one lock.
+  std::vector<std::pair<std::string, StateStats>> all_stats() const;
+  // Every namespace (the default one included), sorted by name.
+  std::vector<NamespaceSummary> namespaces() const;
+  std::optional<std::string> namespace_name(std::uint32_t id) const;  // the default's is kDefaultNamespace
+  std::size_t key_count() const;   // keys that exist in all namespaces (deleted and draining ones not counted)
+  std::size_t rank_count() const;  // ranks of all namespaces
   const StateOptions& options() const noexcept;
 
  private:
+  struct Core;
   struct Impl;
-  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<Core> core_;
 };
 
 }  // namespace hf3fs_meta

@@ -3,9 +3,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 namespace hf3fs_meta {
 
@@ -57,6 +59,38 @@ struct DropOutcome {
   std::size_t mappings = 0;      // keys that had a page on the rank
   std::size_t keys_removed = 0;  // of those, keys left with no page on any rank
   friend bool operator==(const DropOutcome&, const DropOutcome&) = default;
+};
+
+// Namespaces (issue 20; docs/protocol.md, "Namespaces").
+// GET /namespaces: one namespace.
+struct NamespaceSummary {
+  std::string name;
+  std::vector<Rank> ranks;  // sorted
+  std::int64_t pages = 0;   // of all its ranks
+  std::size_t keys = 0;     // keys that exist (deleted and draining ones not counted)
+  friend bool operator==(const NamespaceSummary&, const NamespaceSummary&) = default;
+};
+
+// What POST /namespaces/{name}/drop did.
+struct NamespaceDropOutcome {
+  bool dropped = false;  // false: there was no such namespace
+  std::size_t ranks = 0;
+  std::int64_t pages = 0;
+  std::size_t keys_removed = 0;
+  friend bool operator==(const NamespaceDropOutcome&, const NamespaceDropOutcome&) = default;
+};
+
+// POST /keys/status: what the server knows of one key of the caller's namespace.
+struct KeyStatus {
+  std::vector<Rank> ranks;          // the ranks the key has a page on, sorted
+  std::int64_t tp_world_size = 0;   // fixed at the key's first confirmation
+  bool complete = false;            // ranks.size() == tp_world_size
+  friend bool operator==(const KeyStatus&, const KeyStatus&) = default;
+};
+struct KeyStatusAnswer {
+  std::size_t ranks_initialized = 0;          // what a new key's tp_world_size would be
+  std::vector<std::optional<KeyStatus>> status;  // per key sent, in order; nullopt: unknown key
+  friend bool operator==(const KeyStatusAnswer&, const KeyStatusAnswer&) = default;
 };
 
 }  // namespace hf3fs_meta

@@ -25,11 +25,19 @@ class Client:
         is sent.
     ca_file: for an https:// url, the PEM file of the CA that signed the server's certificate
         (default: $HF3FS_META_CA_FILE if set, else the system's CAs).
+    namespace: the namespace every call acts in (default: $HF3FS_META_NAMESPACE if set, else none:
+        the default namespace, which is all a server without namespaces has). Its ranks, pages and
+        keys are apart from every other namespace's; sent as the X-Hf3fs-Namespace header. A name is
+        1 to 64 characters of A-Z, a-z, 0-9, '.', '_' and '-'; any other raises InvalidArgumentError
+        naming namespace= or $HF3FS_META_NAMESPACE, before anything is sent. A server that answers
+        without echoing the header (vLLM's own, which has no namespaces and would serve its shared
+        space) fails every call with MetadataError code "protocol_error".
     """
 
     def __init__(self, url: str = "http://127.0.0.1:18000", *, timeout: Optional[float] = None,
                  attempts: Optional[int] = None, deadline: Optional[float] = None,
-                 token: Optional[str] = None, ca_file: Optional[str] = None) -> None: ...
+                 token: Optional[str] = None, ca_file: Optional[str] = None,
+                 namespace: Optional[str] = None) -> None: ...
     def initialize(self, rank: int, num_pages: int, role: Role = "worker") -> str:
         """Initialize a rank; nothing is registered. Returns the server's message."""
     def ensure_initialized(self, rank: int, num_pages: int, role: Role = "worker") -> str:
@@ -61,7 +69,26 @@ class Client:
         "keys_incomplete", "keys_leased", "key_records", and the counters "evicted_keys",
         "deleted_keys", "reclaimed_keys", "reclaimed_allocated_pages", "reclaimed_orphaned_pages"."""
     def clear(self) -> None:
-        """Make the server forget every rank and key (never repeated after an ambiguous failure)."""
+        """Make the server forget every rank and key of this client's namespace (never repeated after
+        an ambiguous failure)."""
+    def namespaces(self) -> List[Dict[str, Any]]:
+        """GET /namespaces (an extension of the reference server): every namespace, the default one
+        included, sorted by name, as {"name": str, "ranks": [int, ...], "pages": int, "keys": int}.
+        A server with --tenants-file answers it for an operator's token only (else MetadataError,
+        status 403)."""
+    def drop_namespace(self, name: str) -> Dict[str, Any]:
+        """POST /namespaces/{name}/drop (an extension): the namespace, its ranks, pages and keys go
+        at once. Returns {"namespace": name, "dropped": bool, "ranks": int, "pages": int,
+        "keys_removed": int}; dropped is False for a name that does not exist. A name outside the
+        namespace rule raises InvalidArgumentError before anything is sent; "default" is refused by
+        the server (clear() empties it). Never repeated after an ambiguous failure. For an operator,
+        as namespaces()."""
+    def key_status(self, keys: Sequence[str]) -> Dict[str, Any]:
+        """POST /keys/status (an extension): why batch_exists says what it says, in this client's
+        namespace. Returns {"ranks_initialized": int, "status": [...]}, one entry per key: None for
+        an unknown key, else {"ranks": [int, ...] (the ranks that confirmed it), "tp_world_size":
+        int (the ranks it needs), "complete": bool}. A read: it takes no lease and changes no
+        eviction order."""
 
 class LocalClient(Client):
     """The Client calls in this process over an in-memory state, through the server's own codec: for
@@ -80,10 +107,13 @@ class Hf3fsGlobalMetadataClient:
     and no retry budget, as vLLM's urllib3 Retry, within 10 s; failures raise MetadataError with the
     server's detail, code and cause. A server started with --auth-token-file gets the bearer token
     in $HF3FS_META_TOKEN (visible ASCII only, else InvalidArgumentError); an https:// base_url is
-    checked against the CA file in $HF3FS_META_CA_FILE (else the system's CAs).
+    checked against the CA file in $HF3FS_META_CA_FILE (else the system's CAs). namespace (default:
+    $HF3FS_META_NAMESPACE if set, else none) is as Client's, so an unmodified vLLM is put in a
+    namespace by its environment.
     """
 
-    def __init__(self, base_url: str = "http://localhost:18000", max_retries: int = 3) -> None: ...
+    def __init__(self, base_url: str = "http://localhost:18000", max_retries: int = 3,
+                 namespace: Optional[str] = None) -> None: ...
     def initialize(self, rank: int, num_pages: int = 0, role: Role = "worker") -> None:
         """Initialize the rank. A worker rank is registered, so that it is restored after a server
         restart; a scheduler initialize neither registers nor changes a registration."""

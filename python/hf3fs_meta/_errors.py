@@ -14,7 +14,8 @@ class MetadataError(RuntimeError):
     Attributes:
         code: the error code's stable name, e.g. ``"rank_not_initialized"``, ``"unavailable"``.
         operation: the call: ``initialize``, ``allocate``, ``confirm_write``, ``batch_exists``,
-            ``get_locations``, ``clear``.
+            ``get_locations``, ``clear``, ``delete_keys``, ``stats``, ``drop_rank``, ``namespaces``,
+            ``drop_namespace``, ``key_status`` or ``raw``.
         status: the HTTP status, or None when no answer came.
         detail: the server's detail as sent (or the transport's or client's message).
         cause: the parsed cause, e.g. ``"Rank 3 not initialized"``.

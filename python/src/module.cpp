@@ -23,6 +23,7 @@
 #include "hf3fs_meta/in_process_transport.hpp"
 
 #include "internal/field_text.hpp"
+#include "internal/namespace_name.hpp"
 #include "internal/token_file.hpp"
 
 namespace py = pybind11;
@@ -238,6 +239,53 @@ py::dict stats_dict(const StateStats& stats) {
   return out;
 }
 
+// The namespace calls' answers under the wire's names (docs/protocol.md, "Namespaces").
+py::list rank_list(const std::vector<Rank>& ranks) {
+  py::list out(ranks.size());
+  for (std::size_t i = 0; i < ranks.size(); ++i) out[i] = py::int_(ranks[i]);
+  return out;
+}
+py::list namespaces_list(const std::vector<NamespaceSummary>& namespaces) {
+  py::list out(namespaces.size());
+  for (std::size_t i = 0; i < namespaces.size(); ++i) {
+    const NamespaceSummary& n = namespaces[i];
+    py::dict entry;
+    entry["name"] = py::str(n.name);
+    entry["ranks"] = rank_list(n.ranks);
+    entry["pages"] = py::int_(n.pages);
+    entry["keys"] = py::int_(n.keys);
+    out[i] = std::move(entry);
+  }
+  return out;
+}
+py::dict drop_namespace_dict(const std::string& name, const NamespaceDropOutcome& d) {
+  py::dict out;
+  out["namespace"] = py::str(name);
+  out["dropped"] = py::bool_(d.dropped);
+  out["ranks"] = py::int_(d.ranks);
+  out["pages"] = py::int_(d.pages);
+  out["keys_removed"] = py::int_(d.keys_removed);
+  return out;
+}
+py::dict key_status_dict(const KeyStatusAnswer& answer) {
+  py::list status(answer.status.size());
+  for (std::size_t i = 0; i < answer.status.size(); ++i) {
+    if (!answer.status[i]) {
+      status[i] = py::none();
+      continue;
+    }
+    py::dict entry;
+    entry["ranks"] = rank_list(answer.status[i]->ranks);
+    entry["tp_world_size"] = py::int_(answer.status[i]->tp_world_size);
+    entry["complete"] = py::bool_(answer.status[i]->complete);
+    status[i] = std::move(entry);
+  }
+  py::dict out;
+  out["ranks_initialized"] = py::int_(answer.ranks_initialized);
+  out["status"] = std::move(status);
+  return out;
+}
+
 // ---- the clients ---------------------------------------------------------------------------------
 
 // The value given, else the environment variable (as the CLI reads it), else empty: the bearer token
@@ -261,16 +309,32 @@ std::string token_or_env(std::optional<std::string> token) {
   }
   return value;
 }
+// The namespace (issue 20): given, else $HF3FS_META_NAMESPACE, else empty (the default namespace, no
+// header). A name no header could carry is refused (InvalidArgumentError naming where it came from)
+// before anything is sent.
+std::string namespace_or_env(std::optional<std::string> ns) {
+  const char* from = ns ? "namespace=" : "$HF3FS_META_NAMESPACE";
+  std::string value = given_or_env(std::move(ns), "HF3FS_META_NAMESPACE");
+  if (value.empty()) return value;
+  if (auto problem = internal::namespace_problem(value)) {
+    Error e;
+    e.code = errc::invalid_argument;
+    e.detail = std::string(from) + " " + *problem;
+    raise(e);
+  }
+  return value;
+}
 std::string ca_file_or_env(std::optional<std::string> ca_file) {
   return given_or_env(std::move(ca_file), "HF3FS_META_CA_FILE");
 }
 
 ClientOptions client_options(std::string url, std::optional<double> timeout, std::optional<int> attempts,
                              std::optional<double> deadline, std::optional<std::string> token,
-                             std::optional<std::string> ca_file) {
+                             std::optional<std::string> ca_file, std::optional<std::string> ns) {
   ClientOptions options;
   options.base_url = std::move(url);
   options.auth_token = token_or_env(std::move(token));
+  options.namespace_name = namespace_or_env(std::move(ns));
   options.ca_file = ca_file_or_env(std::move(ca_file));
   if (timeout) options.request_timeout = milliseconds_of(*timeout, "timeout");
   if (attempts || deadline) {
@@ -328,6 +392,14 @@ struct PyClient {
   void clear() {
     value_or_raise(released([&] { return client.clear(); }));
   }
+  py::list namespaces() { return namespaces_list(value_or_raise(released([&] { return client.namespaces(); }))); }
+  py::dict drop_namespace(const std::string& name) {
+    return drop_namespace_dict(name, value_or_raise(released([&] { return client.drop_namespace(name); })));
+  }
+  py::dict key_status(py::handle keys) {
+    const auto k = strings(keys, "keys");
+    return key_status_dict(value_or_raise(released([&] { return client.key_status(k); })));
+  }
 };
 
 struct PyLocalClient : PyClient {
@@ -341,14 +413,17 @@ struct PyLocalClient : PyClient {
 
 // hf3fs_meta.Hf3fsGlobalMetadataClient: vLLM's client's methods, arguments and return shapes.
 struct PyGlobalMetadataClient {
-  PyGlobalMetadataClient(std::string base_url, int max_retries) : core(options(std::move(base_url), max_retries)) {}
+  PyGlobalMetadataClient(std::string base_url, int max_retries, std::optional<std::string> ns)
+      : core(options(std::move(base_url), max_retries, std::move(ns))) {}
   PyClient core;
 
-  static ClientOptions options(std::string base_url, int max_retries) {
+  static ClientOptions options(std::string base_url, int max_retries, std::optional<std::string> ns) {
     if (max_retries < 0) throw py::value_error("max_retries: must be 0 or more, got " + std::to_string(max_retries));
     ClientOptions o;
     o.base_url = std::move(base_url);
     o.auth_token = token_or_env(std::nullopt);
+    // An unmodified vLLM constructs this with two arguments: $HF3FS_META_NAMESPACE puts it in a namespace.
+    o.namespace_name = namespace_or_env(std::move(ns));
     o.ca_file = ca_file_or_env(std::nullopt);
     // vLLM's urllib3 Retry(total=max_retries, backoff_factor=0.3): one first attempt and max_retries
     // retries, for every failure, a refused connection included (a down server fails a call in
@@ -404,13 +479,13 @@ PYBIND11_MODULE(_core, m) {
   py::class_<PyClient>(m, "Client", "A client of the HF3FS metadata service; safe to share between threads.")
       .def(py::init([](std::string url, std::optional<double> timeout, std::optional<int> attempts,
                        std::optional<double> deadline, std::optional<std::string> token,
-                       std::optional<std::string> ca_file) {
-             return std::make_unique<PyClient>(
-                 client_options(std::move(url), timeout, attempts, deadline, std::move(token), std::move(ca_file)));
+                       std::optional<std::string> ca_file, std::optional<std::string> ns) {
+             return std::make_unique<PyClient>(client_options(std::move(url), timeout, attempts, deadline,
+                                                              std::move(token), std::move(ca_file), std::move(ns)));
            }),
            py::arg("url") = ClientOptions().base_url, py::kw_only(), py::arg("timeout") = py::none(),
            py::arg("attempts") = py::none(), py::arg("deadline") = py::none(), py::arg("token") = py::none(),
-           py::arg("ca_file") = py::none())
+           py::arg("ca_file") = py::none(), py::arg("namespace") = py::none())
       .def("initialize", [](Self c, py::handle r, py::handle n, py::handle ro) { return c.initialize(r, n, ro, false); },
            rank, py::arg("num_pages"), role, "Initialize a rank without registering it; returns the server's message.")
       .def("ensure_initialized",
@@ -431,7 +506,13 @@ PYBIND11_MODULE(_core, m) {
            "Remove keys from every lookup (a reference-server extension); whether each existed.")
       .def("stats", &PyClient::stats,
            "Pages by state per rank, keys, evictions, deletions, reclaims (a reference-server extension).")
-      .def("clear", &PyClient::clear, "Make the server forget every rank and key.");
+      .def("clear", &PyClient::clear, "Make the server forget every rank and key of this client's namespace.")
+      .def("namespaces", &PyClient::namespaces,
+           "Every namespace with its ranks, pages and keys (a reference-server extension; an operator's call).")
+      .def("drop_namespace", &PyClient::drop_namespace, py::arg("name"),
+           "Drop a namespace with its ranks, pages and keys (a reference-server extension; an operator's call).")
+      .def("key_status", &PyClient::key_status, keys,
+           "Why each key is or is not complete: the ranks that confirmed it, the tp_world_size it needs.");
 
   py::class_<PyLocalClient, PyClient>(m, "LocalClient",
                                       "The same calls in this process, over an in-memory state: no server.")
@@ -439,7 +520,8 @@ PYBIND11_MODULE(_core, m) {
 
   py::class_<PyGlobalMetadataClient>(m, "Hf3fsGlobalMetadataClient",
                                      "A drop-in for vLLM's Hf3fsGlobalMetadataClient, with the SDK's guarantees.")
-      .def(py::init<std::string, int>(), py::arg("base_url") = "http://localhost:18000", py::arg("max_retries") = 3)
+      .def(py::init<std::string, int, std::optional<std::string>>(), py::arg("base_url") = "http://localhost:18000",
+           py::arg("max_retries") = 3, py::arg("namespace") = py::none())
       .def("initialize", [](DropIn c, py::handle r, py::handle n, py::handle ro) { c.core.initialize(r, n, ro, true); },
            rank, py::arg("num_pages") = 0, role)
       .def("allocate_pages_for_keys",

@@ -17,6 +17,7 @@
 #include "client/retry_loop.hpp"
 #include "client/validation.hpp"
 #include "internal/answer_limit.hpp"
+#include "internal/namespace_name.hpp"
 #include "internal/token_file.hpp"
 
 namespace hf3fs_meta {
@@ -76,9 +77,11 @@ struct Impl {
                  AttemptTimeouts{clamp_duration(options.connect_timeout), clamp_duration(options.request_timeout)},
                  &uniform01} {
     if (auto problem = internal::token_problem(options.auth_token)) {
-      token_error.emplace();
-      token_error->code = errc::invalid_argument;
-      token_error->detail = "ClientOptions::auth_token: " + *problem;
+      refuse_calls("ClientOptions::auth_token: " + *problem);
+    } else if (!options.namespace_name.empty()) {
+      if (auto bad = internal::namespace_problem(options.namespace_name)) {
+        refuse_calls("ClientOptions::namespace_name " + *bad);
+      }
     }
     std::random_device rd;
     id_prefix = (std::uint64_t{rd()} << 32) ^ rd() ^
@@ -103,10 +106,17 @@ struct Impl {
   // each page this client was allocated, for them.
   std::atomic<bool> keyed_releases{false};
   internal::PageKeys page_keys;
-  // A token that cannot be sent (token_problem) refuses every call before anything is sent.
-  std::optional<Error> token_error;
+  // A token that cannot be sent (token_problem) or a bad namespace name (namespace_problem) refuses
+  // every call before anything is sent.
+  std::optional<Error> options_error;
   std::uint64_t id_prefix = 0;
   std::atomic<std::uint64_t> id_counter{0};
+
+  void refuse_calls(std::string detail) {
+    options_error.emplace();
+    options_error->code = errc::invalid_argument;
+    options_error->detail = std::move(detail);
+  }
 
   std::string next_request_id() {
     const std::uint64_t n = id_counter.fetch_add(1, std::memory_order_relaxed);
@@ -159,14 +169,17 @@ struct Impl {
   // `decode` turns a 2xx answer into Decoded<T>.
   template <class T, class Decode>
   Result<T> run(CallSpec s, HttpRequest& request, Decode&& decode) {
-    if (token_error) {
-      Error e = *token_error;
+    if (options_error) {
+      Error e = *options_error;
       e.operation = s.operation;
       return e;
     }
     s.request_id = next_request_id();
     request.headers.push_back({"X-Request-Id", s.request_id});
     if (!options.auth_token.empty()) request.headers.push_back({"Authorization", "Bearer " + options.auth_token});
+    if (!options.namespace_name.empty()) {
+      request.headers.push_back({std::string(kNamespaceHeader), options.namespace_name});
+    }
     const auto attempt = [&](const AttemptTimeouts& timeouts) { return exchange<T>(request, timeouts, decode); };
     // A restore is a call of its own (own request id and retries), within what is left of the
     // caller's deadline.
@@ -221,6 +234,12 @@ struct Impl {
     e.sent = true;
     if (response.status >= 200 && response.status < 300) {
       out.answered_2xx = true;
+      if (ignored_namespace(response)) {
+        e.code = errc::protocol_error;
+        e.detail = std::string(kIgnoredNamespace);
+        out.result = std::move(e);
+        return out;
+      }
       auto decoded = decode(response);
       if (decoded) {
         out.result = success_of<T>(std::move(decoded));
@@ -236,8 +255,23 @@ struct Impl {
     e.detail = std::move(c.detail);
     e.cause = std::move(c.cause);
     e.rank = c.rank;
+    // A forgotten rank would be restored in the shared space of a server without namespaces.
+    if (e.code == errc::rank_not_initialized && ignored_namespace(response)) {
+      e.code = errc::protocol_error;
+      e.detail = std::string(kIgnoredNamespace);
+    }
     out.result = std::move(e);
     return out;
+  }
+
+  // A request with X-Hf3fs-Namespace whose answer does not carry it back: the server does not know
+  // namespaces (vLLM's) and acted in its one shared space (docs/protocol.md, "Namespaces").
+  static constexpr std::string_view kIgnoredNamespace =
+      "the server ignored X-Hf3fs-Namespace (vLLM's server has no namespaces): its answers come from the shared "
+      "space";
+  bool ignored_namespace(const HttpResponse& response) const {
+    return !options.namespace_name.empty() &&
+           response.header(kNamespaceHeader) != std::optional<std::string_view>(options.namespace_name);
   }
 
   void register_rank(Rank rank, std::int64_t num_pages, Role role) { ranks.add(rank, num_pages, role); }
@@ -263,6 +297,9 @@ class DefaultConnection final : public Connection {
   Result<void> clear(const CallOptions& call) override;
   Result<DropOutcome> drop_rank(Rank rank, const CallOptions& call) override;
   Result<RawResponse> raw(std::string_view path, std::string_view body, const CallOptions& call) override;
+  Result<std::vector<NamespaceSummary>> namespaces(const CallOptions& call) override;
+  Result<NamespaceDropOutcome> drop_namespace(std::string_view name, const CallOptions& call) override;
+  Result<KeyStatusAnswer> key_status(const std::vector<std::string>& keys, const CallOptions& call) override;
 
  private:
   Impl impl_;
@@ -378,6 +415,29 @@ Result<RawResponse> DefaultConnection::raw(std::string_view path, std::string_vi
                                  [](const HttpResponse& r) -> protocol::Decoded<RawResponse> {
                                    return RawResponse{r.status, r.content_type, r.body};
                                  });
+}
+
+Result<std::vector<NamespaceSummary>> DefaultConnection::namespaces(const CallOptions& call) {
+  constexpr auto route = Route::namespaces;
+  HttpRequest request = Impl::request_for(route, std::string());
+  return impl_.run<std::vector<NamespaceSummary>>(
+      impl_.spec(route, std::nullopt, call), request,
+      [](const HttpResponse& r) { return protocol::decode_namespaces_response(r.body); });
+}
+
+Result<NamespaceDropOutcome> DefaultConnection::drop_namespace(std::string_view name, const CallOptions& call) {
+  constexpr auto route = Route::drop_namespace;
+  if (auto e = internal::check_namespace_name(route_info(route).operation, name)) return std::move(*e);
+  HttpRequest request{request_path(route, name), std::string(), {}, std::string(route_info(route).method)};
+  return impl_.run<NamespaceDropOutcome>(
+      impl_.spec(route, std::nullopt, call), request,
+      [&](const HttpResponse& r) { return protocol::decode_drop_namespace_response(r.body, name); });
+}
+
+Result<KeyStatusAnswer> DefaultConnection::key_status(const std::vector<std::string>& keys, const CallOptions& call) {
+  return impl_.key_call<KeyStatusAnswer>(
+      Route::key_status, std::nullopt, keys, call, [&] { return protocol::encode_key_status_request(keys); },
+      protocol::decode_key_status_response);
 }
 
 }  // namespace

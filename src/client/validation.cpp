@@ -11,6 +11,7 @@
 #include "hf3fs_meta/protocol.hpp"
 
 #include "internal/field_text.hpp"
+#include "internal/namespace_name.hpp"
 #include "internal/utf8.hpp"
 
 namespace hf3fs_meta::internal {
@@ -170,6 +171,11 @@ std::optional<Error> check_allocate(const std::vector<BlockKey>& keys) {
 
 std::optional<Error> check_lookup(Operation operation, const std::vector<std::string>& keys) {
   return check_keys(operation, "keys", keys.size(), [&](std::size_t i) { return std::string_view(keys[i]); }, true);
+}
+
+std::optional<Error> check_namespace_name(Operation operation, std::string_view name) {
+  if (auto problem = namespace_problem(name)) return invalid_argument(operation, "name " + *problem);
+  return std::nullopt;
 }
 
 }  // namespace hf3fs_meta::internal

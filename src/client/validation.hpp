@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "hf3fs_meta/error.hpp"
@@ -23,5 +24,7 @@ std::optional<Error> check_lookup(Operation operation, const std::vector<std::st
 // released.
 std::optional<Error> check_confirm_write(const std::vector<Confirmation>& confirmations,
                                          const std::vector<Page>& releases);
+// A namespace name to send (drop_namespace's path segment): namespace_problem's rule, named "name".
+std::optional<Error> check_namespace_name(Operation operation, std::string_view name);
 
 }  // namespace hf3fs_meta::internal

@@ -179,8 +179,12 @@ Result<void> replay_journal(const fs::path& path, std::string_view all, bool las
     if (auto applied = state.apply(change); !applied) {
       return Error{Errc::inconsistent, reader.where(r.offset) + ": " + applied.error().message};
     }
-    // A tagged record (a request-id answer) is kept in the compact form the dedup cache keeps.
-    if (record.tag()) out.dedup.push_back(dedup_entry(r.seq, *record.tag(), change));
+    // A tagged record (a request-id answer) is kept in the compact form the dedup cache keeps, with
+    // the name of its namespace at this point of the history (the tag's bytes do not hold it).
+    if (record.tag()) {
+      DedupEntry& entry = out.dedup.emplace_back(dedup_entry(r.seq, *record.tag(), change));
+      if (change.ns != 0) entry.tag.ns = state.namespace_name(change.ns).value_or(std::string());
+    }
     out.seq = r.seq;
     ++out.records;
   }

@@ -155,10 +155,10 @@ void Journal::append(const Change& change) {
 }
 
 void Journal::retain_tagged(DedupEntry tagged) {
-  tagged_bytes_ += dedup_weight(tagged.tag.id.size(), tagged.pages.size());
+  tagged_bytes_ += dedup_weight(tagged.tag.ns, tagged.tag.id, tagged.pages.size());
   tagged_.push_back(std::move(tagged));
   while (tagged_bytes_ > options_.dedup_retained_bytes) {
-    tagged_bytes_ -= dedup_weight(tagged_.front().tag.id.size(), tagged_.front().pages.size());
+    tagged_bytes_ -= dedup_weight(tagged_.front().tag.ns, tagged_.front().tag.id, tagged_.front().pages.size());
     tagged_.pop_front();
   }
 }
@@ -395,7 +395,7 @@ Result<std::uint64_t> Journal::roll_back() {
   rotation_.reset();
   appended_ = written_ = durable_ = a.seq;
   while (!tagged_.empty() && tagged_.back().seq > a.seq) {
-    tagged_bytes_ -= dedup_weight(tagged_.back().tag.id.size(), tagged_.back().pages.size());
+    tagged_bytes_ -= dedup_weight(tagged_.back().tag.ns, tagged_.back().tag.id, tagged_.back().pages.size());
     tagged_.pop_back();
   }
   return a.seq;

@@ -6,18 +6,25 @@ namespace hf3fs_meta::durable {
 namespace {
 
 constexpr std::uint8_t kHasTag = 1;
+constexpr std::uint8_t kHasNamespace = 2;
+
+bool own_namespace_kind(ChangeKind kind) {
+  return kind == ChangeKind::namespace_created || kind == ChangeKind::namespace_dropped;
+}
 
 }  // namespace
 
 void encode_payload(const Change& change, const DedupTag* tag, std::string& out) {
+  const bool in_named = change.ns != 0 && !own_namespace_kind(change.kind);
   put_u8(out, static_cast<std::uint8_t>(change.kind));
-  put_u8(out, tag ? kHasTag : 0);
+  put_u8(out, static_cast<std::uint8_t>((tag ? kHasTag : 0) | (in_named ? kHasNamespace : 0)));
   if (tag) {
     put_u8(out, wire_number(tag->route));
     put_bytes(out, tag->id);
     put_u64(out, tag->body_hash);
     put_u64(out, tag->body_size);
   }
+  if (in_named) put_u32(out, change.ns);
   switch (change.kind) {
     case ChangeKind::rank_created:
       put_u64(out, static_cast<std::uint64_t>(change.rank));
@@ -74,6 +81,13 @@ void encode_payload(const Change& change, const DedupTag* tag, std::string& out)
       break;
     case ChangeKind::clock:
       put_u64(out, static_cast<std::uint64_t>(change.clock_ms));
+      break;
+    case ChangeKind::namespace_created:
+      put_u32(out, change.ns);
+      put_bytes(out, change.ns_name);
+      break;
+    case ChangeKind::namespace_dropped:
+      put_u32(out, change.ns);
       break;
   }
 }
@@ -180,6 +194,18 @@ Result<void> Record::decode_keys(Reader& in, std::uint64_t seq) {
   return boost::outcome_v2::success();
 }
 
+// namespace_created (id, name) and namespace_dropped (id): the namespace of a record of the
+// namespaces' own kinds. The default namespace is neither created nor dropped.
+Result<void> Record::decode_namespace(Reader& in, std::uint64_t seq) {
+  Change& c = change_;
+  const bool created = c.kind == ChangeKind::namespace_created;
+  const char* name = created ? "namespace_created" : "namespace_dropped";
+  if (!in.u32(c.ns) || (created && !in.bytes(c.ns_name))) return bad_record(seq, std::string("truncated ") + name);
+  if (c.ns == 0) return bad_record(seq, std::string(name) + " of namespace id 0 (the default namespace's)");
+  if (created && c.ns_name.empty()) return bad_record(seq, "namespace_created without a name");
+  return boost::outcome_v2::success();
+}
+
 Result<void> Record::decode_into(std::uint64_t seq, std::string_view payload) {
   payload_view_ = payload;
   tag_.reset();
@@ -188,13 +214,20 @@ Result<void> Record::decode_into(std::uint64_t seq, std::string_view payload) {
   std::uint8_t kind = 0;
   std::uint8_t flags = 0;
   if (!in.u8(kind) || !in.u8(flags)) return bad_record(seq, "payload too short");
-  if (flags & ~kHasTag) return bad_record(seq, "unknown flags " + std::to_string(flags));
+  if (flags & ~(kHasTag | kHasNamespace)) return bad_record(seq, "unknown flags " + std::to_string(flags));
   if (flags & kHasTag) {
     if (auto tagged = decode_tag(in, seq); !tagged) return tagged;
   }
   Change& c = change_;
   c.seq = seq;
   c.kind = static_cast<ChangeKind>(kind);
+  if (flags & kHasNamespace) {
+    // Written only for a named namespace, and never on the namespaces' own kinds: anything else is
+    // not what a server wrote.
+    if (!in.u32(c.ns)) return bad_record(seq, "truncated namespace");
+    if (c.ns == 0) return bad_record(seq, "namespace flag with namespace id 0");
+    if (own_namespace_kind(c.kind)) return bad_record(seq, "namespace flag on a namespace's own record");
+  }
   std::uint64_t rank = 0;
   Result<void> fields = boost::outcome_v2::success();
   // The fixed-size kinds: all their fields read, or "truncated <kind>".
@@ -239,6 +272,10 @@ Result<void> Record::decode_into(std::uint64_t seq, std::string_view payload) {
       c.clock_ms = static_cast<std::int64_t>(ms);
       break;
     }
+    case ChangeKind::namespace_created:
+    case ChangeKind::namespace_dropped:
+      fields = decode_namespace(in, seq);
+      break;
     default:
       return bad_record(seq, "unknown kind " + std::to_string(kind) + " (written by a newer server?)", Errc::unsupported);
   }

@@ -3,9 +3,13 @@
 //
 // payload: u8 kind (ChangeKind; new kinds get new numbers, a reader refuses a kind it does not know,
 //          naming its number: the cache lifecycle's kinds 7-11 came later without a new version)
-//          u8 flags (bit 0: a DedupTag follows)
+//          u8 flags (bit 0: a DedupTag follows; bit 1: the record's namespace follows)
 //          [tag: u8 route (its wire number, RouteInfo::wire), u32 length, id, u64 body hash, u64 body size]
-//          then the kind's fields (record.cpp).
+//          [namespace: u32 id, never 0 (issue 20): a record of the default namespace has no bit 1, so
+//           it is byte for byte what a server before namespaces wrote]
+//          then the kind's fields (record.cpp). The namespaces' own kinds carry the namespace in their
+//          fields, never in bit 1: 12 namespace_created u32 id, u32 length, name; 13 namespace_dropped
+//          u32 id (an older server refuses them: "unknown kind 12", "unknown flags 2").
 #pragma once
 
 #include <cstddef>
@@ -32,8 +36,19 @@ struct DedupTag {
   std::string id;
   std::uint64_t body_hash = 0;
   std::uint64_t body_size = 0;
+  // The namespace's name; empty: the default one. Not in the tag's bytes of a record (the record's
+  // namespace is its own, named by recovery), in a snapshot's answers from version 5 on. Braced, so
+  // that an aggregate initializer may leave it out without GCC's -Wmissing-field-initializers.
+  std::string ns{};
   friend bool operator==(const DedupTag&, const DedupTag&) = default;
 };
+
+// The namespace a request-id answer is kept under: empty for the default one however a request named
+// it (no header, or kDefaultNamespace), so that the default's entries keep their bytes everywhere
+// (the cache's key, the weight, the snapshot's tags) and one namespace never has two spellings.
+constexpr std::string_view dedup_namespace(std::string_view ns) noexcept {
+  return ns == kDefaultNamespace ? std::string_view{} : ns;
+}
 
 // A request-id answer in the compact form the server's dedup cache keeps it in
 // (mock_server/dedup_cache.hpp): no key names, 4 bytes a page. The journal keeps the last ones
@@ -49,11 +64,15 @@ struct DedupEntry {
 };
 // The entry of a tagged record's change: an allocate was answered 200 with its pages, the rest 204.
 DedupEntry dedup_entry(std::uint64_t seq, const DedupTag& tag, const Change& change, std::int64_t at_ms = 0);
-// What an entry weighs against --dedup-max-bytes, in the cache, the journal and the snapshot alike:
-// the entry, its map node and its place in the expiry queue (rounded up), its route and id, its pages.
+// What an entry weighs against --dedup-max-bytes, in the cache, the journal's retention and so the
+// snapshot alike: the entry, its map node and its place in the expiry queue (rounded up), its key (the
+// route's letter, the id, and a named namespace's name with the two bytes that frame it in the cache's
+// key, mock_server/dedup_cache.cpp), its pages. The namespace is a parameter of its own so that no
+// caller weighs an entry without it (`ns`: as DedupTag::ns, empty or kDefaultNamespace the default).
 inline constexpr std::size_t kDedupEntryOverhead = 256;
-constexpr std::size_t dedup_weight(std::size_t id_bytes, std::size_t pages) noexcept {
-  return kDedupEntryOverhead + 1 + id_bytes + pages * sizeof(std::uint32_t);
+constexpr std::size_t dedup_weight(std::string_view ns, std::string_view id, std::size_t pages) noexcept {
+  ns = dedup_namespace(ns);
+  return kDedupEntryOverhead + 1 + id.size() + (ns.empty() ? 0 : ns.size() + 2) + pages * sizeof(std::uint32_t);
 }
 
 // A decoded record. Owns the bytes that change()'s views point into (moving keeps them in place),
@@ -83,6 +102,7 @@ class Record {
   Result<void> decode_tag(Reader& in, std::uint64_t seq);
   Result<void> decode_items(Reader& in, std::uint64_t seq, std::uint64_t& rank);
   Result<void> decode_keys(Reader& in, std::uint64_t seq);
+  Result<void> decode_namespace(Reader& in, std::uint64_t seq);
   std::vector<char> payload_;
   std::string_view payload_view_;  // payload_'s bytes, or the bytes decode_view was given
   Change change_;

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <optional>
@@ -42,10 +43,14 @@ class SnapshotParser {
 
   Result<LoadedSnapshot> parse() {
     LoadedSnapshot out;
-    if (auto r = ranks(out.image); !r) return std::move(r).error();
-    if (auto r = keys(out.image); !r) return std::move(r).error();
+    if (!in_.u64(out.image.seq)) return fail("truncated");
+    if (auto r = space(out.image); !r) return std::move(r).error();
     if (version_ >= kSnapshotLifecycleVersion) {
+      if (auto r = clock(out.image); !r) return std::move(r).error();
       if (auto r = lifecycle(out.image); !r) return std::move(r).error();
+    }
+    if (version_ >= kSnapshotNamespaceVersion) {
+      if (auto r = namespaces(out.image); !r) return std::move(r).error();
     }
     if (auto r = answers(out.dedup); !r) return std::move(r).error();
     std::string_view next;
@@ -58,12 +63,18 @@ class SnapshotParser {
  private:
   Error fail(const std::string& why, Errc code = Errc::corrupt) const {
     return Error{code, "snapshot " + path_.string() + " at offset " + std::to_string(kFileHeaderSize + in_.offset()) +
-                           ": " + why};
+                           ": " + where_ + why};
   }
 
-  Result<void> ranks(StateImage& image) {
+  // A namespace's ranks, keys and free ids (the default one's, or a named one's).
+  Result<void> space(SpaceImage& image) {
+    if (auto r = ranks(image); !r) return r;
+    return keys(image);
+  }
+
+  Result<void> ranks(SpaceImage& image) {
     std::uint32_t rank_count = 0;
-    if (!in_.u64(image.seq) || !in_.u32(rank_count)) return fail("truncated");
+    if (!in_.u32(rank_count)) return fail("truncated");
     for (std::uint32_t i = 0; i < rank_count; ++i) {
       RankImage& r = image.ranks.emplace_back();
       std::uint64_t rank = 0;
@@ -90,7 +101,7 @@ class SnapshotParser {
     return boost::outcome_v2::success();
   }
 
-  Result<void> keys(StateImage& image) {
+  Result<void> keys(SpaceImage& image) {
     std::uint64_t key_count = 0;
     if (!in_.u64(key_count) || key_count > in_.left() / 8) return fail("truncated key count");
     image.keys.reserve(key_count);
@@ -108,13 +119,18 @@ class SnapshotParser {
     return boost::outcome_v2::success();
   }
 
-  Result<void> lifecycle(StateImage& image) {
+  Result<void> clock(StateImage& image) {
     std::uint8_t has_clock = 0;
-    std::uint64_t clock = 0;
-    std::uint32_t n = 0;
-    if (!in_.u8(has_clock) || !in_.u64(clock)) return fail("truncated clock");
+    std::uint64_t ms = 0;
+    if (!in_.u8(has_clock) || !in_.u64(ms)) return fail("truncated clock");
     if (has_clock > 1) return fail("clock flag " + std::to_string(has_clock));
-    if (has_clock) image.clock_ms = static_cast<std::int64_t>(clock);
+    if (has_clock) image.clock_ms = static_cast<std::int64_t>(ms);
+    return boost::outcome_v2::success();
+  }
+
+  // A namespace's draining ids, timed pages and keys, and (version 4 on) its ranks' reclaim marks.
+  Result<void> lifecycle(SpaceImage& image) {
+    std::uint32_t n = 0;
     if (!in_.u32(n) || n > in_.left() / 4) return fail("truncated draining key ids");
     image.draining_ids.resize(n);
     for (std::uint32_t& id : image.draining_ids) in_.u32(id);
@@ -146,6 +162,24 @@ class SnapshotParser {
     return boost::outcome_v2::success();
   }
 
+  // Version 5: the named namespaces, each a space and its lifecycle; an error names the namespace.
+  Result<void> namespaces(StateImage& image) {
+    std::uint32_t n = 0;
+    if (!in_.u32(image.next_namespace_id) || !in_.u32(n)) return fail("truncated namespaces");
+    // One at a time: a damaged count is found out by the bytes, not by reserving for it.
+    for (std::uint32_t i = 0; i < n; ++i) {
+      NamespaceImage& ns = image.namespaces.emplace_back();
+      std::string_view name;
+      if (!in_.u32(ns.id) || !in_.bytes(name)) return fail("truncated namespace");
+      ns.name = name;
+      where_ = "namespace " + ns.name + " (id " + std::to_string(ns.id) + "): ";
+      if (auto r = space(ns.space); !r) return r;
+      if (auto r = lifecycle(ns.space); !r) return r;
+    }
+    where_.clear();
+    return boost::outcome_v2::success();
+  }
+
   Result<void> answers(std::vector<DedupEntry>& dedup) {
     std::uint32_t dedup_count = 0;
     if (!in_.u32(dedup_count)) return fail("truncated dedup count");
@@ -161,13 +195,16 @@ class SnapshotParser {
   Result<DedupEntry> compact_answer() {
     DedupEntry e;
     std::string_view id;
+    std::string_view ns;
     std::uint8_t route = 0;
     std::uint64_t at = 0;
     std::uint32_t pages = 0;
     if (!in_.u64(e.seq) || !in_.u8(route) || !in_.bytes(id) || !in_.u64(e.tag.body_hash) ||
-        !in_.u64(e.tag.body_size) || !in_.u32(e.status) || !in_.u64(at) || !in_.u32(pages)) {
+        !in_.u64(e.tag.body_size) || (version_ >= kSnapshotNamespaceVersion && !in_.bytes(ns)) ||
+        !in_.u32(e.status) || !in_.u64(at) || !in_.u32(pages)) {
       return fail("truncated request-id entry");
     }
+    e.tag.ns = ns;
     const auto named = route_of_wire(route);
     if (!named) {
       return fail("unknown route " + std::to_string(route) + " of request-id entry " + std::to_string(e.seq),
@@ -198,14 +235,16 @@ class SnapshotParser {
   const fs::path& path_;
   Reader in_;
   std::uint32_t version_;
+  std::string where_;  // the namespace being read, in errors
 };
 
-void write_dedup_entry(const DedupEntry& e, std::string& out) {
+void write_dedup_entry(const DedupEntry& e, bool with_ns, std::string& out) {
   put_u64(out, e.seq);
   put_u8(out, wire_number(e.tag.route));
   put_bytes(out, e.tag.id);
   put_u64(out, e.tag.body_hash);
   put_u64(out, e.tag.body_size);
+  if (with_ns) put_bytes(out, e.tag.ns);
   put_u32(out, e.status);
   put_u64(out, static_cast<std::uint64_t>(e.at_ms));
   put_u32(out, static_cast<std::uint32_t>(e.pages.size()));
@@ -290,16 +329,23 @@ class FileWriter {
   std::uint64_t writeback_at_ = 0;
 };
 
+// Named namespaces exist, or existed (the next one's id must survive, apply checks it), or an answer
+// is of one.
+bool has_namespaces(const StateImage& image, const std::vector<DedupEntry>& dedup) {
+  if (!image.namespaces.empty() || image.next_namespace_id != 1) return true;
+  return std::any_of(dedup.begin(), dedup.end(), [](const DedupEntry& e) { return !e.tag.ns.empty(); });
+}
+
 // The oldest version that holds what there is, so that older servers read what they can.
 std::uint32_t version_for(const StateImage& image, const std::vector<DedupEntry>& dedup) {
+  if (has_namespaces(image, dedup)) return kSnapshotNamespaceVersion;
   if (image.has_reclaim_marks()) return kSnapshotReclaimVersion;
   if (!dedup.empty()) return kSnapshotDedupVersion;
   return image.has_lifecycle() ? kSnapshotLifecycleVersion : kFormatVersion;
 }
 
-// Small fields gather in `small` until an array or 64 kB goes out.
-void write_ranks_and_keys(FileWriter& out, std::string& small, const StateImage& image) {
-  put_u64(small, image.seq);
+// A namespace's ranks, keys and free ids. Small fields gather in `small` until an array or 64 kB goes out.
+void write_space(FileWriter& out, std::string& small, const SpaceImage& image) {
   put_u32(small, static_cast<std::uint32_t>(image.ranks.size()));
   for (const RankImage& r : image.ranks) {
     put_u64(small, static_cast<std::uint64_t>(r.rank));
@@ -321,9 +367,13 @@ void write_ranks_and_keys(FileWriter& out, std::string& small, const StateImage&
   out.add_u32s(small, image.free_ids);
 }
 
-void write_lifecycle(FileWriter& out, std::string& small, const StateImage& image, bool marks) {
+void write_clock(std::string& small, const StateImage& image) {
   put_u8(small, image.clock_ms ? 1 : 0);
   put_u64(small, static_cast<std::uint64_t>(image.clock_ms.value_or(0)));
+}
+
+// A namespace's lifecycle section, with its ranks' reclaim marks from version 4 on.
+void write_lifecycle(FileWriter& out, std::string& small, const SpaceImage& image, bool marks) {
   put_u32(small, static_cast<std::uint32_t>(image.draining_ids.size()));
   for (const std::uint32_t id : image.draining_ids) put_u32(small, id);
   put_u32(small, static_cast<std::uint32_t>(image.timed_pages.size()));
@@ -343,6 +393,17 @@ void write_lifecycle(FileWriter& out, std::string& small, const StateImage& imag
   for (const RankImage& r : image.ranks) {
     put_u32(small, static_cast<std::uint32_t>(r.reclaimed.size()));
     out.add_u32s(small, r.reclaimed);
+  }
+}
+
+void write_namespaces(FileWriter& out, std::string& small, const StateImage& image) {
+  put_u32(small, image.next_namespace_id);
+  put_u32(small, static_cast<std::uint32_t>(image.namespaces.size()));
+  for (const NamespaceImage& ns : image.namespaces) {
+    put_u32(small, ns.id);
+    put_bytes(small, ns.name);
+    write_space(out, small, ns.space);
+    write_lifecycle(out, small, ns.space, true);
   }
 }
 
@@ -374,11 +435,16 @@ Result<std::uint64_t> write_snapshot(const fs::path& dir, const StateImage& imag
   const std::uint32_t version = version_for(image, dedup);
   out.add(file_header(kSnapshotMagic, version), false);
   std::string small;
-  write_ranks_and_keys(out, small, image);
-  if (version >= kSnapshotLifecycleVersion) write_lifecycle(out, small, image, version >= kSnapshotReclaimVersion);
+  put_u64(small, image.seq);
+  write_space(out, small, image);
+  if (version >= kSnapshotLifecycleVersion) {
+    write_clock(small, image);
+    write_lifecycle(out, small, image, version >= kSnapshotReclaimVersion);
+  }
+  if (version >= kSnapshotNamespaceVersion) write_namespaces(out, small, image);
   put_u32(small, static_cast<std::uint32_t>(dedup.size()));
   for (const DedupEntry& e : dedup) {
-    write_dedup_entry(e, small);
+    write_dedup_entry(e, version >= kSnapshotNamespaceVersion, small);
     if (small.size() > 65536) out.add_u32s(small, {});
   }
   put_bytes(small, next_journal);

@@ -19,6 +19,13 @@
 // in version 4 (written when a rank has TTL reclaim marks, StateImage::has_reclaim_marks(); else as
 // above) version 3's layout, and after the timed keys, per rank (in the order above): u32 marks, the
 // marked pages (u32 each, ascending);
+// in version 5 (written when named namespaces exist or existed, StateImage::namespaces or
+// next_namespace_id above 1, or an answer is of one; issue 20) version 4's layout for the default
+// namespace, and after its reclaim marks: u32 next namespace id, u32 namespaces, per namespace (by
+// id): u32 id, u32 length, name, its ranks (as above, from u32 ranks), keys and free ids, its
+// draining key ids, timed pages (rank indexes into its own ranks), timed keys and reclaim marks (the
+// clock is the state's, written once above); and in each answer u32 length and the namespace's name
+// (empty: the default) after the body size;
 // then the file name of the journal that follows (u32 length, name); then u32 crc32c of everything
 // after the file header. (With no answer to keep the section is one u32 0 in every version, so such
 // a snapshot is written as version 1 or 2, which older servers read.)
@@ -43,7 +50,9 @@ inline constexpr std::uint32_t kSnapshotLifecycleVersion = 2;
 inline constexpr std::uint32_t kSnapshotDedupVersion = 3;
 // Snapshots that hold the TTL's reclaim marks (RankImage::reclaimed).
 inline constexpr std::uint32_t kSnapshotReclaimVersion = 4;
-inline constexpr std::uint32_t kSnapshotNewestVersion = kSnapshotReclaimVersion;
+// Snapshots that hold named namespaces (StateImage::namespaces) and the answers' namespaces.
+inline constexpr std::uint32_t kSnapshotNamespaceVersion = 5;
+inline constexpr std::uint32_t kSnapshotNewestVersion = kSnapshotNamespaceVersion;
 
 struct LoadedSnapshot {
   StateImage image;

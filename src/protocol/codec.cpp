@@ -57,4 +57,14 @@ std::string request_path(Route route, Rank rank) {
   return path;
 }
 
+std::string request_path(Route route, std::string_view name) {
+  const std::string_view pattern = path_of(route);
+  const auto at = pattern.find(kNameParameter);
+  if (at == std::string_view::npos) return std::string(pattern);
+  std::string path(pattern.substr(0, at));
+  path += name;
+  path += pattern.substr(at + kNameParameter.size());
+  return path;
+}
+
 }  // namespace hf3fs_meta

@@ -4,9 +4,11 @@
 #include "hf3fs_meta/protocol.hpp"
 
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 
+#include "hf3fs_meta/routes.hpp"  // valid_namespace_name
 #include "protocol/codec_support.hpp"
 
 namespace hf3fs_meta::protocol {
@@ -372,6 +374,115 @@ Decoded<StateStats> decode_stats_response(std::string_view body) {
     if (auto error = unsigned_field(json.root(), name, "", stats.*member)) return std::move(*error);
   }
   return stats;
+}
+
+// ---- Namespaces (docs/protocol.md, "Namespaces"): DOM decoders, off the hot path ----
+
+namespace {
+
+// A JSON object's member `name` as a count (a non-negative integer), or the refusal naming it.
+std::optional<DecodeError> count_member(const Value& object, std::string_view name, const std::string& where,
+                                        std::int64_t& out) {
+  const Value* v = find_member(object, name);
+  if (!v || !v->IsInt64() || v->GetInt64() < 0) return refuse(where + std::string(name) + ": expected a count");
+  out = v->GetInt64();
+  return std::nullopt;
+}
+
+// The member "ranks": a list of integers.
+std::optional<DecodeError> rank_list_member(const Value& object, const std::string& where, std::vector<Rank>& out) {
+  const Value* ranks = find_member(object, "ranks");
+  if (!ranks || !ranks->IsArray()) return refuse(where + "ranks: expected a list");
+  out.clear();
+  out.reserve(ranks->Size());
+  for (rapidjson::SizeType i = 0; i < ranks->Size(); ++i) {
+    if (!(*ranks)[i].IsInt64()) return refuse(where + indexed("ranks", i) + ": expected an integer");
+    out.push_back((*ranks)[i].GetInt64());
+  }
+  return std::nullopt;
+}
+
+std::optional<DecodeError> parse_answer_object(ParsedJson& json, std::string_view body) {
+  if (!json.parse(body)) return refuse("answer: not JSON (" + json.error_text() + ")");
+  if (!json.root().IsObject()) return refuse("answer: expected a JSON object");
+  return std::nullopt;
+}
+
+}  // namespace
+
+Decoded<std::vector<NamespaceSummary>> decode_namespaces_response(std::string_view body) {
+  ParsedJson json;
+  if (auto error = parse_answer_object(json, body)) return std::move(*error);
+  const Value* list = find_member(json.root(), "namespaces");
+  if (!list || !list->IsArray()) return refuse("namespaces: expected a list");
+  std::vector<NamespaceSummary> out(list->Size());
+  for (rapidjson::SizeType i = 0; i < list->Size(); ++i) {
+    const Value& item = (*list)[i];
+    const std::string where = indexed("namespaces", i) + ".";
+    if (!item.IsObject()) return refuse(indexed("namespaces", i) + ": expected an object");
+    const Value* name = find_member(item, "name");
+    if (!name || !name->IsString() || !valid_namespace_name(string_of(*name))) {
+      return refuse(where + "name: expected a namespace name");
+    }
+    NamespaceSummary& n = out[i];
+    n.name = string_of(*name);
+    if (auto error = rank_list_member(item, where, n.ranks)) return std::move(*error);
+    std::int64_t keys = 0;
+    if (auto error = count_member(item, "pages", where, n.pages)) return std::move(*error);
+    if (auto error = count_member(item, "keys", where, keys)) return std::move(*error);
+    n.keys = static_cast<std::size_t>(keys);
+  }
+  return out;
+}
+
+Decoded<NamespaceDropOutcome> decode_drop_namespace_response(std::string_view body, std::string_view sent) {
+  ParsedJson json;
+  if (auto error = parse_answer_object(json, body)) return std::move(*error);
+  const Value* name = find_member(json.root(), "namespace");
+  if (!name || !name->IsString()) return refuse("namespace: expected a string");
+  if (string_of(*name) != sent) {
+    return refuse("namespace: the answer names '" + std::string(string_of(*name)) + "', not the namespace sent");
+  }
+  NamespaceDropOutcome out;
+  const Value* dropped = find_member(json.root(), "dropped");
+  if (!dropped || !dropped->IsBool()) return refuse("dropped: expected true or false");
+  out.dropped = dropped->GetBool();
+  std::int64_t ranks = 0, keys_removed = 0;
+  if (auto error = count_member(json.root(), "ranks", "", ranks)) return std::move(*error);
+  if (auto error = count_member(json.root(), "pages", "", out.pages)) return std::move(*error);
+  if (auto error = count_member(json.root(), "keys_removed", "", keys_removed)) return std::move(*error);
+  out.ranks = static_cast<std::size_t>(ranks);
+  out.keys_removed = static_cast<std::size_t>(keys_removed);
+  return out;
+}
+
+Decoded<KeyStatusAnswer> decode_key_status_response(std::string_view body, std::size_t expected) {
+  ParsedJson json;
+  if (auto error = parse_answer_object(json, body)) return std::move(*error);
+  KeyStatusAnswer out;
+  std::int64_t ranks_initialized = 0;
+  if (auto error = count_member(json.root(), "ranks_initialized", "", ranks_initialized)) return std::move(*error);
+  out.ranks_initialized = static_cast<std::size_t>(ranks_initialized);
+  const Value* list = find_member(json.root(), "status");
+  if (!list || !list->IsArray()) return refuse("status: expected a list");
+  if (list->Size() != expected) {
+    return refuse("status: expected " + std::to_string(expected) + " entries (one per key sent), got " +
+                  std::to_string(list->Size()));
+  }
+  out.status.resize(expected);
+  for (rapidjson::SizeType i = 0; i < list->Size(); ++i) {
+    const Value& item = (*list)[i];
+    if (item.IsNull()) continue;
+    const std::string where = indexed("status", i) + ".";
+    if (!item.IsObject()) return refuse(indexed("status", i) + ": expected an object or null");
+    KeyStatus& k = out.status[i].emplace();
+    if (auto error = rank_list_member(item, where, k.ranks)) return std::move(*error);
+    if (auto error = count_member(item, "tp_world_size", where, k.tp_world_size)) return std::move(*error);
+    const Value* complete = find_member(item, "complete");
+    if (!complete || !complete->IsBool()) return refuse(where + "complete: expected true or false");
+    k.complete = complete->GetBool();
+  }
+  return out;
 }
 
 }  // namespace hf3fs_meta::protocol

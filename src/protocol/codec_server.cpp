@@ -518,6 +518,66 @@ std::string encode_get_locations_response(std::span<const std::optional<Page>> l
   return out;
 }
 
+// ---- Namespaces (docs/protocol.md, "Namespaces"): not on a hot path ----
+
+std::string encode_namespaces_response(std::span<const NamespaceSummary> namespaces) {
+  std::string out = "{\"namespaces\":[";
+  for (std::size_t i = 0; i < namespaces.size(); ++i) {
+    const NamespaceSummary& n = namespaces[i];
+    out += i == 0 ? "{\"name\":" : ",{\"name\":";
+    append_json_string(out, n.name);
+    out += ",\"ranks\":[";
+    for (std::size_t r = 0; r < n.ranks.size(); ++r) {
+      if (r) out += ',';
+      append_int(out, n.ranks[r]);
+    }
+    out += "],\"pages\":";
+    append_int(out, n.pages);
+    out += ",\"keys\":";
+    append_int(out, static_cast<std::int64_t>(n.keys));
+    out += '}';
+  }
+  out += "]}";
+  return out;
+}
+
+std::string encode_drop_namespace_response(std::string_view name, const NamespaceDropOutcome& outcome) {
+  std::string out = "{\"namespace\":";
+  append_json_string(out, name);
+  out += outcome.dropped ? ",\"dropped\":true,\"ranks\":" : ",\"dropped\":false,\"ranks\":";
+  append_int(out, static_cast<std::int64_t>(outcome.ranks));
+  out += ",\"pages\":";
+  append_int(out, outcome.pages);
+  out += ",\"keys_removed\":";
+  append_int(out, static_cast<std::int64_t>(outcome.keys_removed));
+  out += '}';
+  return out;
+}
+
+std::string encode_key_status_response(std::size_t ranks_initialized, std::span<const std::optional<KeyInfo>> status) {
+  std::string out = "{\"ranks_initialized\":";
+  append_int(out, static_cast<std::int64_t>(ranks_initialized));
+  out += ",\"status\":[";
+  for (std::size_t i = 0; i < status.size(); ++i) {
+    if (i) out += ',';
+    if (!status[i]) {
+      out += "null";
+      continue;
+    }
+    out += "{\"ranks\":[";
+    const auto& pages = status[i]->pages;
+    for (std::size_t r = 0; r < pages.size(); ++r) {
+      if (r) out += ',';
+      append_int(out, pages[r].first);
+    }
+    out += "],\"tp_world_size\":";
+    append_int(out, status[i]->tp_world_size);
+    out += status[i]->complete ? ",\"complete\":true}" : ",\"complete\":false}";
+  }
+  out += "]}";
+  return out;
+}
+
 std::string encode_path_rank_validation_error(std::string_view input) {
   std::string out =
       "{\"detail\":[{\"type\":\"int_parsing\",\"loc\":[\"path\",\"rank\"],"

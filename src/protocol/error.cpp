@@ -159,6 +159,9 @@ std::string_view to_string(Operation op) noexcept {
     case Operation::raw: return "raw";
     case Operation::delete_keys: return "delete_keys";
     case Operation::stats: return "stats";
+    case Operation::namespaces: return "namespaces";
+    case Operation::drop_namespace: return "drop_namespace";
+    case Operation::key_status: return "key_status";
   }
   return "unknown";
 }

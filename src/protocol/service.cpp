@@ -12,6 +12,7 @@
 
 #include "hf3fs_meta/protocol_server.hpp"
 #include "internal/field_text.hpp"
+#include "internal/namespace_name.hpp"
 #include "internal/utf8.hpp"
 
 namespace hf3fs_meta {
@@ -63,25 +64,26 @@ std::string sanitize_utf8(std::string_view text) {
   return out;
 }
 
-// Whether a decoded path names an endpoint's pattern; the {rank} segment is any non-empty text
-// without '/' (Starlette's {rank} pattern: validating it is the endpoint's job, hence 422 not 404).
-bool matches(std::string_view pattern, std::string_view path, std::size_t& rank_at, std::size_t& rank_size) {
-  const auto at = pattern.find(kRankParameter);
+// Whether a decoded path names an endpoint's pattern; the pattern's one parameter ({rank} or {name})
+// is any non-empty segment without '/' (Starlette's str convertor: validating it is the endpoint's
+// job, hence 422 or 400 rather than 404).
+bool matches(std::string_view pattern, std::string_view path, std::size_t& param_at, std::size_t& param_size) {
+  const auto at = pattern.find('{');
   if (at == std::string_view::npos) return path == pattern;
   const std::string_view head = pattern.substr(0, at);
-  const std::string_view tail = pattern.substr(at + kRankParameter.size());
+  const std::string_view tail = pattern.substr(pattern.find('}', at) + 1);
   if (path.size() <= head.size() + tail.size() || !path.starts_with(head) || !path.ends_with(tail)) return false;
   const std::size_t size = path.size() - head.size() - tail.size();
   if (path.substr(head.size(), size).find('/') != std::string_view::npos) return false;
-  rank_at = head.size();
-  rank_size = size;
+  param_at = head.size();
+  param_size = size;
   return true;
 }
 
 // The endpoint a decoded path names, by path alone.
-const RouteInfo* match_path(std::string_view path, std::size_t& rank_at, std::size_t& rank_size) {
+const RouteInfo* match_path(std::string_view path, std::size_t& param_at, std::size_t& param_size) {
   for (const auto& row : kRoutes) {
-    if (row.is_endpoint() && matches(row.name, path, rank_at, rank_size)) return &row;
+    if (row.is_endpoint() && matches(row.name, path, param_at, param_size)) return &row;
   }
   return nullptr;
 }
@@ -177,10 +179,10 @@ void Service::route(std::string_view method, std::string_view target, RoutedTarg
   } else {
     out.decoded.clear();
   }
-  out.rank_at = out.rank_size = 0;
+  out.param_at = out.param_size = 0;
   out.endpoint = Route::not_found;
   const std::string_view path = out.path();
-  if (const RouteInfo* row = match_path(path, out.rank_at, out.rank_size)) {
+  if (const RouteInfo* row = match_path(path, out.param_at, out.param_size)) {
     out.endpoint = row->route;
     out.route = method == row->method ? row->route : Route::method_not_allowed;
     return;
@@ -200,12 +202,14 @@ RoutedTarget Service::route(std::string_view method, std::string_view target) {
   return out;
 }
 
-ServiceAnswer Service::handle(std::string_view method, std::string_view target, std::string_view body) {
-  return handle(route(method, target), body);
+ServiceAnswer Service::handle(std::string_view method, std::string_view target, std::string_view body,
+                              std::string_view ns_name) {
+  return handle(route(method, target), body, ns_name);
 }
 
-ServiceAnswer Service::handle(const RoutedTarget& target, std::string_view body) {
+ServiceAnswer Service::handle(const RoutedTarget& target, std::string_view body, std::string_view ns_name) {
   const Route route = target.route;
+  const NamespaceRef ns{ns_name};
   switch (route) {
     case Route::not_found: return detail_answer(404, "Not Found");
     case Route::method_not_allowed: {
@@ -224,8 +228,11 @@ ServiceAnswer Service::handle(const RoutedTarget& target, std::string_view body)
       return a;
     }
     case Route::clear:
-      state_.clear();
+      state_.clear(ns);
       return no_content();
+    case Route::namespaces:
+    case Route::drop_namespace:
+    case Route::key_status: return handle_namespaces(target, body, ns);
 
     case Route::initialize: {
       const std::string_view segment = target.rank_segment();
@@ -238,7 +245,7 @@ ServiceAnswer Service::handle(const RoutedTarget& target, std::string_view body)
         return json_answer(200, protocol::encode_message("Scheduler role does not require initialization"));
       }
       const std::int64_t num_pages = request.value().num_pages;
-      auto result = state_.initialize(*rank, num_pages, Role::worker);
+      auto result = state_.initialize(ns, *rank, num_pages, Role::worker);
       if (!result) return state_error_answer(route, *rank, result.error());
       // The requested count, even when the rank existed with another: vLLM's reply.
       ServiceAnswer a = json_answer(200, protocol::encode_message("Rank " + std::to_string(*rank) +
@@ -253,7 +260,7 @@ ServiceAnswer Service::handle(const RoutedTarget& target, std::string_view body)
       const std::string_view segment = target.rank_segment();
       const auto rank = protocol::parse_path_rank(segment);
       if (!rank) return json_answer(422, protocol::encode_path_rank_validation_error(sanitize_utf8(segment)));
-      return json_answer(200, protocol::encode_drop_response(*rank, state_.drop_rank(*rank)));
+      return json_answer(200, protocol::encode_drop_response(*rank, state_.drop_rank(ns, *rank)));
     }
 
     case Route::batch_allocate: {
@@ -265,7 +272,7 @@ ServiceAnswer Service::handle(const RoutedTarget& target, std::string_view body)
       const auto prefix = [&](std::size_t i) { return std::pair{i, std::string_view(r.keys[i].prefix_key)}; };
       if (auto refused = long_key(limit, r.keys.size(), "keys", "[0]", key)) return std::move(*refused);
       if (auto refused = long_key(limit, r.keys.size(), "keys", "[1]", prefix)) return std::move(*refused);
-      auto pages = state_.allocate(r.rank, r.keys);
+      auto pages = state_.allocate(ns, r.rank, r.keys);
       if (!pages) return state_error_answer(route, r.rank, pages.error());
       ServiceAnswer a = json_answer(200, protocol::encode_allocate_response(r.rank, r.keys, pages.value()));
       a.pages = std::move(pages).value();
@@ -287,7 +294,7 @@ ServiceAnswer Service::handle(const RoutedTarget& target, std::string_view body)
       if (auto refused = long_key(limit, r.release_keys.size(), "pages_to_release", "[0]", released)) {
         return std::move(*refused);
       }
-      auto outcome = state_.confirm_write(r.rank, r.confirmations, r.pages_to_release, r.release_keys);
+      auto outcome = state_.confirm_write(ns, r.rank, r.confirmations, r.pages_to_release, r.release_keys);
       if (!outcome) return state_error_answer(route, r.rank, outcome.error());
       return no_content();
     }
@@ -297,7 +304,7 @@ ServiceAnswer Service::handle(const RoutedTarget& target, std::string_view body)
       if (auto error = protocol::decode_batch_exists_request(body, r)) return detail_answer(400, error->message);
       const std::span<const std::string_view> keys = r.keys;
       if (auto refused = long_key(state_.options().max_key_bytes, keys)) return std::move(*refused);
-      return json_answer(200, protocol::encode_batch_exists_response(state_.batch_exists(keys)));
+      return json_answer(200, protocol::encode_batch_exists_response(state_.batch_exists(ns, keys)));
     }
 
     case Route::delete_keys: {
@@ -305,20 +312,51 @@ ServiceAnswer Service::handle(const RoutedTarget& target, std::string_view body)
       if (auto error = protocol::decode_delete_keys_request(body, r)) return detail_answer(400, error->message);
       const std::span<const std::string_view> keys = r.keys;
       if (auto refused = long_key(state_.options().max_key_bytes, keys)) return std::move(*refused);
-      return json_answer(200, protocol::encode_delete_keys_response(state_.delete_keys(keys)));
+      return json_answer(200, protocol::encode_delete_keys_response(state_.delete_keys(ns, keys)));
     }
 
-    case Route::stats: return json_answer(200, protocol::encode_stats_response(state_.stats()));
+    case Route::stats: return json_answer(200, protocol::encode_stats_response(state_.stats(ns)));
 
     case Route::get_locations: {
       protocol::KeyListRequest& r = key_list_scratch();
       if (auto error = protocol::decode_get_locations_request(body, r)) return detail_answer(400, error->message);
       const std::span<const std::string_view> keys = r.keys;
       if (auto refused = long_key(state_.options().max_key_bytes, keys)) return std::move(*refused);
-      auto locations = state_.get_locations(r.rank, keys);
+      auto locations = state_.get_locations(ns, r.rank, keys);
       if (!locations) return state_error_answer(route, r.rank, locations.error());
       return json_answer(200, protocol::encode_get_locations_response(locations.value()));
     }
+  }
+  return detail_answer(404, "Not Found");
+}
+
+// The namespaces' own routes (extensions; docs/protocol.md, "Namespaces").
+ServiceAnswer Service::handle_namespaces(const RoutedTarget& target, std::string_view body, NamespaceRef ns) {
+  switch (target.route) {
+    case Route::namespaces: {
+      const std::vector<NamespaceSummary> all = state_.namespaces();
+      return json_answer(200, protocol::encode_namespaces_response(all));
+    }
+    case Route::drop_namespace: {
+      // Our extension: a bad name is 400 (not pydantic's 422), and the segment is never echoed.
+      const std::string_view name = target.name_segment();
+      if (!valid_namespace_name(name)) {
+        return detail_answer(400, "the namespace in the path must be " + std::string(internal::kNamespaceRule));
+      }
+      auto outcome = state_.drop_namespace(name);  // the default one: refused, naming POST /clear
+      if (!outcome) return detail_answer(400, outcome.error().message);
+      return json_answer(200, protocol::encode_drop_namespace_response(name, outcome.value()));
+    }
+    case Route::key_status: {
+      protocol::KeyListRequest& r = key_list_scratch();
+      if (auto error = protocol::decode_key_status_request(body, r)) return detail_answer(400, error->message);
+      const std::span<const std::string_view> keys = r.keys;
+      if (auto refused = long_key(state_.options().max_key_bytes, keys)) return std::move(*refused);
+      std::size_t ranks = 0;  // at the statuses' instant (one lock)
+      const std::vector<std::optional<KeyInfo>> status = state_.key_status(ns, keys, &ranks);
+      return json_answer(200, protocol::encode_key_status_response(ranks, status));
+    }
+    default: break;
   }
   return detail_answer(404, "Not Found");
 }

@@ -42,7 +42,7 @@ void copy_rank(const RankData& r, PreparedRank& p, RankImage& ri) {
 }
 
 // The allocated pages' key hashes, in page order, out of the copies.
-void fill_allocated_for(StateImage& image, const std::vector<PreparedRank>& prepared,
+void fill_allocated_for(SpaceImage& image, const std::vector<PreparedRank>& prepared,
                         const std::vector<std::uint32_t>& slot_of_image) {
   for (std::size_t i = 0; i < image.ranks.size(); ++i) {
     RankImage& ri = image.ranks[i];
@@ -55,7 +55,7 @@ void fill_allocated_for(StateImage& image, const std::vector<PreparedRank>& prep
 }
 
 // import: the ids the image says are free and draining, checked.
-StateResult<void> mark_ids(const StateImage& image, std::vector<bool>& free_id, std::vector<bool>& draining) {
+StateResult<void> mark_ids(const SpaceImage& image, std::vector<bool>& free_id, std::vector<bool>& draining) {
   const std::size_t key_count = image.keys.size();
   free_id.assign(key_count, false);
   for (const std::uint32_t id : image.free_ids) {
@@ -72,39 +72,138 @@ StateResult<void> mark_ids(const StateImage& image, std::vector<bool>& free_id, 
 
 }  // namespace
 
+// One namespace's part of an export: its image, its ranks' copies, and what the instant saw of it.
+struct MetadataState::Core::ExportedSpace {
+  std::uint32_t id = 0;
+  SpaceImage* image = nullptr;
+  std::vector<PreparedRank> prepared;        // by slot
+  std::vector<std::uint32_t> slot_of_image;  // the slot each image rank was copied from
+  std::uint64_t epoch = 0;
+};
+
 // Writers wait only while the page tables are copied, into memory sized and touched before the
 // instant (a fresh page's first touch is a fault, costly in a VM); the pages' key hashes are picked
 // out of their copy afterwards. The names are copied after the instant, a chunk at a time, unless a
-// key id was freed meanwhile (its name may be another key's by then): then the export starts over;
-// the third attempt copies the names under the lock too, so that a state freeing ids all the time
-// cannot starve it.
+// key id was freed meanwhile (its name may be another key's by then), its namespace went or the
+// state was imported: then the export starts over; the third attempt copies the names under the
+// lock too, so that a state freeing ids all the time cannot starve it. Every namespace is copied at
+// the one instant.
 StateImage MetadataState::export_image(const std::function<void(std::uint64_t seq)>& at_instant) const {
   for (int attempt = 1;; ++attempt) {
     const bool names_under_lock = attempt >= 3;
     StateImage image;
-    std::vector<PreparedRank> prepared;  // by slot
-    impl_->prepare_export(image, prepared);
-    std::vector<std::uint32_t> slot_of_image;  // the slot each image rank was copied from
-    const std::uint64_t epoch = impl_->copy_at_instant(image, prepared, slot_of_image, names_under_lock, at_instant);
-    fill_allocated_for(image, prepared, slot_of_image);
-    if (names_under_lock || impl_->copy_names_after(image, epoch)) return image;
+    std::vector<Core::ExportedSpace> parts;
+    core_->prepare_export(image, parts);
+    const std::uint64_t imports = core_->copy_at_instant(image, parts, names_under_lock, at_instant);
+    for (Core::ExportedSpace& part : parts) fill_allocated_for(*part.image, part.prepared, part.slot_of_image);
+    if (names_under_lock || core_->copy_names_after(parts, imports)) return image;
   }
 }
 
-// Sizes the image's arrays, under the shared lock, and touches them outside it.
-void MetadataState::Impl::prepare_export(StateImage& image, std::vector<PreparedRank>& prepared) const {
-  std::uint32_t key_count = 0;
+// Sizes the image's arrays, under the shared lock, and touches them outside it. A namespace created
+// after this is sized at the instant.
+void MetadataState::Core::prepare_export(StateImage& image, std::vector<ExportedSpace>& parts) const {
+  std::vector<std::uint32_t> key_counts;
   {
     std::shared_lock lock(mutex);
-    prepared.resize(ranks.size());
-    for (std::size_t slot = 0; slot < ranks.size(); ++slot) {
-      if (!ranks[slot]) continue;
-      prepared[slot].num_pages = ranks[slot]->num_pages;
-      if (ranks[slot]->allocated != 0) prepared[slot].hashes.resize(prepared[slot].num_pages);
+    image.namespaces.reserve(by_name.size());
+    parts.reserve(by_name.size() + 1);
+    key_counts.reserve(by_name.size() + 1);
+    for (const auto& [id, space] : spaces) {
+      ExportedSpace& part = parts.emplace_back();
+      part.id = space->id;
+      if (space->id == 0) {
+        part.image = &image;
+      } else {
+        NamespaceImage& n = image.namespaces.emplace_back();
+        n.id = space->id;
+        n.name = space->name;
+        part.image = &n.space;
+      }
+      key_counts.push_back(space->size_export(part.prepared));
     }
-    image.ranks.reserve(rank_slots.size());
-    key_count = static_cast<std::uint32_t>(keys.size());
   }
+  for (std::size_t i = 0; i < parts.size(); ++i) Impl::touch_export(*parts[i].image, parts[i].prepared, key_counts[i]);
+}
+
+// The instant, under the exclusive lock: every namespace's ranks, ids and lifecycle; the names too
+// with `names_under_lock`. Returns the import count of the instant.
+std::uint64_t MetadataState::Core::copy_at_instant(StateImage& image, std::vector<ExportedSpace>& parts,
+                                                   bool names_under_lock,
+                                                   const std::function<void(std::uint64_t)>& at_instant) const {
+  std::unique_lock lock(mutex);
+  image.seq = seq;
+  image.next_namespace_id = next_id();
+  if (ttl_ms > 0) image.clock_ms = recorded_now;
+  // The namespaces of the instant, in id order, as prepared where they were (dropped ones go).
+  std::vector<ExportedSpace> current;
+  std::vector<NamespaceImage> named;
+  current.reserve(parts.size());
+  std::size_t p = 0;
+  for (const auto& [id, space] : spaces) {
+    while (p < parts.size() && parts[p].id < space->id) ++p;
+    if (p < parts.size() && parts[p].id == space->id) {
+      current.push_back(std::move(parts[p]));
+    } else {
+      current.emplace_back().id = space->id;
+    }
+  }
+  for (const ExportedSpace& part : current) {
+    if (part.id == 0) continue;
+    NamespaceImage& n = named.emplace_back();
+    n.id = part.id;
+    n.name = space(part.id)->name;
+    if (part.image) n.space = std::move(*part.image);
+  }
+  image.namespaces = std::move(named);
+  std::size_t next_named = 0;
+  for (ExportedSpace& part : current) {
+    part.image = part.id == 0 ? static_cast<SpaceImage*>(&image) : &image.namespaces[next_named++].space;
+    part.epoch = space(part.id)->copy_at_instant(*part.image, part.prepared, part.slot_of_image, names_under_lock);
+  }
+  parts = std::move(current);
+  if (at_instant) at_instant(image.seq);
+  return imports;
+}
+
+// After the instant, a chunk at a time under the shared lock: false if, since the instant, a key id
+// was freed in a namespace, a namespace was dropped or the state was imported (the export starts over).
+// An id free at the instant is left empty: a key created since may have taken it (taking a free id
+// bumps no epoch), and that name is not the instant's (import_image refuses a free id with a name:
+// "free key id N has a key").
+bool MetadataState::Core::copy_names_after(std::vector<ExportedSpace>& parts, std::uint64_t instant_imports) const {
+  std::vector<bool> free_at_instant;
+  for (ExportedSpace& part : parts) {
+    const auto key_count = static_cast<std::uint32_t>(part.image->keys.size());
+    free_at_instant.assign(key_count, false);
+    for (const std::uint32_t id : part.image->free_ids) {
+      if (id < key_count) free_at_instant[id] = true;
+    }
+    for (std::uint32_t begin = 0; begin < key_count; begin += kKeysPerChunk) {
+      std::shared_lock lock(mutex);
+      const Impl* space = this->space(part.id);
+      if (imports != instant_imports || !space || space->epoch != part.epoch) return false;
+      space->copy_names(*part.image, begin, std::min(key_count, begin + kKeysPerChunk), &free_at_instant);
+    }
+  }
+  return true;
+}
+
+// One namespace's ranks' copies sized (under the shared lock); returns its key count.
+std::uint32_t MetadataState::Impl::size_export(std::vector<PreparedRank>& prepared) const {
+  prepared.resize(ranks.size());
+  for (std::size_t slot = 0; slot < ranks.size(); ++slot) {
+    if (!ranks[slot]) continue;
+    prepared[slot].num_pages = ranks[slot]->num_pages;
+    if (ranks[slot]->allocated != 0) prepared[slot].hashes.resize(prepared[slot].num_pages);
+  }
+  return static_cast<std::uint32_t>(keys.size());
+}
+
+// One namespace's image arrays sized and touched, outside the lock.
+void MetadataState::Impl::touch_export(SpaceImage& image, const std::vector<PreparedRank>& prepared,
+                                       std::uint32_t key_count) {
+  image.ranks.reserve(prepared.size());
   image.keys.reserve(key_count + key_count / 8 + 1024);  // room for the keys created until the instant
   image.keys.resize(key_count);
   for (const PreparedRank& p : prepared) {
@@ -115,13 +214,11 @@ void MetadataState::Impl::prepare_export(StateImage& image, std::vector<Prepared
   }
 }
 
-// The instant, under the exclusive lock: everything but the names (unless `names_under_lock`).
-// Returns the epoch of the instant.
-std::uint64_t MetadataState::Impl::copy_at_instant(StateImage& image, std::vector<PreparedRank>& prepared,
-                                                   std::vector<std::uint32_t>& slot_of_image, bool names_under_lock,
-                                                   const std::function<void(std::uint64_t)>& at_instant) const {
-  std::unique_lock lock(mutex);
-  image.seq = seq;
+// One namespace at the instant, under the exclusive lock: everything but the names (unless
+// `names_under_lock`). Returns its epoch of the instant.
+std::uint64_t MetadataState::Impl::copy_at_instant(SpaceImage& image, std::vector<PreparedRank>& prepared,
+                                                   std::vector<std::uint32_t>& slot_of_image,
+                                                   bool names_under_lock) const {
   std::size_t next = 0;  // the image rank to fill
   std::vector<std::uint32_t> index_of_slot(ranks.size(), kNone);  // for the lifecycle's part
   slot_of_image.reserve(ranks.size());
@@ -140,12 +237,11 @@ std::uint64_t MetadataState::Impl::copy_at_instant(StateImage& image, std::vecto
   export_lifecycle(index_of_slot, image);
   image.keys.resize(keys.size());
   if (names_under_lock) copy_names(image, 0, static_cast<std::uint32_t>(image.keys.size()), nullptr);
-  if (at_instant) at_instant(image.seq);
   return epoch;
 }
 
 // `skip`: ids left empty (free at the instant).
-void MetadataState::Impl::copy_names(StateImage& image, std::uint32_t begin, std::uint32_t end,
+void MetadataState::Impl::copy_names(SpaceImage& image, std::uint32_t begin, std::uint32_t end,
                                      const std::vector<bool>* skip) const {
   for (std::uint32_t id = begin; id < end; ++id) {
     if (skip && (*skip)[id]) continue;
@@ -154,27 +250,9 @@ void MetadataState::Impl::copy_names(StateImage& image, std::uint32_t begin, std
   }
 }
 
-// After the instant, a chunk at a time under the shared lock: false if a key id was freed since the
-// instant's `epoch` (the export starts over). An id free at the instant is left empty: a key created
-// since may have taken it (taking a free id bumps no epoch), and that name is not the instant's
-// (import_image refuses a free id with a name: "free key id N has a key").
-bool MetadataState::Impl::copy_names_after(StateImage& image, std::uint64_t instant_epoch) const {
-  const auto key_count = static_cast<std::uint32_t>(image.keys.size());
-  std::vector<bool> free_at_instant(key_count, false);
-  for (const std::uint32_t id : image.free_ids) {
-    if (id < key_count) free_at_instant[id] = true;
-  }
-  for (std::uint32_t begin = 0; begin < key_count; begin += kKeysPerChunk) {
-    std::shared_lock lock(mutex);
-    if (epoch != instant_epoch) return false;
-    copy_names(image, begin, std::min(key_count, begin + kKeysPerChunk), &free_at_instant);
-  }
-  return true;
-}
-
-// The lifecycle's part of an image (StateImage): what is current of the timed events, in their
+// The lifecycle's part of a namespace's image (SpaceImage): what is current of the timed events, in their
 // order, and the draining keys. Under the lock.
-void MetadataState::Impl::export_lifecycle(const std::vector<std::uint32_t>& index_of_slot, StateImage& image) const {
+void MetadataState::Impl::export_lifecycle(const std::vector<std::uint32_t>& index_of_slot, SpaceImage& image) const {
   for (std::uint32_t id = life.leases.head; id != kNone; id = keys[id].lease_next) {
     if (!keys[id].live) image.draining_ids.push_back(id);
   }
@@ -189,52 +267,104 @@ void MetadataState::Impl::export_lifecycle(const std::vector<std::uint32_t>& ind
     const KeyRecord& k = keys[e.id];
     if (k.live && !k.complete() && k.incomplete_stamp == e.stamp) image.timed_keys.push_back(TimedKeyImage{e.at, e.id});
   }
-  if (ttl_ms > 0) image.clock_ms = recorded_now;
 }
 
+// Built on a core of its own (the live one is left alone until every namespace is checked), then
+// swapped in under the lock: the default namespace keeps its object, the named ones are new.
 StateResult<void> MetadataState::import_image(StateImage image) {
-  Impl next(impl_->options);
-  if (image.keys.size() > kKeyIdLimit) return bad_image("too many keys");
-  std::vector<bool> free_id;
-  std::vector<bool> draining;
-  if (auto marked = mark_ids(image, free_id, draining); !marked) return marked;
-  const std::size_t live = next.import_keys(image, free_id, draining);
-#if defined(__GLIBC__)
-  // The image's names were heap blocks, freed one by one as the records took them: tens of megabytes
-  // of resident free heap, which the ranks' arrays made next would take (a free pool and the
-  // allocated pages' hashes, 8 bytes a page, mostly never written), holding them resident (26 MB more
-  // after recovering 1,000,000 keys of 32 bytes on 8 ranks of 1,000,000 pages). Handed back first,
-  // those arrays' pages stay unmapped until written, as on a fresh heap.
-  malloc_trim(0);
-#endif
-  if (auto imported = next.import_ranks(image); !imported) return imported;
-  if (auto imported = next.import_pages(image, free_id, draining); !imported) return imported;
-  if (auto imported = next.import_pools(image); !imported) return imported;
+  Core next(core_->options);
   // The clock: the one the image's last change was recorded at, or, without one, now.
   if (image.clock_ms) {
     next.now = *image.clock_ms;
     next.recorded_now = image.clock_ms;
   } else if (next.lifecycle) {
-    next.now = next.read_clock();
+    next.now = next.default_space->read_clock();
   }
-  if (auto entered = next.enter_keys(free_id, draining, live); !entered) return entered;
-  next.keys.free_ids = std::move(image.free_ids);
-  if (auto timed = next.import_timed(image, draining); !timed) return timed;
+  if (auto imported = next.default_space->import_space(image); !imported) return imported;
+  if (auto imported = next.import_namespaces(image); !imported) return imported;
+  // The live core's namespaces, built before the lock (nothing of the core is touched).
+  decltype(Core::spaces) fresh;
+  decltype(Core::by_name) by_name;
+  by_name.reserve(next.by_name.size());
+  for (const auto& [id, space] : next.spaces) {
+    if (id == 0) continue;
+    auto& slot = fresh[id];
+    slot = std::make_unique<Impl>(*core_, id, space->name);
+    by_name.emplace(space->name, slot.get());
+  }
   {
-    std::unique_lock lock(impl_->mutex);
-    impl_->swap_contents(next);  // `next` takes the old contents, freed after the lock
-    impl_->now = next.now;
-    impl_->recorded_now = next.recorded_now;
-    impl_->stamps = std::max(impl_->stamps, next.stamps);  // stamps stay unique
-    ++impl_->epoch;
-    impl_->seq = image.seq;
+    std::unique_lock lock(core_->mutex);
+    for (const auto& [id, space] : next.spaces) {
+      // `next` takes the old contents of the default namespace, freed after the lock.
+      (id == 0 ? *core_->default_space : *fresh[id]).swap_contents(*space);
+    }
+    fresh[0] = std::move(core_->spaces[0]);
+    core_->spaces.swap(fresh);  // `fresh` takes the old named namespaces, freed after the lock
+    core_->next_space_id = next.next_space_id;
+    core_->by_name.swap(by_name);
+    core_->now = next.now;
+    core_->recorded_now = next.recorded_now;
+    core_->stamps = std::max(core_->stamps, next.stamps);  // stamps stay unique
+    ++core_->default_space->epoch;
+    ++core_->imports;
+    core_->seq = image.seq;
   }
   return boost::outcome_v2::success();
 }
 
+// The image's named namespaces, checked (ids ascending below next_namespace_id, names unique and
+// not the default's, within --max-namespaces), each into a new namespace of this core.
+StateResult<void> MetadataState::Core::import_namespaces(StateImage& image) {
+  if (image.next_namespace_id == 0) return bad_image("next namespace id 0");
+  if (static_cast<std::int64_t>(image.namespaces.size()) + 1 > options.max_namespaces) {
+    return make_error(StateErrc::invalid_argument,
+                      "the image is beyond this state's limits: " + std::to_string(image.namespaces.size() + 1) +
+                          " namespaces, above the maximum " + std::to_string(options.max_namespaces),
+                      0);
+  }
+  std::uint32_t last = 0;
+  for (NamespaceImage& n : image.namespaces) {
+    if (n.id <= last || n.id >= image.next_namespace_id) return bad_image("namespace id " + std::to_string(n.id));
+    if (!valid_namespace_name(n.name) || n.name == kDefaultNamespace || find(NamespaceRef{n.name})) {
+      return bad_image("namespace " + n.name + " (id " + std::to_string(n.id) + ")");
+    }
+    last = n.id;
+    if (auto imported = add_space(n.id, n.name).import_space(n.space); !imported) {
+      return make_error(StateErrc::invalid_argument, "namespace " + n.name + ": " + imported.error().message,
+                        imported.error().rank);
+    }
+  }
+  next_space_id = std::max(next_space_id, image.next_namespace_id);
+  return boost::outcome_v2::success();
+}
+
+// One namespace's image into this (empty) namespace; the core's clock is set.
+StateResult<void> MetadataState::Impl::import_space(SpaceImage& image) {
+  if (image.keys.size() > kKeyIdLimit) return bad_image("too many keys");
+  std::vector<bool> free_id;
+  std::vector<bool> draining;
+  if (auto marked = mark_ids(image, free_id, draining); !marked) return marked;
+  const std::size_t live = import_keys(image, free_id, draining);
+#if defined(__GLIBC__)
+  // The image's names were heap blocks, freed one by one as the records took them: tens of megabytes
+  // of resident free heap, which the ranks' arrays made next would take (a free pool and the
+  // allocated pages' hashes, 8 bytes a page, mostly never written), holding them resident (26 MB more
+  // after recovering 1,000,000 keys of 32 bytes on 8 ranks of 1,000,000 pages). Handed back first,
+  // those arrays' pages stay unmapped until written, as on a fresh heap. Per namespace, before its
+  // ranks' arrays; a namespace without keys freed no names.
+  if (!image.keys.empty()) malloc_trim(0);
+#endif
+  if (auto imported = import_ranks(image); !imported) return imported;
+  if (auto imported = import_pages(image, free_id, draining); !imported) return imported;
+  if (auto imported = import_pools(image); !imported) return imported;
+  if (auto entered = enter_keys(free_id, draining, live); !entered) return entered;
+  keys.free_ids = std::move(image.free_ids);
+  return import_timed(image, draining);
+}
+
 // The image's keys into records (names moved out of the image as they go). Returns the keys to
 // enter in the key table (neither free nor draining).
-std::size_t MetadataState::Impl::import_keys(StateImage& image, const std::vector<bool>& free_id,
+std::size_t MetadataState::Impl::import_keys(SpaceImage& image, const std::vector<bool>& free_id,
                                              const std::vector<bool>& draining) {
   const std::size_t rank_count = image.ranks.size();
   constexpr std::size_t kReservedPagesLimit = 64;  // a TP group larger than this is not expected
@@ -267,7 +397,7 @@ std::size_t MetadataState::Impl::import_keys(StateImage& image, const std::vecto
 }
 
 // The ranks, their page tables moved in; their pools are written by import_pools.
-StateResult<void> MetadataState::Impl::import_ranks(StateImage& image) {
+StateResult<void> MetadataState::Impl::import_ranks(SpaceImage& image) {
   for (auto& ri : image.ranks) {
     const std::string rank_text = "rank " + std::to_string(ri.rank);
     if (slot_of(ri.rank) != kNone) return bad_image(rank_text + " twice");
@@ -297,7 +427,7 @@ StateResult<void> MetadataState::Impl::import_ranks(StateImage& image) {
 // workers, hold a key at the same page number, so its record is read once for all of them, not in
 // one pass over every record per rank (measured in the commit). With the ranks sorted largest
 // first, those that have a page number are a prefix.
-StateResult<void> MetadataState::Impl::import_pages(const StateImage& image, const std::vector<bool>& free_id,
+StateResult<void> MetadataState::Impl::import_pages(const SpaceImage& image, const std::vector<bool>& free_id,
                                                     const std::vector<bool>& draining) {
   const std::size_t key_count = image.keys.size();
   std::vector<std::uint32_t> by_size(ranks.size());
@@ -336,7 +466,7 @@ StateResult<void> MetadataState::Impl::import_pages(const StateImage& image, con
 }
 
 // Each rank's free pool (front first) and reclaim marks, checked against its page table.
-StateResult<void> MetadataState::Impl::import_pools(StateImage& image) {
+StateResult<void> MetadataState::Impl::import_pools(SpaceImage& image) {
   for (std::uint32_t slot = 0; slot < ranks.size(); ++slot) {
     RankData& r = *ranks[slot];
     RankImage& ri = image.ranks[slot];
@@ -405,7 +535,7 @@ StateResult<void> MetadataState::Impl::enter_keys(const std::vector<bool>& free_
 
 // The image's reclaim times, checked, in the order they were timed; with a TTL, an allocated or
 // orphaned page or an incomplete key the image has no time for is timed now.
-StateResult<void> MetadataState::Impl::import_timed(const StateImage& image, const std::vector<bool>& draining) {
+StateResult<void> MetadataState::Impl::import_timed(const SpaceImage& image, const std::vector<bool>& draining) {
   std::vector<TimedPage> pages;
   std::vector<std::vector<bool>> page_timed(ranks.size());
   std::int64_t last = std::numeric_limits<std::int64_t>::min();

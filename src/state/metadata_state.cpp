@@ -102,7 +102,7 @@ void MetadataState::Impl::emit_clock() {
   if (sink) sink(tick);
 }
 
-StateResult<void> MetadataState::Impl::check_max_pages(std::int64_t num_pages) const {
+StateResult<void> MetadataState::Impl::check_max_pages(const StateOptions& options, std::int64_t num_pages) {
   if (num_pages <= options.max_pages) return boost::outcome_v2::success();
   return make_error(StateErrc::invalid_initialization,
                     "num_pages " + std::to_string(num_pages) + " is above the maximum " +
@@ -110,18 +110,29 @@ StateResult<void> MetadataState::Impl::check_max_pages(std::int64_t num_pages) c
                     0);
 }
 
-StateResult<void> MetadataState::Impl::check_room_for(Rank rank, std::int64_t num_pages) const {
-  if (static_cast<std::int64_t>(rank_slots.size()) >= options.max_ranks) {
+StateResult<void> MetadataState::Impl::check_room(const Core& core, const Impl* space, std::string_view name,
+                                                  Rank rank, std::int64_t num_pages) {
+  if (core.rank_total() >= core.options.max_ranks) {
     return make_error(StateErrc::invalid_initialization,
                       "rank " + std::to_string(rank) + " would exceed the maximum of " +
-                          std::to_string(options.max_ranks) + " ranks",
+                          std::to_string(core.options.max_ranks) + " ranks",
                       rank);
   }
-  if (num_pages > options.max_total_pages - total_pages) {
+  const std::int64_t all_pages = core.page_total();
+  if (num_pages > core.options.max_total_pages - all_pages) {
     return make_error(StateErrc::invalid_initialization,
                       "num_pages " + std::to_string(num_pages) + " would bring the pages of all ranks to " +
-                          std::to_string(total_pages + num_pages) + ", above the maximum " +
-                          std::to_string(options.max_total_pages),
+                          std::to_string(all_pages + num_pages) + ", above the maximum " +
+                          std::to_string(core.options.max_total_pages),
+                      rank);
+  }
+  const std::int64_t quota = core.options.namespace_max_total_pages;
+  const std::int64_t pages = space ? space->total_pages : 0;
+  if (quota > 0 && num_pages > quota - pages) {
+    return make_error(StateErrc::invalid_initialization,
+                      "num_pages " + std::to_string(num_pages) + " would bring the pages of namespace " +
+                          std::string(name) + " to " + std::to_string(pages + num_pages) + ", above its maximum " +
+                          std::to_string(quota),
                       rank);
   }
   return boost::outcome_v2::success();
@@ -129,22 +140,17 @@ StateResult<void> MetadataState::Impl::check_room_for(Rank rank, std::int64_t nu
 
 // The lookups behind both overloads of batch_exists and get_locations (std::string keys and
 // views), on the call's keys hashed before the lock is taken.
-std::vector<bool> MetadataState::Impl::batch_exists(const std::vector<HashedKey>& hashed) {
-  std::vector<bool> result(hashed.size(), false);
-  ReadAccess access(*this);
+void MetadataState::Impl::batch_exists(const std::vector<HashedKey>& hashed, std::vector<bool>& result) {
   prefetch(hashed);
   for (std::size_t i = 0; i < hashed.size(); ++i) {
     const std::uint32_t id = id_of(hashed[i]);
     result[i] = id != kNone && keys[id].complete();
     if (lifecycle && result[i]) use(id, true);
   }
-  return result;
 }
 
-StateResult<std::vector<std::optional<Page>>> MetadataState::Impl::get_locations(
-    Rank rank, const std::vector<HashedKey>& hashed) {
-  std::vector<std::optional<Page>> result(hashed.size());
-  ReadAccess access(*this);
+StateResult<void> MetadataState::Impl::get_locations(Rank rank, const std::vector<HashedKey>& hashed,
+                                                     std::vector<std::optional<Page>>& result) {
   const std::uint32_t slot = slot_of(rank);
   if (slot == kNone) return not_initialized(rank);
   prefetch(hashed);
@@ -161,15 +167,11 @@ StateResult<std::vector<std::optional<Page>>> MetadataState::Impl::get_locations
       use(id, true);
     }
   }
-  return result;
+  return boost::outcome_v2::success();
 }
 
-template <class Keys>
-std::vector<bool> MetadataState::Impl::delete_keys(const Keys& keys_to_delete) {
-  Scratch& s = scratch();
-  const auto& hashed = hash_all(s, keys_to_delete, [](std::string_view k) { return k; });
+std::vector<bool> MetadataState::Impl::delete_keys(const std::vector<HashedKey>& hashed, Scratch& s) {
   std::vector<bool> result(hashed.size(), false);
-  std::unique_lock lock(mutex);
   advance();
   // Without leases nothing drains: one keys_deleted record (the format without the lifecycle).
   const bool batched = lease_ms == 0;
@@ -189,13 +191,23 @@ std::vector<bool> MetadataState::Impl::delete_keys(const Keys& keys_to_delete) {
   return result;
 }
 
-MetadataState::MetadataState(StateOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+void MetadataState::Impl::clear_into(Impl& old) {
+  advance();  // what expired before the clear is counted
+  swap_contents(old);
+  ++epoch;
+  Change change;
+  change.kind = ChangeKind::cleared;
+  emit(change);
+}
+
+MetadataState::MetadataState(StateOptions options) : core_(std::make_unique<Core>(std::move(options))) {}
 
 MetadataState::~MetadataState() = default;
 
-const StateOptions& MetadataState::options() const noexcept { return impl_->options; }
+const StateOptions& MetadataState::options() const noexcept { return core_->options; }
 
-StateResult<InitializeOutcome> MetadataState::initialize(Rank rank, std::int64_t num_pages, Role role) {
+StateResult<InitializeOutcome> MetadataState::initialize(NamespaceRef ns, Rank rank, std::int64_t num_pages,
+                                                         Role role) {
   if (role == Role::scheduler) return InitializeOutcome{false};
   // Checked before looking the rank up: an oversized request is refused even for an existing rank.
   if (num_pages <= 0) {
@@ -205,35 +217,47 @@ StateResult<InitializeOutcome> MetadataState::initialize(Rank rank, std::int64_t
     return make_error(StateErrc::invalid_initialization, "Invalid initialization parameters: " + limit.error().message,
                       rank);
   };
-  if (auto limit = impl_->check_max_pages(num_pages); !limit) return refuse(limit);
-  {
-    Impl::ReadAccess access(*impl_);
-    if (const std::uint32_t slot = impl_->slot_of(rank); slot != kNone) {
-      return InitializeOutcome{false, impl_->ranks[slot]->num_pages};
+  if (auto limit = Impl::check_max_pages(core_->options, num_pages); !limit) return refuse(limit);
+  const std::string_view name = ns.name.empty() ? kDefaultNamespace : ns.name;
+  // Checked before building the rank (so a refused request costs no memory) and again under the
+  // exclusive lock (another rank, or namespace, may have been added meanwhile).
+  const auto check = [&](const Impl* space) {
+    if (!space) {
+      if (auto limit = core_->check_new_space(name, rank); !limit) return limit;
     }
-    // Checked before building the rank (so a refused request costs no memory) and again under the
-    // exclusive lock (another rank may have been added meanwhile).
-    if (auto limit = impl_->check_room_for(rank, num_pages); !limit) return refuse(limit);
+    return Impl::check_room(*core_, space, name, rank, num_pages);
+  };
+  {
+    Impl::ReadAccess access(*core_, ns);
+    const Impl* space = access.space();
+    if (const std::uint32_t slot = space ? space->slot_of(rank) : kNone; slot != kNone) {
+      return InitializeOutcome{false, space->ranks[slot]->num_pages};
+    }
+    if (auto limit = check(space); !limit) return refuse(limit);
   }
   // Filling megabytes of page arrays must not stall the other ranks: build first, then insert.
-  auto data = std::make_unique<RankData>(rank, static_cast<std::uint32_t>(num_pages), impl_->lru,
-                                         impl_->ttl_ms > 0);
-  std::unique_lock lock(impl_->mutex);
-  impl_->advance();
-  if (const std::uint32_t slot = impl_->slot_of(rank); slot != kNone) {
-    return InitializeOutcome{false, impl_->ranks[slot]->num_pages};  // another thread won the race
+  auto data = std::make_unique<RankData>(rank, static_cast<std::uint32_t>(num_pages), core_->lru,
+                                         core_->ttl_ms > 0);
+  std::unique_lock lock(core_->mutex);
+  Impl* space = core_->find(ns);
+  if (space) {
+    space->advance();
+    if (const std::uint32_t slot = space->slot_of(rank); slot != kNone) {
+      return InitializeOutcome{false, space->ranks[slot]->num_pages};  // another thread won the race
+    }
   }
-  if (auto limit = impl_->check_room_for(rank, num_pages); !limit) return refuse(limit);
-  impl_->add_rank(std::move(data));
+  if (auto limit = check(space); !limit) return refuse(limit);
+  if (!space) space = &core_->create_space(name);
+  space->add_rank(std::move(data));
   Change change;
   change.kind = ChangeKind::rank_created;
   change.rank = rank;
   change.num_pages = static_cast<std::uint32_t>(num_pages);
-  impl_->emit(change);
+  space->emit(change);
   return InitializeOutcome{true};
 }
 
-StateResult<std::vector<Page>> MetadataState::allocate(Rank rank, std::span<const BlockKey> keys) {
+StateResult<std::vector<Page>> MetadataState::allocate(NamespaceRef ns, Rank rank, std::span<const BlockKey> keys) {
   // Hashes and duplicates depend on the batch alone: found before taking the lock; a duplicate is
   // reported after the rank check, which comes first as in vLLM.
   Scratch& s = scratch();
@@ -241,19 +265,20 @@ StateResult<std::vector<Page>> MetadataState::allocate(Rank rank, std::span<cons
   const StateResult<void> distinct = check_distinct(rank, keys, hashed, s);
   std::vector<Page> result(keys.size(), kNoPage);
 
-  std::unique_lock lock(impl_->mutex);
-  impl_->advance();
-  const std::uint32_t slot = impl_->slot_of(rank);
+  std::unique_lock lock(core_->mutex);
+  Impl* space = core_->find(ns);
+  if (!space) return not_initialized(rank);
+  Impl& im = *space;
+  im.advance();
+  const std::uint32_t slot = im.slot_of(rank);
   if (slot == kNone) return not_initialized(rank);
   if (!distinct) return distinct.error();
-  RankData& r = *impl_->ranks[slot];
-  const bool looked_up = impl_->lifecycle;
-  impl_->prefetch(hashed);
-  if (looked_up) impl_->before_allocate(r, slot, hashed, s);
+  RankData& r = *im.ranks[slot];
+  const bool looked_up = im.lifecycle;
+  im.prefetch(hashed);
+  if (looked_up) im.before_allocate(r, slot, hashed, s);
   // The page a complete key has on this rank, else kNone.
-  const auto existing_page = [&](std::size_t i) {
-    return looked_up ? s.pages[i] : impl_->complete_page(hashed[i], slot);
-  };
+  const auto existing_page = [&](std::size_t i) { return looked_up ? s.pages[i] : im.complete_page(hashed[i], slot); };
 
   if (r.free_count < keys.size()) {
     // Nothing is taken; only complete keys already on this rank get an answer.
@@ -263,11 +288,11 @@ StateResult<std::vector<Page>> MetadataState::allocate(Rank rank, std::span<cons
     }
     return result;
   }
-  const bool record = static_cast<bool>(impl_->sink);
+  const bool record = static_cast<bool>(im.sink);
   for (std::size_t i = 0; i < keys.size(); ++i) {
     const std::uint32_t existing = existing_page(i);
     // A complete key's page is answered; the page taken for it goes back (as vLLM).
-    const std::uint32_t page = impl_->take_page(r, slot, hashed[i].short_hash(), existing == kNone);
+    const std::uint32_t page = im.take_page(r, slot, hashed[i].short_hash(), existing == kNone);
     result[i] = existing != kNone ? existing : page;
     if (record) s.allocated.push_back(AllocatedItem{keys[i].key, page, static_cast<std::uint32_t>(result[i])});
   }
@@ -276,12 +301,13 @@ StateResult<std::vector<Page>> MetadataState::allocate(Rank rank, std::span<cons
     change.kind = ChangeKind::allocated;
     change.rank = rank;
     change.allocated = s.allocated;
-    impl_->emit(change);
+    im.emit(change);
   }
   return result;
 }
 
-StateResult<ConfirmOutcome> MetadataState::confirm_write(Rank rank, std::span<const Confirmation> confirmations,
+StateResult<ConfirmOutcome> MetadataState::confirm_write(NamespaceRef ns, Rank rank,
+                                                         std::span<const Confirmation> confirmations,
                                                          std::span<const Page> pages_to_release,
                                                          std::span<const ReleaseKey> release_keys) {
   if (confirmations.empty() && pages_to_release.empty()) {
@@ -300,19 +326,22 @@ StateResult<ConfirmOutcome> MetadataState::confirm_write(Rank rank, std::span<co
   }
   for (const ReleaseKey& keyed : release_keys) s.release_hashes.push_back(HashedKey(keyed.key).short_hash());
 
-  std::unique_lock lock(impl_->mutex);
-  impl_->advance();
-  const std::uint32_t slot = impl_->slot_of(rank);
+  std::unique_lock lock(core_->mutex);
+  Impl* space = core_->find(ns);
+  if (!space) return not_initialized(rank);
+  Impl& im = *space;
+  im.advance();
+  const std::uint32_t slot = im.slot_of(rank);
   if (slot == kNone) return not_initialized(rank);
-  RankData& r = *impl_->ranks[slot];
-  if (auto valid = impl_->validate_confirmations(r, slot, confirmations, s); !valid) return std::move(valid).error();
-  if (auto valid = impl_->check_releases(r, s, pages_to_release, release_keys); !valid) {
+  RankData& r = *im.ranks[slot];
+  if (auto valid = im.validate_confirmations(r, slot, confirmations, s); !valid) return std::move(valid).error();
+  if (auto valid = im.check_releases(r, s, pages_to_release, release_keys); !valid) {
     return std::move(valid).error();
   }
   // Apply. Only an allocation failure (bad_alloc) can interrupt this part.
-  ConfirmOutcome outcome = impl_->apply_confirmations(r, slot, confirmations, s);
-  impl_->release(r, pages_to_release, release_keys, s, outcome);
-  impl_->record_confirm(rank, s, outcome);
+  ConfirmOutcome outcome = im.apply_confirmations(r, slot, confirmations, s);
+  im.release(r, pages_to_release, release_keys, s, outcome);
+  im.record_confirm(rank, s, outcome);
   return outcome;
 }
 
@@ -457,76 +486,105 @@ void MetadataState::Impl::record_confirm(Rank rank, const Scratch& s, const Conf
   }
 }
 
-std::vector<bool> MetadataState::batch_exists(std::span<const std::string> keys) const {
-  return impl_->batch_exists(hash_all(scratch(), keys, [](std::string_view k) { return k; }));
+namespace {
+
+constexpr auto kName = [](std::string_view k) { return k; };
+
+}  // namespace
+
+std::vector<bool> MetadataState::batch_exists(NamespaceRef ns, std::span<const std::string> keys) const {
+  const auto& hashed = hash_all(scratch(), keys, kName);
+  std::vector<bool> result(hashed.size(), false);
+  Impl::ReadAccess access(*core_, ns);
+  if (access.space()) access.space()->batch_exists(hashed, result);
+  return result;
 }
 
-std::vector<bool> MetadataState::batch_exists(std::span<const std::string_view> keys) const {
-  return impl_->batch_exists(hash_all(scratch(), keys, [](std::string_view k) { return k; }));
+std::vector<bool> MetadataState::batch_exists(NamespaceRef ns, std::span<const std::string_view> keys) const {
+  const auto& hashed = hash_all(scratch(), keys, kName);
+  std::vector<bool> result(hashed.size(), false);
+  Impl::ReadAccess access(*core_, ns);
+  if (access.space()) access.space()->batch_exists(hashed, result);
+  return result;
 }
 
 StateResult<std::vector<std::optional<Page>>> MetadataState::get_locations(
-    Rank rank, std::span<const std::string> keys) const {
-  return impl_->get_locations(rank, hash_all(scratch(), keys, [](std::string_view k) { return k; }));
+    NamespaceRef ns, Rank rank, std::span<const std::string> keys) const {
+  const auto& hashed = hash_all(scratch(), keys, kName);
+  std::vector<std::optional<Page>> result(hashed.size());
+  Impl::ReadAccess access(*core_, ns);
+  if (!access.space()) return not_initialized(rank);
+  if (auto found = access.space()->get_locations(rank, hashed, result); !found) return std::move(found).error();
+  return result;
 }
 
 StateResult<std::vector<std::optional<Page>>> MetadataState::get_locations(
-    Rank rank, std::span<const std::string_view> keys) const {
-  return impl_->get_locations(rank, hash_all(scratch(), keys, [](std::string_view k) { return k; }));
+    NamespaceRef ns, Rank rank, std::span<const std::string_view> keys) const {
+  const auto& hashed = hash_all(scratch(), keys, kName);
+  std::vector<std::optional<Page>> result(hashed.size());
+  Impl::ReadAccess access(*core_, ns);
+  if (!access.space()) return not_initialized(rank);
+  if (auto found = access.space()->get_locations(rank, hashed, result); !found) return std::move(found).error();
+  return result;
 }
 
-std::vector<bool> MetadataState::delete_keys(std::span<const std::string> keys) {
-  return impl_->delete_keys(keys);
+std::vector<bool> MetadataState::delete_keys(NamespaceRef ns, std::span<const std::string> keys) {
+  Scratch& s = scratch();
+  const auto& hashed = hash_all(s, keys, kName);
+  std::unique_lock lock(core_->mutex);
+  Impl* space = core_->find(ns);
+  return space ? space->delete_keys(hashed, s) : std::vector<bool>(keys.size(), false);
 }
 
-std::vector<bool> MetadataState::delete_keys(std::span<const std::string_view> keys) {
-  return impl_->delete_keys(keys);
+std::vector<bool> MetadataState::delete_keys(NamespaceRef ns, std::span<const std::string_view> keys) {
+  Scratch& s = scratch();
+  const auto& hashed = hash_all(s, keys, kName);
+  std::unique_lock lock(core_->mutex);
+  Impl* space = core_->find(ns);
+  return space ? space->delete_keys(hashed, s) : std::vector<bool>(keys.size(), false);
 }
 
-void MetadataState::clear() {
+void MetadataState::clear(NamespaceRef ns) {
   // Swapped out under the lock, freed after it: releasing gigabytes must not stall other callers.
-  Impl old;
-  {
-    std::unique_lock lock(impl_->mutex);
-    impl_->advance();  // what expired before the clear is counted
-    impl_->swap_contents(old);
-    ++impl_->epoch;
-    Change change;
-    change.kind = ChangeKind::cleared;
-    impl_->emit(change);
-  }
+  Impl old(*core_, 0, {});  // only swapped with: never registered, never recorded through
+  std::unique_lock lock(core_->mutex);
+  if (Impl* space = core_->find(ns)) space->clear_into(old);  // a namespace that does not exist: nothing
 }
 
-DropOutcome MetadataState::drop_rank(Rank rank) {
+DropOutcome MetadataState::drop_rank(NamespaceRef ns, Rank rank) {
   std::unique_ptr<RankData> gone;  // freed after the lock: megabytes of page arrays
   DropOutcome outcome;
   {
-    std::unique_lock lock(impl_->mutex);
-    impl_->advance();
-    const std::uint32_t slot = impl_->slot_of(rank);
+    std::unique_lock lock(core_->mutex);
+    Impl* space = core_->find(ns);
+    if (!space) return outcome;
+    space->advance();
+    const std::uint32_t slot = space->slot_of(rank);
     if (slot == kNone) return outcome;
-    outcome = impl_->drop(slot, gone);
+    outcome = space->drop(slot, gone);
     Change change;
     change.kind = ChangeKind::rank_dropped;
     change.rank = rank;
-    impl_->emit(change);
+    space->emit(change);
   }
   return outcome;
 }
 
 void MetadataState::restarted() {
-  std::unique_lock lock(impl_->mutex);
-  impl_->restart_leases();
+  std::unique_lock lock(core_->mutex);
+  for (const auto& [id, space] : core_->spaces) {
+    space->restart_leases();
+  }
 }
 
 void MetadataState::set_change_sink(ChangeSink sink) {
-  std::unique_lock lock(impl_->mutex);
-  impl_->sink = std::move(sink);
+  std::unique_lock lock(core_->mutex);
+  core_->sink = std::move(sink);
 }
 
 std::uint64_t MetadataState::seq() const {
-  std::shared_lock lock(impl_->mutex);
-  return impl_->seq;
+  std::shared_lock lock(core_->mutex);
+  return core_->seq;
 }
 
 }  // namespace hf3fs_meta

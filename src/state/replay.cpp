@@ -19,14 +19,44 @@ std::string rank_text(const Change& change) { return "rank " + std::to_string(ch
 
 }  // namespace
 
+// The namespaces' own kinds are the core's; every other kind acts in the namespace it names.
 StateResult<void> MetadataState::apply(const Change& change) {
-  std::unique_lock lock(impl_->mutex);
-  if (change.seq != impl_->seq + 1) {
-    return unfit(change, "expected change " + std::to_string(impl_->seq + 1));
+  std::unique_ptr<Impl> gone;  // a dropped namespace, freed after the lock
+  std::unique_lock lock(core_->mutex);
+  if (change.seq != core_->seq + 1) {
+    return unfit(change, "expected change " + std::to_string(core_->seq + 1));
   }
-  StateResult<void> applied = impl_->apply_change(change);
-  if (applied) impl_->seq = change.seq;
+  StateResult<void> applied = boost::outcome_v2::success();
+  Impl* space = core_->space(change.ns);
+  if (change.kind == ChangeKind::namespace_created) {
+    applied = core_->apply_namespace_created(change);
+  } else if (!space) {
+    applied = unfit(change, "it names namespace " + std::to_string(change.ns) + ", which does not exist");
+  } else if (change.kind == ChangeKind::namespace_dropped) {
+    if (change.ns == 0) {
+      applied = unfit(change, "the default namespace cannot be dropped");
+    } else {
+      core_->remove_space(*space, gone);
+    }
+  } else {
+    applied = space->apply_change(change);
+  }
+  if (applied) core_->seq = change.seq;
   return applied;
+}
+
+StateResult<void> MetadataState::Core::apply_namespace_created(const Change& change) {
+  const std::string name(change.ns_name);
+  if (change.ns != next_id()) {
+    return unfit(change, "namespace id " + std::to_string(change.ns) + " is not the next one (" +
+                             std::to_string(next_id()) + ")");
+  }
+  if (name.empty() || name == kDefaultNamespace || find(NamespaceRef{name})) {
+    return unfit(change, "namespace " + name + " exists");
+  }
+  if (auto limit = check_new_space(name, 0); !limit) return unfit(change, limit.error().message);
+  add_space(change.ns, name);
+  return boost::outcome_v2::success();
 }
 
 // For a replayed batch: each lookup waits on three misses in turn (the key's slot, its record, its
@@ -52,7 +82,7 @@ void MetadataState::Impl::prefetch_records(const std::vector<HashedKey>& hashed)
 StateResult<void> MetadataState::Impl::apply_change(const Change& change) {
   switch (change.kind) {
     case ChangeKind::cleared: {
-      Impl empty;
+      Impl empty(core, 0, {});
       swap_contents(empty);
       ++epoch;
       return boost::outcome_v2::success();

@@ -1,5 +1,7 @@
-// MetadataState::Impl: the state's parts and the operations on them (internal; only src/state/*.cpp
-// include this). Which file holds what:
+// MetadataState::Core and MetadataState::Impl: the state's parts and the operations on them (internal;
+// only src/state/*.cpp include this). A namespace (issue 20) is one Impl: its ranks, keys and
+// lifecycle. The Core is what they share: the lock, the change numbering and sink, the clock, and the
+// table of namespaces (the default one, id 0, reached without a lookup). Which file holds what:
 // - state/page_pool.hpp: one rank's pages (pool, page table, LRU links, reclaim marks);
 // - state/key_table.hpp: ids, records and the index from a key to its id;
 // - state/index_list.hpp: the index-linked list of both the LRU order and the leases;
@@ -7,9 +9,10 @@
 //   back, remove a key), used alike by the live calls and by replay, so that replay cannot drift;
 // - state/lifecycle.cpp: recency, leases, eviction, reclaim, drain (the clock's decisions);
 // - state/metadata_state.cpp: the calls (validation, locking, change records); state/introspection.cpp;
-// - state/replay.cpp: apply(); state/image.cpp: export_image() and import_image().
+// - state/replay.cpp: apply(); state/image.cpp: export_image() and import_image();
+// - state/namespaces.cpp: the table of namespaces, their creation and drop, the calls over all.
 //
-// Locking: one reader-writer lock (a waiting writer goes first): writers (initialize, allocate,
+// Locking: one reader-writer lock for every namespace (a waiting writer goes first): writers (initialize, allocate,
 // confirm_write, clear) exclusive, readers (batch_exists, get_locations, introspection) shared.
 // Every call holds it once, so each call is atomic. What does not need the state is done outside
 // it: hashing the keys, finding duplicates, building a new rank's arrays, freeing what clear()
@@ -25,17 +28,21 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <limits>
+#include <map>
 #include <memory>
 #include <optional>
 #include <shared_mutex>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
+#include <boost/container/deque.hpp>
 #include <boost/unordered/unordered_flat_map.hpp>
 
+#include "hf3fs_meta/routes.hpp"  // valid_namespace_name
 #include "hf3fs_meta/state.hpp"
 #include "state/index_list.hpp"
 #include "state/key_table.hpp"
@@ -72,8 +79,11 @@ struct PreparedRank {
 struct Lifecycle {
   IndexList leases;       // key ids, in the order their leases began, which is the order they end
   std::uint64_t complete = 0;  // live complete keys
-  std::deque<TimedPage> timed_pages;
-  std::deque<TimedKey> timed_keys;
+  // Boost's deque allocates at its first element; libstdc++'s std::deque allocates a 512-byte block
+  // and its map when made, which every namespace paid twice without a TTL (docs/performance.md,
+  // "Memory per namespace").
+  boost::container::deque<TimedPage> timed_pages;
+  boost::container::deque<TimedKey> timed_keys;
 };
 
 // Lifecycle counters, kept across clear().
@@ -120,22 +130,14 @@ using WriterFirstMutex = std::shared_mutex;
 // Only the state's own files include this header: its names are theirs.
 using namespace state_model;
 
-struct MetadataState::Impl {
+// What every namespace shares (issue 20; docs/design.md "State"): one lock, one change numbering and
+// sink, one clock, and the table of namespaces. One order of changes across namespaces, so that a
+// journal's prefix is a prefix of every namespace's history.
+struct MetadataState::Core {
   StateOptions options;
   mutable WriterFirstMutex mutex;
-
-  boost::unordered_flat_map<Rank, std::uint32_t> rank_slots;
-  std::vector<std::unique_ptr<RankData>> ranks;  // by slot; null once dropped (slots are never reused)
-  KeyTable keys;
-  std::int64_t total_pages = 0;  // of all ranks
-  Lifecycle life;
-  Counters counters;
-  std::vector<std::uint32_t> victims;  // evict()'s, under the exclusive lock
-  // Durability: the change records' sink and number, and the export's check that no key id was
-  // freed (and so maybe reused) while it copied names outside the lock.
   ChangeSink sink;
-  std::uint64_t seq = 0;    // changes applied
-  std::uint64_t epoch = 0;  // bumped whenever a key id is freed or every id is replaced (clear, import)
+  std::uint64_t seq = 0;  // changes applied
   // Fixed at construction from the options.
   bool lifecycle = false;  // any of eviction, leases, TTL on
   bool lru = false;
@@ -146,14 +148,121 @@ struct MetadataState::Impl {
   // With a TTL: the clock reading the records carry (ChangeKind::clock), so that a replay times what
   // it replays as the original did.
   std::optional<std::int64_t> recorded_now;
+  // The namespaces, by id, in id order; 0 is the default one. Ids are never reused, and the table
+  // holds only the live ones: not a vector indexed by every id ever given (a damaged image's next id
+  // would size it, and create/drop churn would grow it without end).
+  std::map<std::uint32_t, std::unique_ptr<Impl>> spaces;
+  std::uint32_t next_space_id = 0;
+  Impl* default_space = nullptr;
+  struct NameHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view name) const noexcept { return std::hash<std::string_view>{}(name); }
+  };
+  struct NameEq {
+    using is_transparent = void;
+    bool operator()(std::string_view a, std::string_view b) const noexcept { return a == b; }
+  };
+  boost::unordered_flat_map<std::string, Impl*, NameHash, NameEq> by_name;  // the named ones
+  std::uint64_t imports = 0;  // import_image()s: an export copying names after its instant starts over
 
-  explicit Impl(StateOptions o = {}) : options(std::move(o)) {
-    options.max_pages = std::min(options.max_pages, kPageLimit);
-    lru = options.eviction == Eviction::lru;
-    lease_ms = std::max<std::int64_t>(0, options.read_lease.count());
-    ttl_ms = std::max<std::int64_t>(0, options.allocation_ttl.count());
-    lifecycle = lru || lease_ms > 0 || ttl_ms > 0;
+  explicit Core(StateOptions o);
+  ~Core();
+  Core(const Core&) = delete;
+  Core& operator=(const Core&) = delete;
+
+  // Under the lock. The default namespace costs one branch.
+  Impl* find(NamespaceRef ns) const {
+    if (ns.name.empty() || ns.name == kDefaultNamespace) return default_space;
+    const auto it = by_name.find(ns.name);
+    return it == by_name.end() ? nullptr : it->second;
   }
+  Impl* space(std::uint32_t id) const {
+    const auto it = spaces.find(id);
+    return it == spaces.end() ? nullptr : it->second.get();
+  }
+  std::uint32_t next_id() const { return next_space_id; }
+  // A new namespace, empty, registered under `id` (>= every id so far). Nothing recorded.
+  Impl& add_space(std::uint32_t id, std::string_view name);
+  // A new namespace under the next id, recorded (namespace_created). Under the exclusive lock, once
+  // every check of the call that creates it has passed.
+  Impl& create_space(std::string_view name);
+  // Removes a named namespace, recorded (namespace_dropped); `gone` takes it, to be freed after the lock.
+  NamespaceDropOutcome drop_space(Impl& space, std::unique_ptr<Impl>& gone);
+  // The image (image.cpp).
+  struct ExportedSpace;
+  void prepare_export(StateImage& image, std::vector<ExportedSpace>& parts) const;
+  std::uint64_t copy_at_instant(StateImage& image, std::vector<ExportedSpace>& parts, bool names_under_lock,
+                                const std::function<void(std::uint64_t)>& at_instant) const;
+  bool copy_names_after(std::vector<ExportedSpace>& parts, std::uint64_t instant_imports) const;
+  StateResult<void> import_namespaces(StateImage& image);
+  // A replayed namespace_created, checked (replay.cpp).
+  StateResult<void> apply_namespace_created(const Change& change);
+  // The same, not recorded (a replayed namespace_dropped).
+  void remove_space(Impl& space, std::unique_ptr<Impl>& gone);
+  // --max-namespaces for one more.
+  StateResult<void> check_new_space(std::string_view name, Rank rank) const;
+  // The calls that look at every namespace: with the lifecycle on, what expired in each is processed
+  // first, under the exclusive lock (as ReadAccess does for one); else under the shared lock.
+  class AllAccess {
+   public:
+    explicit AllAccess(const Core& core);
+    ~AllAccess();
+    AllAccess(const AllAccess&) = delete;
+    AllAccess& operator=(const AllAccess&) = delete;
+
+   private:
+    const Core& core_;
+  };
+  // Server-wide sums for --max-ranks and --max-total-pages.
+  std::int64_t rank_total() const;
+  std::int64_t page_total() const;
+};
+
+// One namespace: its ranks, keys and lifecycle. The shared parts are the core's, under today's names.
+struct MetadataState::Impl {
+  Core& core;
+  const StateOptions& options;
+  WriterFirstMutex& mutex;
+  ChangeSink& sink;
+  std::uint64_t& seq;
+  std::int64_t& now;
+  std::uint64_t& stamps;
+  std::optional<std::int64_t>& recorded_now;
+  const bool lifecycle;
+  const bool lru;
+  const std::int64_t lease_ms;
+  const std::int64_t ttl_ms;
+  const std::uint32_t id;  // the namespace's (0: the default)
+  const std::string name;
+
+  boost::unordered_flat_map<Rank, std::uint32_t> rank_slots;
+  std::vector<std::unique_ptr<RankData>> ranks;  // by slot; null once dropped (slots are never reused)
+  KeyTable keys;
+  std::int64_t total_pages = 0;  // of all its ranks
+  Lifecycle life;
+  Counters counters;
+  std::vector<std::uint32_t> victims;  // evict()'s, under the exclusive lock
+  // The export's check that no key id was freed (and so maybe reused) while it copied names outside
+  // the lock: bumped whenever a key id is freed or every id is replaced (clear, import).
+  std::uint64_t epoch = 0;
+
+  Impl(Core& c, std::uint32_t space_id, std::string_view space_name)
+      : core(c),
+        options(c.options),
+        mutex(c.mutex),
+        sink(c.sink),
+        seq(c.seq),
+        now(c.now),
+        stamps(c.stamps),
+        recorded_now(c.recorded_now),
+        lifecycle(c.lifecycle),
+        lru(c.lru),
+        lease_ms(c.lease_ms),
+        ttl_ms(c.ttl_ms),
+        id(space_id),
+        name(space_name) {}
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
 
   // What clear(), a replayed clear and import_image() replace (not the options, counters, sink or
   // numbering). One list, so that a new member is swapped everywhere or nowhere.
@@ -168,6 +277,7 @@ struct MetadataState::Impl {
   // Under the exclusive lock, once a call has changed the state.
   void emit(Change& change) {
     if (ttl_ms > 0 && recorded_now != now) emit_clock();
+    change.ns = id;
     change.seq = ++seq;
     if (sink) sink(change);
   }
@@ -203,42 +313,58 @@ struct MetadataState::Impl {
   }
 
   // Readers share the lock, unless the lifecycle is on: then a lookup changes the state (recency,
-  // leases) and what expired is processed first, so it takes the lock exclusively.
+  // leases) and what expired in the namespace is processed first, so it takes the lock exclusively.
+  // space() is null for a namespace that does not exist.
   class ReadAccess {
    public:
-    explicit ReadAccess(Impl& impl) : impl_(impl) {
-      if (impl_.lifecycle) {
-        impl_.mutex.lock();
-        impl_.advance();
+    ReadAccess(const Core& core, NamespaceRef ns) : core_(core) {
+      if (core_.lifecycle) {
+        core_.mutex.lock();
       } else {
-        impl_.mutex.lock_shared();
+        core_.mutex.lock_shared();
       }
+      space_ = core_.find(ns);
+      if (core_.lifecycle && space_) space_->advance();
     }
     ~ReadAccess() {
-      if (impl_.lifecycle) {
-        impl_.mutex.unlock();
+      if (core_.lifecycle) {
+        core_.mutex.unlock();
       } else {
-        impl_.mutex.unlock_shared();
+        core_.mutex.unlock_shared();
       }
     }
     ReadAccess(const ReadAccess&) = delete;
     ReadAccess& operator=(const ReadAccess&) = delete;
+    Impl* space() const { return space_; }
 
    private:
-    Impl& impl_;
+    const Core& core_;
+    Impl* space_ = nullptr;
   };
 
   // ---- The calls' halves under the lock (metadata_state.cpp).
-  std::vector<bool> batch_exists(const std::vector<HashedKey>& hashed);
-  StateResult<std::vector<std::optional<Page>>> get_locations(Rank rank, const std::vector<HashedKey>& hashed);
-  template <class Keys>
-  std::vector<bool> delete_keys(const Keys& keys_to_delete);
+  // Into results sized by the caller before the lock.
+  void batch_exists(const std::vector<HashedKey>& hashed, std::vector<bool>& result);
+  StateResult<void> get_locations(Rank rank, const std::vector<HashedKey>& hashed,
+                                  std::vector<std::optional<Page>>& result);
+  std::vector<bool> delete_keys(const std::vector<HashedKey>& hashed, Scratch& s);
+  std::optional<KeyInfo> key_info(std::string_view key) const;  // pages unsorted
+  void fill_stats(StateStats& out) const;
+  // Empties the namespace into `old` (built on the same core, freed by the caller after the lock) and
+  // records `cleared`. Under the exclusive lock.
+  void clear_into(Impl& old);
   // The server's --max-* flags, which a new rank must fit (the error's message says why it does
   // not). Checked by initialize and by a replayed rank_created alike (a record naming an absurd rank
   // must not take all the memory). The first check depends on the request alone, the second on the
-  // state.
-  StateResult<void> check_max_pages(std::int64_t num_pages) const;
-  StateResult<void> check_room_for(Rank rank, std::int64_t num_pages) const;
+  // state: --max-ranks and --max-total-pages count every namespace, --namespace-max-total-pages this
+  // one (`space` null: a namespace not created yet, which has nothing).
+  static StateResult<void> check_max_pages(const StateOptions& options, std::int64_t num_pages);
+  StateResult<void> check_max_pages(std::int64_t num_pages) const { return check_max_pages(options, num_pages); }
+  StateResult<void> check_room_for(Rank rank, std::int64_t num_pages) const {
+    return check_room(core, this, name, rank, num_pages);
+  }
+  static StateResult<void> check_room(const Core& core, const Impl* space, std::string_view name, Rank rank,
+                                      std::int64_t num_pages);
   StateResult<void> validate_confirmations(RankData& r, std::uint32_t slot, std::span<const Confirmation> confirmations,
                                            Scratch& s) const;
   StateResult<void> check_releases(const RankData& r, const Scratch& s, std::span<const Page> pages,
@@ -306,20 +432,20 @@ struct MetadataState::Impl {
   StateResult<void> apply_confirmed(const Change& change, RankData& r, std::uint32_t slot);
 
   // ---- The image (image.cpp).
-  void prepare_export(StateImage& image, std::vector<PreparedRank>& prepared) const;
-  std::uint64_t copy_at_instant(StateImage& image, std::vector<PreparedRank>& prepared,
-                                std::vector<std::uint32_t>& slot_of_image, bool names_under_lock,
-                                const std::function<void(std::uint64_t)>& at_instant) const;
-  void copy_names(StateImage& image, std::uint32_t begin, std::uint32_t end, const std::vector<bool>* skip) const;
-  bool copy_names_after(StateImage& image, std::uint64_t instant_epoch) const;
-  void export_lifecycle(const std::vector<std::uint32_t>& index_of_slot, StateImage& image) const;
-  std::size_t import_keys(StateImage& image, const std::vector<bool>& free_id, const std::vector<bool>& draining);
-  StateResult<void> import_ranks(StateImage& image);
-  StateResult<void> import_pages(const StateImage& image, const std::vector<bool>& free_id,
+  std::uint32_t size_export(std::vector<PreparedRank>& prepared) const;
+  static void touch_export(SpaceImage& image, const std::vector<PreparedRank>& prepared, std::uint32_t key_count);
+  std::uint64_t copy_at_instant(SpaceImage& image, std::vector<PreparedRank>& prepared,
+                                std::vector<std::uint32_t>& slot_of_image, bool names_under_lock) const;
+  void copy_names(SpaceImage& image, std::uint32_t begin, std::uint32_t end, const std::vector<bool>* skip) const;
+  void export_lifecycle(const std::vector<std::uint32_t>& index_of_slot, SpaceImage& image) const;
+  StateResult<void> import_space(SpaceImage& image);
+  std::size_t import_keys(SpaceImage& image, const std::vector<bool>& free_id, const std::vector<bool>& draining);
+  StateResult<void> import_ranks(SpaceImage& image);
+  StateResult<void> import_pages(const SpaceImage& image, const std::vector<bool>& free_id,
                                  const std::vector<bool>& draining);
-  StateResult<void> import_pools(StateImage& image);
+  StateResult<void> import_pools(SpaceImage& image);
   StateResult<void> enter_keys(const std::vector<bool>& free_id, const std::vector<bool>& draining, std::size_t live);
-  StateResult<void> import_timed(const StateImage& image, const std::vector<bool>& draining);
+  StateResult<void> import_timed(const SpaceImage& image, const std::vector<bool>& draining);
   void time_untimed(std::vector<TimedPage>& pages, std::vector<TimedKey>& timed_keys,
                     std::vector<std::vector<bool>>& page_timed, const std::vector<bool>& key_timed);
 };

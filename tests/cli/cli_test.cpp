@@ -12,6 +12,7 @@
 
 #include "cli.hpp"
 #include "hf3fs_meta/in_process_transport.hpp"
+#include "hf3fs_meta/routes.hpp"
 #include "hf3fs_meta/transport.hpp"
 #include "support/temp_file.hpp"
 
@@ -362,6 +363,172 @@ TEST_F(CliTest, ATokenThatCannotBeSentIsRefusedNamingWhereItCameFrom) {
   hf3fs_meta::testing::TempFile good("good-token\n");
   EXPECT_EQ(run_env("bad token", {"--token-file", good.path(), "exists", "k"}).status, kSuccess);
   EXPECT_EQ(recorder->calls, 1);
+}
+
+// Issue 20: --namespace NAME, else $HF3FS_META_NAMESPACE, is sent as X-Hf3fs-Namespace; a server
+// that answers without echoing it (vLLM's) is a protocol error; a bad name is a usage error naming
+// where it came from, and nothing is sent.
+class CliNamespaceTest : public ::testing::Test {
+ protected:
+  CliNamespaceTest() {
+    recorder = std::make_shared<CannedTransport>([this](const HttpRequest& request) -> TransportResult {
+      std::string ns = "-";
+      for (const auto& h : request.headers) {
+        if (h.name == kNamespaceHeader) ns = h.value;
+      }
+      sent.push_back(ns);
+      HttpResponse r{200, "application/json", R"({"exists":[false]})", {}};
+      if (ns != "-" && echo) r.headers.push_back({std::string(kNamespaceHeader), ns});
+      return r;
+    });
+  }
+  CliRun run_env(std::string ns, std::vector<std::string> args) {
+    Environment env;
+    env.transport = recorder;
+    env.default_namespace = std::move(ns);
+    std::ostringstream out, err;
+    const int status = cli::run(args, env, out, err);
+    return CliRun{status, out.str(), err.str()};
+  }
+
+  bool echo = true;
+  std::vector<std::string> sent;  // each request's namespace header, "-" for none
+  std::shared_ptr<CannedTransport> recorder;
+};
+
+TEST_F(CliNamespaceTest, TheNamespaceComesFromTheFlagElseTheEnvironment) {
+  EXPECT_EQ(run_env("", {"exists", "k"}).status, kSuccess);
+  EXPECT_EQ(run_env("from-env", {"exists", "k"}).status, kSuccess);
+  EXPECT_EQ(run_env("", {"--namespace", "m1", "exists", "k"}).status, kSuccess);
+  EXPECT_EQ(run_env("from-env", {"exists", "k", "--namespace=m2"}).status, kSuccess);  // the flag wins
+  EXPECT_EQ(run_env("from-env", {"--namespace", "", "exists", "k"}).status, kSuccess);  // empty: the default
+  EXPECT_THAT(sent, ::testing::ElementsAre("-", "from-env", "m1", "m2", "-"));
+}
+
+TEST_F(CliNamespaceTest, ABadNameIsAUsageErrorNamingWhereItCameFromAndNothingIsSent) {
+  CliRun flag = run_env("", {"--namespace", "a b", "exists", "k"});
+  EXPECT_EQ(flag.status, kUsage);
+  EXPECT_THAT(flag.err, HasSubstr("--namespace has byte 0x20 at offset 1: a namespace name is 1 to 64 characters"));
+  CliRun env = run_env("m1\r\nX-Injected: yes", {"exists", "k"});
+  EXPECT_EQ(env.status, kUsage);
+  EXPECT_THAT(env.err, HasSubstr("$HF3FS_META_NAMESPACE has byte 0x0D at offset 2"));
+  EXPECT_THAT(env.err, Not(HasSubstr("Injected")));  // located, never echoed
+  CliRun json = run_env("", {"--json", "--namespace", std::string(65, 'n'), "clear"});
+  EXPECT_EQ(json.status, kUsage);
+  EXPECT_STREQ(json.json()["error"]["code"].GetString(), "usage");
+  EXPECT_THAT(json.out, HasSubstr("--namespace is 65 bytes"));
+  // A bad environment does not matter when the flag names a good one.
+  EXPECT_EQ(run_env("bad name", {"--namespace", "ok", "exists", "k"}).status, kSuccess);
+  EXPECT_THAT(sent, ::testing::ElementsAre("ok"));
+}
+
+TEST_F(CliNamespaceTest, AServerThatIgnoresTheHeaderIsAProtocolError) {
+  echo = false;
+  CliRun r = run_env("", {"--namespace", "m1", "exists", "k"});
+  EXPECT_EQ(r.status, kProtocol);
+  EXPECT_THAT(r.err, HasSubstr("the server ignored X-Hf3fs-Namespace (vLLM's server has no namespaces)"));
+  EXPECT_EQ(run_env("", {"exists", "k"}).status, kSuccess);  // without one, as ever
+}
+
+TEST_F(CliNamespaceTest, HelpSaysWhatTheNamespaceIsAndWhatClearForgets) {
+  CliRun help = run_env("", {"--help"});
+  EXPECT_THAT(help.out, HasSubstr("--namespace NAME"));
+  EXPECT_THAT(help.out, HasSubstr("$HF3FS_META_NAMESPACE"));
+  EXPECT_THAT(help.out, HasSubstr("the server forgets every rank and key of the namespace"));
+  EXPECT_TRUE(sent.empty());
+}
+
+// Issue 20: exists --why asks POST /keys/status after the exists answer.
+TEST_F(CliTest, ExistsWhySaysWhichRanksConfirmedAndWhatTheKeyNeeds) {
+  for (Rank rank : {0, 1, 2}) ASSERT_EQ(run({"init", std::to_string(rank), "--pages", "4"}).status, kSuccess);
+  for (Rank rank : {0, 1}) {
+    ASSERT_EQ(run({"allocate", std::to_string(rank), "k1"}).status, kSuccess);
+    ASSERT_EQ(run({"confirm", std::to_string(rank), "k1=0"}).status, kSuccess);
+  }
+  CliRun text = run({"exists", "--why", "k1", "k2"});
+  EXPECT_EQ(text.status, kSuccess) << text.err;
+  EXPECT_EQ(text.out, "k1 false: confirmed on ranks 0,1; needs tp_world_size 3\nk2 false: unknown\n");
+  ASSERT_EQ(run({"allocate", "2", "k1"}).status, kSuccess);
+  ASSERT_EQ(run({"confirm", "2", "k1=0"}).status, kSuccess);
+  EXPECT_EQ(run({"exists", "k1", "--why"}).out, "k1 true: confirmed on ranks 0,1,2; needs tp_world_size 3\n");
+  EXPECT_EQ(run({"exists", "k1"}).out, "k1 true\n");  // without --why, as ever
+
+  CliRun json = run({"--json", "exists", "--why", "k1", "k2"});
+  ASSERT_EQ(json.status, kSuccess);
+  auto doc = json.json();
+  EXPECT_TRUE(doc["exists"][0].GetBool());
+  EXPECT_FALSE(doc["exists"][1].GetBool());
+  EXPECT_EQ(doc["why"]["ranks_initialized"].GetUint64(), 3u);
+  const auto& k1 = doc["why"]["status"][0];
+  ASSERT_EQ(k1["ranks"].Size(), 3u);
+  EXPECT_EQ(k1["ranks"][2].GetInt64(), 2);
+  EXPECT_EQ(k1["tp_world_size"].GetInt64(), 3);
+  EXPECT_TRUE(k1["complete"].GetBool());
+  EXPECT_TRUE(doc["why"]["status"][1].IsNull());
+  EXPECT_FALSE(run({"--json", "exists", "k1"}).json().HasMember("why"));
+}
+
+TEST_F(CliTest, ExistsWhyAgainstAServerWithoutKeyStatusReportsItsRefusal) {
+  auto old_server = std::make_shared<CannedTransport>([](const HttpRequest& request) -> TransportResult {
+    if (request.path == "/keys/status") return HttpResponse{404, "application/json", R"({"detail":"Not Found"})", {}};
+    return HttpResponse{200, "application/json", R"({"exists":[false]})", {}};
+  });
+  CliRun r = run_with(old_server, {"exists", "--why", "k"});
+  EXPECT_EQ(r.status, kServerRefused);
+  EXPECT_THAT(r.err, HasSubstr("404"));
+  EXPECT_EQ(old_server->calls, 2);
+}
+
+TEST_F(CliTest, NamespacesIsATableOrJson) {
+  ASSERT_TRUE(state_->initialize(NamespaceRef{"team-b"}, 3, 32));
+  ASSERT_EQ(run({"init", "0", "--pages", "8"}).status, kSuccess);
+  ASSERT_EQ(run({"init", "1", "--pages", "8"}).status, kSuccess);
+  ASSERT_EQ(run({"allocate", "0", "k1"}).status, kSuccess);
+  ASSERT_EQ(run({"confirm", "0", "k1=0"}).status, kSuccess);
+  ASSERT_TRUE(state_->drop_namespace("team-b"));
+  ASSERT_TRUE(state_->initialize(NamespaceRef{"a-much-longer-name"}, 3, 32));
+  CliRun text = run({"namespaces"});
+  EXPECT_EQ(text.status, kSuccess) << text.err;
+  EXPECT_EQ(text.out,
+            "NAME                RANKS  PAGES  KEYS\n"
+            "a-much-longer-name  3      32     0\n"
+            "default             0,1    16     1\n");
+  CliRun json = run({"--json", "namespaces"});
+  auto doc = json.json();
+  ASSERT_EQ(doc["namespaces"].Size(), 2u);
+  const auto& d = doc["namespaces"][1];
+  EXPECT_STREQ(d["name"].GetString(), "default");
+  ASSERT_EQ(d["ranks"].Size(), 2u);
+  EXPECT_EQ(d["ranks"][1].GetInt64(), 1);
+  EXPECT_EQ(d["pages"].GetInt64(), 16);
+  EXPECT_EQ(d["keys"].GetUint64(), 1u);
+}
+
+TEST_F(CliTest, DropNamespaceForgetsItAndRefusesABadNameBeforeSending) {
+  ASSERT_TRUE(state_->initialize(NamespaceRef{"m1"}, 0, 8));
+  ASSERT_TRUE(state_->initialize(NamespaceRef{"m1"}, 1, 8));
+  CliRun dropped = run({"drop-namespace", "m1"});
+  EXPECT_EQ(dropped.status, kSuccess) << dropped.err;
+  EXPECT_EQ(dropped.out, "dropped namespace m1: 2 ranks, 16 pages, 0 keys removed\n");
+  EXPECT_EQ(state_->namespaces().size(), 1u);
+  EXPECT_EQ(run({"drop-namespace", "m1"}).out, "namespace m1 did not exist\n");
+  auto doc = run({"--json", "drop-namespace", "m1"}).json();
+  EXPECT_STREQ(doc["namespace"].GetString(), "m1");
+  EXPECT_FALSE(doc["dropped"].GetBool());
+  EXPECT_EQ(doc["ranks"].GetUint64(), 0u);
+
+  CliRun def = run({"drop-namespace", "default"});
+  EXPECT_EQ(def.status, kServerRefused);
+  EXPECT_THAT(def.err, HasSubstr("POST /clear"));
+
+  auto counting = std::make_shared<CannedTransport>([](const HttpRequest&) -> TransportResult {
+    return HttpResponse{200, "application/json", "{}", {}};
+  });
+  CliRun bad = run_with(counting, {"drop-namespace", "a/b"});
+  EXPECT_EQ(bad.status, kUsage);
+  EXPECT_THAT(bad.err, HasSubstr("name has byte 0x2F at offset 1"));
+  EXPECT_EQ(run_with(counting, {"drop-namespace"}).status, kUsage);
+  EXPECT_EQ(counting->calls, 0);
 }
 
 // Durations beyond what the client measures are refused as usage errors, never overflowed.

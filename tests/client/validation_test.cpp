@@ -125,5 +125,22 @@ TEST(ValidationTest, TheFirstProblemInCheckingOrderIsNamed) {
                  "confirmations[1]: duplicate key 'a' (also confirmations[0])");
 }
 
+// Issue 20: a namespace name to send in a path (drop_namespace) follows namespace_problem's rule,
+// named "name"; its bad byte is located, never echoed.
+TEST(ValidationTest, NamespaceNamesFollowTheHeadersRule) {
+  EXPECT_EQ(check_namespace_name(Operation::drop_namespace, "m1"), std::nullopt);
+  EXPECT_EQ(check_namespace_name(Operation::drop_namespace, "A-z_0.9"), std::nullopt);
+  EXPECT_EQ(check_namespace_name(Operation::drop_namespace, std::string(64, 'n')), std::nullopt);
+  const std::string rule = ": a namespace name is 1 to 64 characters of A-Z, a-z, 0-9, '.', '_' and '-'";
+  expect_refused(check_namespace_name(Operation::drop_namespace, ""), Operation::drop_namespace,
+                 "name is empty" + rule);
+  expect_refused(check_namespace_name(Operation::drop_namespace, std::string(65, 'n')), Operation::drop_namespace,
+                 "name is 65 bytes" + rule);
+  expect_refused(check_namespace_name(Operation::drop_namespace, "m1/../x"), Operation::drop_namespace,
+                 "name has byte 0x2F at offset 2" + rule);
+  expect_refused(check_namespace_name(Operation::drop_namespace, std::string("a\0b", 3)), Operation::drop_namespace,
+                 "name has byte 0x00 at offset 1" + rule);
+}
+
 }  // namespace
 }  // namespace hf3fs_meta::internal

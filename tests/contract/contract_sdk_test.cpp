@@ -271,7 +271,7 @@ TEST_F(ContractSdkTest, RanksAndTotalPagesAreBounded) {
   EXPECT_EQ(ranks.error().detail, "Invalid initialization parameters: rank 2 would exceed the maximum of 2 ranks");
   EXPECT_THAT(client.initialize(0, 100), IsOk());  // an existing rank is still idempotent
   const auto metrics = testing::raw_request("127.0.0.1", small.port(), "GET", "/metrics");
-  EXPECT_EQ(metric_series(metrics.body, "hf3fs_meta_ranks")[""], "2");
+  EXPECT_EQ(metric_series(metrics.body, "hf3fs_meta_ranks")["namespace=\"default\""], "2");
 }
 
 TEST_F(ContractSdkTest, RankNotInitializedOnEveryRankedCall) {

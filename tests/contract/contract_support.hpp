@@ -118,9 +118,11 @@ inline std::string label_value(std::string_view labels, std::string_view label) 
   return std::string(labels.substr(start, labels.find('"', start) - start));
 }
 
+// The default namespace's figures (every state family is labelled with its namespace, issue 20).
 inline StateSnapshot parse_snapshot(std::string_view metrics_body) {
   StateSnapshot s;
   for (const auto& [labels, value] : metric_series(metrics_body, "hf3fs_meta_rank_pages")) {
+    if (label_value(labels, "namespace") != "default") continue;
     const Rank rank = std::stoll(label_value(labels, "rank"));
     const std::string state = label_value(labels, "state");
     RankPages& p = s.ranks[rank];
@@ -131,10 +133,11 @@ inline StateSnapshot parse_snapshot(std::string_view metrics_body) {
     if (state == "orphaned") p.orphaned = n;
   }
   for (const auto& [labels, value] : metric_series(metrics_body, "hf3fs_meta_releases_kept_mapped_total")) {
+    if (label_value(labels, "namespace") != "default") continue;
     s.ranks[std::stoll(label_value(labels, "rank"))].kept_on_release = std::stoll(value);
   }
   const auto keys = metric_series(metrics_body, "hf3fs_meta_keys");
-  if (auto it = keys.find(""); it != keys.end()) s.keys = std::stoll(it->second);
+  if (auto it = keys.find("namespace=\"default\""); it != keys.end()) s.keys = std::stoll(it->second);
   return s;
 }
 

@@ -236,7 +236,7 @@ TEST_F(WireTest, ReleasingAMappedPageKeepsItAndReleasesTheOthers) {
   EXPECT_EQ(r.status, 204);
   EXPECT_EQ(r.body, "");
   EXPECT_EQ(snapshot(), (StateSnapshot{{{0, RankPages{7, 0, 1, 0, 1}}, {1, RankPages{7, 0, 1, 0, 0}}}, 1}));
-  EXPECT_EQ(metric_series(metrics_body(), "hf3fs_meta_releases_kept_mapped_total")["rank=\"0\""], "1");
+  EXPECT_EQ(metric_series(metrics_body(), "hf3fs_meta_releases_kept_mapped_total")["namespace=\"default\",rank=\"0\""], "1");
   EXPECT_EQ(post(kLocations, R"({"rank":0,"keys":["done"]})").body, R"({"locations":[0]})");
   // Page 1 went to the back of the pool, behind 2..7; page 0 never re-enters it.
   std::string keys;
@@ -330,7 +330,7 @@ TEST_F(WireTest, ExtraRoutesAnswerAndChangeNothing) {
   const auto metrics = get("/metrics");
   EXPECT_EQ(metrics.status, 200);
   EXPECT_THAT(metrics.header("content-type"), Optional(StartsWith("text/plain")));
-  EXPECT_THAT(metrics.body, HasSubstr("hf3fs_meta_rank_pages{rank=\"0\",state=\"free\"} 6\n"));
+  EXPECT_THAT(metrics.body, HasSubstr("hf3fs_meta_rank_pages{namespace=\"default\",rank=\"0\",state=\"free\"} 6\n"));
   const auto faults = post("/_faults", R"({"status":503,"times":1})");
   EXPECT_EQ(faults.status, 200);  // this server runs with fault injection
   ASSERT_EQ(testing::raw_request(server_.host(), server_.port(), "DELETE", "/_faults").status, 200);

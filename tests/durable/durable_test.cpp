@@ -337,13 +337,13 @@ TEST(DurableRecord, EveryKindRoundTrips) {
     return decoded.error().message;
   };
   // A kind from a newer server is unsupported; the rest is corrupt.
-  EXPECT_THAT(refused(std::string("\x0c\x00", 2), Errc::unsupported), HasSubstr("unknown kind 12"));
+  EXPECT_THAT(refused(std::string("\x0e\x00", 2), Errc::unsupported), HasSubstr("unknown kind 14"));
   // A removal or a page state the format does not know is refused, not guessed.
   EXPECT_THAT(refused(std::string("\x07\x00\x04\x00\x00\x00\x00\x00", 8), Errc::corrupt), HasSubstr("unknown removal 4"));
   EXPECT_THAT(refused(std::string("\x08\x00\x00\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00\x02", 15), Errc::corrupt),
               HasSubstr("reclaimed page state 2"));
   // Flags the format does not know, and bytes after the last field, are refused too.
-  EXPECT_THAT(refused(std::string("\x04\x02", 2), Errc::corrupt), HasSubstr("record 1: unknown flags 2"));
+  EXPECT_THAT(refused(std::string("\x04\x04", 2), Errc::corrupt), HasSubstr("record 1: unknown flags 4"));
   EXPECT_TRUE(Record::decode(1, std::string("\x04\x00", 2)));  // the same cleared record, whole
   EXPECT_THAT(refused(std::string("\x04\x00\x00\x00", 4), Errc::corrupt),
               HasSubstr("record 1: 2 bytes after the record's fields"));
@@ -893,7 +893,7 @@ TEST(DurableRecovery, ASnapshotKeepsTheNewestAnswersWithinTheBudgetAsTheCacheWei
   const std::string long_key(1000, 'k');
   {
     MetadataState state;
-    auto store = open_store(dir.path(), state, FsyncMode::no, 3 * dedup_weight(5, 1));
+    auto store = open_store(dir.path(), state, FsyncMode::no, 3 * dedup_weight({}, "req-0", 1));
     ASSERT_TRUE(state.initialize(0, 8).has_value());
     for (int i = 0; i < 5; ++i) {
       const DedupTag tag{Route::batch_allocate, "req-" + std::to_string(i), 0, 0};

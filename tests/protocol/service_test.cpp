@@ -474,10 +474,14 @@ TEST(RouteTest, NamesAndCount) {
   EXPECT_EQ(to_string(Route::clear), "/clear");
   EXPECT_EQ(to_string(Route::delete_keys), "/keys/delete");
   EXPECT_EQ(to_string(Route::stats), "/stats");
+  EXPECT_EQ(to_string(Route::drop_rank), "/rank/{rank}/drop");
+  EXPECT_EQ(to_string(Route::namespaces), "/namespaces");
+  EXPECT_EQ(to_string(Route::drop_namespace), "/namespaces/{name}/drop");
+  EXPECT_EQ(to_string(Route::key_status), "/keys/status");
   EXPECT_EQ(to_string(Route::redirect), "redirect");
   EXPECT_EQ(to_string(Route::method_not_allowed), "method_not_allowed");
   EXPECT_EQ(to_string(Route::not_found), "not_found");
-  EXPECT_EQ(kRouteCount, 12u);
+  EXPECT_EQ(kRouteCount, 15u);
 }
 
 // ---- Robustness ----

@@ -7,6 +7,8 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "dedup_cache.hpp"
@@ -34,45 +36,46 @@ class DedupCacheTest : public ::testing::Test {
 };
 
 constexpr int kAllocate = static_cast<int>(Route::batch_allocate);  // the router keys its cache by the route
+constexpr std::string_view kDefault{};  // the default namespace, as a request without the header names it
 
 TEST_F(DedupCacheTest, ARepeatInsideTheWindowGetsTheKeptPagesAndNothingIsApplied) {
   auto cache = make(1 << 20);
-  auto first = cache.acquire(kAllocate, "a", "body", 4);
+  auto first = cache.acquire(kDefault, kAllocate, "a", "body", 4);
   ASSERT_EQ(first.kind, Kind::owner);
   const std::vector<std::int64_t> pages{7, -1, 3};
   first.claim.complete(200, pages);
   now_ += 9999ms;
-  auto repeat = cache.acquire(kAllocate, "a", "body", 4);
+  auto repeat = cache.acquire(kDefault, kAllocate, "a", "body", 4);
   ASSERT_EQ(repeat.kind, Kind::hit);
   EXPECT_EQ(repeat.answer.status, 200);
   EXPECT_THAT(repeat.answer.pages, ElementsAre(7u, 0xFFFFFFFFu, 3u));
   EXPECT_EQ(cache.stats().hits, 1u);
   // The same id on another route is another request.
-  EXPECT_EQ(cache.acquire(kAllocate + 1, "a", "body", 0).kind, Kind::owner);
+  EXPECT_EQ(cache.acquire(kDefault, kAllocate + 1, "a", "body", 0).kind, Kind::owner);
   // Another body under the same id is a conflict.
-  EXPECT_EQ(cache.acquire(kAllocate, "a", "other", 4).kind, Kind::conflict);
+  EXPECT_EQ(cache.acquire(kDefault, kAllocate, "a", "other", 4).kind, Kind::conflict);
 }
 
 TEST_F(DedupCacheTest, AnAnswerLeavesExactlyAtTheEndOfItsWindow) {
   auto cache = make(1 << 20, 500ms);
-  cache.acquire(kAllocate, "a", "body", 1).claim.complete(200, std::vector<std::int64_t>{0});
+  cache.acquire(kDefault, kAllocate, "a", "body", 1).claim.complete(200, std::vector<std::int64_t>{0});
   now_ += 499ms;
-  EXPECT_EQ(cache.acquire(kAllocate, "a", "body", 1).kind, Kind::hit);
+  EXPECT_EQ(cache.acquire(kDefault, kAllocate, "a", "body", 1).kind, Kind::hit);
   now_ += 1ms;
-  EXPECT_EQ(cache.acquire(kAllocate, "a", "body", 1).kind, Kind::owner);
+  EXPECT_EQ(cache.acquire(kDefault, kAllocate, "a", "body", 1).kind, Kind::owner);
 }
 
 TEST_F(DedupCacheTest, EntriesWeighTheirPagesNotTheirAnswersAndTheExcessReservationIsGivenBack) {
   auto cache = make(1 << 20);
-  auto owner = cache.acquire(kAllocate, "a", std::string(7000, 'x'), 1000);
+  auto owner = cache.acquire(kDefault, kAllocate, "a", std::string(7000, 'x'), 1000);
   EXPECT_EQ(cache.stats().bytes, weight(1000));  // reserved for the most the answer can weigh
   owner.claim.complete(200, std::vector<std::int64_t>(10, 1));
   EXPECT_EQ(cache.stats().bytes, weight(10));
   EXPECT_EQ(cache.stats().entries, 1u);
   // Errors are not kept: the reservation goes back.
-  cache.acquire(kAllocate, "b", "x", 5).claim.complete(500, {});
+  cache.acquire(kDefault, kAllocate, "b", "x", 5).claim.complete(500, {});
   // An abandoned owner (its connection went away) gives it back too.
-  { auto abandoned = cache.acquire(kAllocate, "c", "x", 5); }
+  { auto abandoned = cache.acquire(kDefault, kAllocate, "c", "x", 5); }
   EXPECT_EQ(cache.stats().bytes, weight(10));
   EXPECT_EQ(cache.stats().entries, 1u);
 }
@@ -80,81 +83,81 @@ TEST_F(DedupCacheTest, EntriesWeighTheirPagesNotTheirAnswersAndTheExcessReservat
 TEST_F(DedupCacheTest, AFullBudgetRefusesUntilTheOldestAnswerLeavesItsWindow) {
   auto cache = make(3 * weight(1), 1000ms);
   for (const char* id : {"a", "b", "c"}) {
-    cache.acquire(kAllocate, id, "body", 1).claim.complete(200, std::vector<std::int64_t>{0});
+    cache.acquire(kDefault, kAllocate, id, "body", 1).claim.complete(200, std::vector<std::int64_t>{0});
     now_ += 100ms;
   }
   // now = 300 ms; "a" leaves at 1000 ms.
-  auto refused = cache.acquire(kAllocate, "d", "body", 1);
+  auto refused = cache.acquire(kDefault, kAllocate, "d", "body", 1);
   EXPECT_EQ(refused.kind, Kind::full);
   EXPECT_EQ(refused.retry_after, 700ms);
   EXPECT_EQ(cache.stats().refused, 1u);
   // No promise was broken: every kept answer is still there.
-  for (const char* id : {"a", "b", "c"}) EXPECT_EQ(cache.acquire(kAllocate, id, "body", 1).kind, Kind::hit);
+  for (const char* id : {"a", "b", "c"}) EXPECT_EQ(cache.acquire(kDefault, kAllocate, id, "body", 1).kind, Kind::hit);
   now_ += 700ms;
-  EXPECT_EQ(cache.acquire(kAllocate, "d", "body", 1).kind, Kind::owner);
-  EXPECT_EQ(cache.acquire(kAllocate, "a", "body", 1).kind, Kind::owner);  // "a" has left
+  EXPECT_EQ(cache.acquire(kDefault, kAllocate, "d", "body", 1).kind, Kind::owner);
+  EXPECT_EQ(cache.acquire(kDefault, kAllocate, "a", "body", 1).kind, Kind::owner);  // "a" has left
   EXPECT_LE(cache.stats().bytes, 3 * weight(1));
 }
 
 TEST_F(DedupCacheTest, RequestsInFlightHoldTheirReservation) {
   auto cache = make(2 * weight(1));
-  auto first = cache.acquire(kAllocate, "a", "body", 1);
-  auto second = cache.acquire(kAllocate, "b", "body", 1);
+  auto first = cache.acquire(kDefault, kAllocate, "a", "body", 1);
+  auto second = cache.acquire(kDefault, kAllocate, "b", "body", 1);
   ASSERT_EQ(second.kind, Kind::owner);
-  auto third = cache.acquire(kAllocate, "c", "body", 1);
+  auto third = cache.acquire(kDefault, kAllocate, "c", "body", 1);
   EXPECT_EQ(third.kind, Kind::full);
   EXPECT_EQ(third.retry_after, 1000ms);  // nothing kept yet: a second
   first.claim.complete(500, {});
-  EXPECT_EQ(cache.acquire(kAllocate, "c", "body", 1).kind, Kind::owner);
+  EXPECT_EQ(cache.acquire(kDefault, kAllocate, "c", "body", 1).kind, Kind::owner);
 }
 
 TEST_F(DedupCacheTest, ClearForgetsKeptAnswersAndReleasesTheirBytes) {
   auto cache = make(1 << 20);
-  cache.acquire(kAllocate, "a", "body", 1).claim.complete(200, std::vector<std::int64_t>{0});
-  auto in_flight = cache.acquire(kAllocate, "b", "body", 1);
+  cache.acquire(kDefault, kAllocate, "a", "body", 1).claim.complete(200, std::vector<std::int64_t>{0});
+  auto in_flight = cache.acquire(kDefault, kAllocate, "b", "body", 1);
   cache.clear();
   in_flight.claim.complete(200, std::vector<std::int64_t>{1});  // from before the clear: not kept
   EXPECT_EQ(cache.stats().bytes, 0u);
-  EXPECT_EQ(cache.acquire(kAllocate, "a", "body", 1).kind, Kind::owner);
-  EXPECT_EQ(cache.acquire(kAllocate, "b", "body", 1).kind, Kind::owner);
+  EXPECT_EQ(cache.acquire(kDefault, kAllocate, "a", "body", 1).kind, Kind::owner);
+  EXPECT_EQ(cache.acquire(kDefault, kAllocate, "b", "body", 1).kind, Kind::owner);
 }
 
 TEST_F(DedupCacheTest, AnAnswerThatCouldNeverFitIsTooLargeAtOnceNotFull) {
   auto cache = make(weight(10));
-  EXPECT_EQ(cache.acquire(kAllocate, "a", "body", 11).kind, Kind::too_large);
+  EXPECT_EQ(cache.acquire(kDefault, kAllocate, "a", "body", 11).kind, Kind::too_large);
   EXPECT_EQ(cache.stats().entries, 0u);  // nothing reserved, nothing counted as refused-for-now
   EXPECT_EQ(cache.stats().bytes, 0u);
   EXPECT_EQ(cache.stats().refused, 0u);
-  auto fits = cache.acquire(kAllocate, "a", "body", 10);  // exactly the budget
+  auto fits = cache.acquire(kDefault, kAllocate, "a", "body", 10);  // exactly the budget
   ASSERT_EQ(fits.kind, Kind::owner);
   // Full only for now: 503's case, not 413's.
-  EXPECT_EQ(cache.acquire(kAllocate, "b", "body", 1).kind, Kind::full);
+  EXPECT_EQ(cache.acquire(kDefault, kAllocate, "b", "body", 1).kind, Kind::full);
 }
 
 TEST_F(DedupCacheTest, ARestoredAnswerKeepsWhatWasLeftOfItsWindow) {
   auto cache = make(1 << 20, 1000ms);
   const auto hash = DedupCache::body_hash("body");
-  cache.restore(kAllocate, "over", hash, 4, KeptAnswer{200, {1}, 5}, 1000ms);
-  cache.restore(kAllocate, "a", hash, 4, KeptAnswer{200, {2}, 6}, 400ms);
-  cache.restore(kAllocate, "b", hash, 4, KeptAnswer{200, {3}, 7});  // age unknown: a whole window
+  cache.restore(kDefault, kAllocate, "over", hash, 4, KeptAnswer{200, {1}, 5}, 1000ms);
+  cache.restore(kDefault, kAllocate, "a", hash, 4, KeptAnswer{200, {2}, 6}, 400ms);
+  cache.restore(kDefault, kAllocate, "b", hash, 4, KeptAnswer{200, {3}, 7});  // age unknown: a whole window
   EXPECT_EQ(cache.stats().entries, 2u);
-  EXPECT_EQ(cache.acquire(kAllocate, "over", "body", 1).kind, Kind::owner);
+  EXPECT_EQ(cache.acquire(kDefault, kAllocate, "over", "body", 1).kind, Kind::owner);
   now_ += 599ms;
-  auto a = cache.acquire(kAllocate, "a", "body", 1);
+  auto a = cache.acquire(kDefault, kAllocate, "a", "body", 1);
   ASSERT_EQ(a.kind, Kind::hit);
   EXPECT_THAT(a.answer.pages, ElementsAre(2u));
   now_ += 1ms;
-  EXPECT_EQ(cache.acquire(kAllocate, "a", "body", 1).kind, Kind::owner);
-  EXPECT_EQ(cache.acquire(kAllocate, "b", "body", 1).kind, Kind::hit);
+  EXPECT_EQ(cache.acquire(kDefault, kAllocate, "a", "body", 1).kind, Kind::owner);
+  EXPECT_EQ(cache.acquire(kDefault, kAllocate, "b", "body", 1).kind, Kind::hit);
   // An entry recovery found, aged by the system clock's difference.
   durable::DedupEntry e{9, durable::DedupTag{Route::batch_allocate, "c", hash, 4}, 200, {4}, 10'000};
   cache.restore(e, 10'999);
-  EXPECT_EQ(cache.acquire(kAllocate, "c", "body", 1).kind, Kind::hit);
+  EXPECT_EQ(cache.acquire(kDefault, kAllocate, "c", "body", 1).kind, Kind::hit);
   now_ += 1ms;
-  EXPECT_EQ(cache.acquire(kAllocate, "c", "body", 1).kind, Kind::owner);
+  EXPECT_EQ(cache.acquire(kDefault, kAllocate, "c", "body", 1).kind, Kind::owner);
   e.tag.id = "d";
   cache.restore(e, 11'000);  // its window ended before the restart
-  EXPECT_EQ(cache.acquire(kAllocate, "d", "body", 1).kind, Kind::owner);
+  EXPECT_EQ(cache.acquire(kDefault, kAllocate, "d", "body", 1).kind, Kind::owner);
 }
 
 // The issue's scenario, at the unit level: large allocates carrying ids, kept in memory as pages;
@@ -184,7 +187,7 @@ TEST_P(DedupRecoveryTest, RequestIdsSurviveARestartAsTheySurviveInMemory) {
       for (int k = 0; k < kKeys; ++k) keys.emplace_back(std::string(1500, 'k') + std::to_string(i) + "-" + std::to_string(k));
       bodies.push_back("body of allocate " + std::to_string(i) + " with " + keys.front().key);
       const std::string id = "big-" + std::to_string(i);
-      auto acquired = cache.acquire(kAllocate, id, bodies.back(), kKeys);
+      auto acquired = cache.acquire(kDefault, kAllocate, id, bodies.back(), kKeys);
       ASSERT_EQ(acquired.kind, Kind::owner);
       const durable::DedupTag tag{Route::batch_allocate, id, DedupCache::body_hash(bodies.back()), bodies.back().size()};
       durable::Journal::reset_thread_seq();
@@ -199,7 +202,7 @@ TEST_P(DedupRecoveryTest, RequestIdsSurviveARestartAsTheySurviveInMemory) {
       answers.emplace_back(pages.begin(), pages.end());
     }
     for (int i = 0; i < kAllocates; ++i) {
-      EXPECT_EQ(cache.acquire(kAllocate, "big-" + std::to_string(i), bodies[i], kKeys).kind, Kind::hit);
+      EXPECT_EQ(cache.acquire(kDefault, kAllocate, "big-" + std::to_string(i), bodies[i], kKeys).kind, Kind::hit);
     }
     if (clean) {
       ASSERT_TRUE(store->shutdown().has_value());
@@ -213,7 +216,7 @@ TEST_P(DedupRecoveryTest, RequestIdsSurviveARestartAsTheySurviveInMemory) {
                           std::chrono::system_clock::now().time_since_epoch()).count();
   for (const auto& e : store->recovered().dedup) cache.restore(e, now_ms);
   for (int i = 0; i < kAllocates; ++i) {
-    auto repeat = cache.acquire(kAllocate, "big-" + std::to_string(i), bodies[i], kKeys);
+    auto repeat = cache.acquire(kDefault, kAllocate, "big-" + std::to_string(i), bodies[i], kKeys);
     ASSERT_EQ(repeat.kind, Kind::hit) << i;
     EXPECT_EQ(repeat.answer.status, 200);
     EXPECT_EQ(std::vector<std::int64_t>(repeat.answer.pages.begin(), repeat.answer.pages.end()), answers[i]);
@@ -222,6 +225,110 @@ TEST_P(DedupRecoveryTest, RequestIdsSurviveARestartAsTheySurviveInMemory) {
 
 INSTANTIATE_TEST_SUITE_P(ShutdownOrCrash, DedupRecoveryTest, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "CleanShutdown" : "CrashAfterASnapshot"; });
+
+// Issue 20: the same id and body in two namespaces are two requests, each answered again from its
+// own entry; the default namespace keeps its keys whichever way it is named.
+TEST_F(DedupCacheTest, EachNamespaceKeepsItsOwnAnswers) {
+  auto cache = make(1 << 20);
+  for (const auto& [ns, page] : {std::pair<std::string_view, std::int64_t>{kDefault, 1}, {"m1", 2}, {"m2", 3}}) {
+    auto first = cache.acquire(ns, kAllocate, "r", "body", 1);
+    ASSERT_EQ(first.kind, Kind::owner) << ns;  // another namespace's answer is not this one's
+    first.claim.complete(200, std::vector<std::int64_t>{page});
+  }
+  EXPECT_EQ(cache.stats().entries, 3u);
+  EXPECT_EQ(cache.stats().hits, 0u);
+  for (const auto& [ns, page] : {std::pair<std::string_view, std::uint32_t>{kDefault, 1}, {"default", 1}, {"m1", 2},
+                                 {"m2", 3}}) {
+    auto repeat = cache.acquire(ns, kAllocate, "r", "body", 1);
+    ASSERT_EQ(repeat.kind, Kind::hit) << ns;
+    EXPECT_THAT(repeat.answer.pages, ElementsAre(page)) << ns;
+  }
+  // Another body under the id is a conflict in its own namespace only.
+  EXPECT_EQ(cache.acquire("m1", kAllocate, "r", "other", 1).kind, Kind::conflict);
+  EXPECT_EQ(cache.acquire("m3", kAllocate, "r", "other", 1).kind, Kind::owner);
+  // A namespace's name never runs into the route's letter or the id: "ab" with "x" and "a" with
+  // "bx"... keep apart (a name ends at a space no id or name holds).
+  cache.acquire("ab", kAllocate, "x", "body", 0).claim.complete(204, {});
+  EXPECT_EQ(cache.acquire("a", kAllocate, "bx", "body", 0).kind, Kind::owner);
+  EXPECT_EQ(cache.acquire("abb", kAllocate, "x", "body", 0).kind, Kind::owner);
+  EXPECT_EQ(cache.acquire("ab", kAllocate, "x", "body", 0).kind, Kind::hit);
+  // clear() (forget_state) forgets every namespace's.
+  cache.clear();
+  for (const std::string_view ns : {kDefault, std::string_view("m1"), std::string_view("m2")}) {
+    EXPECT_EQ(cache.acquire(ns, kAllocate, "r", "body", 1).kind, Kind::owner) << ns;
+  }
+}
+
+// A restored answer goes back to its namespace: the one restore() is given, or a recovered entry's tag.ns.
+TEST_F(DedupCacheTest, ARestoredAnswerKeepsItsNamespace) {
+  auto cache = make(1 << 20, 1000ms);
+  const auto hash = DedupCache::body_hash("body");
+  cache.restore("m1", kAllocate, "a", hash, 4, KeptAnswer{200, {5}, 6});
+  durable::DedupEntry e{9, durable::DedupTag{Route::batch_allocate, "b", hash, 4, "m2"}, 200, {7}, 0};
+  cache.restore(e, 10'000);
+  auto a = cache.acquire("m1", kAllocate, "a", "body", 1);
+  ASSERT_EQ(a.kind, Kind::hit);
+  EXPECT_THAT(a.answer.pages, ElementsAre(5u));
+  auto b = cache.acquire("m2", kAllocate, "b", "body", 1);
+  ASSERT_EQ(b.kind, Kind::hit);
+  EXPECT_THAT(b.answer.pages, ElementsAre(7u));
+  for (const std::string_view ns : {kDefault, std::string_view("m2")}) {
+    EXPECT_EQ(cache.acquire(ns, kAllocate, "a", "body", 1).kind, Kind::owner) << ns;
+  }
+  for (const std::string_view ns : {kDefault, std::string_view("m1")}) {
+    EXPECT_EQ(cache.acquire(ns, kAllocate, "b", "body", 1).kind, Kind::owner) << ns;
+  }
+}
+
+// A named namespace's entry weighs its name too (and the two bytes that frame it in the key), in the
+// cache as in the journal's retention, so in the snapshot: the budget holds what it says.
+TEST_F(DedupCacheTest, ANamedNamespacesEntryWeighsItsNameInTheCacheAndTheJournalAlike) {
+  EXPECT_EQ(durable::dedup_weight({}, "r", 1), weight(1));
+  EXPECT_EQ(durable::dedup_weight("default", "r", 1), weight(1));  // the default, however it is named
+  EXPECT_EQ(durable::dedup_weight("m1", "r", 1), weight(1) + 4);
+  EXPECT_EQ(durable::dedup_weight(std::string(64, 'n'), "r", 0), weight(0) + 66);
+  auto cache = make(1 << 20);
+  auto owner = cache.acquire("m1", kAllocate, "r", "body", 10);
+  EXPECT_EQ(cache.stats().bytes, weight(10) + 4);  // reserved with the name
+  owner.claim.complete(200, std::vector<std::int64_t>{3});
+  EXPECT_EQ(cache.stats().bytes, weight(1) + 4);
+  cache.restore("m2", kAllocate, "s", DedupCache::body_hash("body"), 4, KeptAnswer{200, {1, 2}, 1});
+  EXPECT_EQ(cache.stats().bytes, weight(1) + 4 + weight(2) + 4);
+  // A budget of exactly three named entries holds three, not four.
+  auto three = make(3 * (weight(1) + 4));
+  for (const char* id : {"a", "b", "c"}) {
+    auto claimed = three.acquire("m1", kAllocate, id, "body", 1);
+    ASSERT_EQ(claimed.kind, Kind::owner) << id;
+    claimed.claim.complete(200, std::vector<std::int64_t>{0});
+  }
+  EXPECT_EQ(three.acquire("m1", kAllocate, "d", "body", 1).kind, Kind::full);
+
+  // The journal keeps the newest answers within the budget weighed alike: one byte short of three
+  // named entries keeps two (without their names counted, three would fit).
+  hf3fs_meta::testing::TempDir dir;
+  const std::size_t budget = 3 * durable::dedup_weight("m1", "req-0", 1) - 1;
+  const durable::Store::Options store_options{dir.path(), durable::FsyncMode::no, 0, budget};
+  {
+    MetadataState state;
+    auto store = std::move(durable::Store::open(store_options, state)).value();
+    ASSERT_TRUE(state.initialize(NamespaceRef{"m1"}, 0, 8).has_value());
+    for (int i = 0; i < 5; ++i) {
+      const durable::DedupTag tag{Route::batch_allocate, "req-" + std::to_string(i), 0, 0, "m1"};
+      durable::TagScope scope(&tag);
+      const std::vector<BlockKey> keys{{"k" + std::to_string(i), ""}};
+      ASSERT_TRUE(state.allocate(NamespaceRef{"m1"}, 0, keys).has_value());
+    }
+    ASSERT_TRUE(store->shutdown().has_value());
+  }
+  MetadataState state;
+  auto store = std::move(durable::Store::open(store_options, state)).value();
+  const auto& kept = store->recovered().dedup;
+  ASSERT_EQ(kept.size(), 2u);
+  for (std::size_t i = 0; i < kept.size(); ++i) {
+    EXPECT_EQ(kept[i].tag.id, "req-" + std::to_string(i + 3));
+    EXPECT_EQ(kept[i].tag.ns, "m1");
+  }
+}
 
 TEST_F(DedupCacheTest, ZeroBytesIsOff) {
   EXPECT_FALSE(make(0).enabled());

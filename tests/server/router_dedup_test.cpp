@@ -11,13 +11,16 @@
 #include <utility>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "hf3fs_meta/protocol.hpp"
+#include "durable/store.hpp"
 #include "hf3fs_meta/state.hpp"
 #include "metrics.hpp"
 #include "router.hpp"
 #include "server_options.hpp"
+#include "support/temp_dir.hpp"
 
 namespace hf3fs_meta::server {
 namespace {
@@ -50,13 +53,15 @@ class RouterDedupTest : public ::testing::Test {
     return o;
   }
 
-  Answer send(std::string target, std::string body, std::string id = {}) {
+  // `ns`: the namespace the request acts in, as Router::admit sets it from X-Hf3fs-Namespace.
+  Answer send(std::string target, std::string body, std::string id = {}, std::string_view ns = {}) {
     Request request;
     request.method = "POST";
     request.target = std::move(target);
     request.body = std::move(body);
     request.request_id = std::move(id);
     exchange_.reset();
+    exchange_.ns = ns;
     const auto next = router_.step(request, exchange_);
     EXPECT_EQ(next, Router::Next::reply);
     return Answer{exchange_.reply.status, exchange_.reply.body};
@@ -66,8 +71,8 @@ class RouterDedupTest : public ::testing::Test {
     for (std::size_t i = 0; i < keys.size(); ++i) body += (i ? ",[\"" : "[\"") + keys[i] + "\",\"\"]";
     return body + "]}";
   }
-  Answer allocate(int rank, const std::vector<std::string>& keys, std::string id = {}) {
-    return send("/keys/batch_allocate", allocate_body(rank, keys), std::move(id));
+  Answer allocate(int rank, const std::vector<std::string>& keys, std::string id = {}, std::string_view ns = {}) {
+    return send("/keys/batch_allocate", allocate_body(rank, keys), std::move(id), ns);
   }
   Answer confirm(int rank, const std::string& key, Page page) {
     return send("/keys/confirm_write", R"({"rank":)" + std::to_string(rank) + R"(,"confirmations":[[")" + key +
@@ -124,6 +129,120 @@ TEST_F(RouterDedupTest, OnePageTakenBackOfSeveralRefusesTheWholeAnswer) {
   EXPECT_EQ(allocate(0, {"a", "b"}, "r1").body, first.body);  // "a" mapped, "b" allocated: both theirs
   ASSERT_EQ(send("/keys/delete", R"({"keys":["a"]})").status, 200);
   EXPECT_EQ(allocate(0, {"a", "b"}, "r1").status, 409);
+}
+
+// Request ids per namespace (issue 20). Router::admit sets Exchange::ns; these tests set it
+// themselves. The namespaces' pages are set up on the state directly, so that what is checked is the
+// router's part: which entry answers, and in which namespace its pages are checked.
+
+// The same id and body in two namespaces are two requests: the second is applied, not answered from
+// the first's entry.
+TEST_F(RouterDedupTest, TheSameIdAndBodyInTwoNamespacesAreBothApplied) {
+  initialize(0, 4);
+  ASSERT_TRUE(state_.initialize(NamespaceRef{"m1"}, 0, 4).has_value());
+  const auto first = allocate(0, {"K"}, "r1");
+  ASSERT_EQ(first.status, 200) << first.body;
+  const auto second = allocate(0, {"K"}, "r1", "m1");
+  EXPECT_EQ(second.status, 200) << second.body;
+  EXPECT_EQ(router_.dedup().stats().hits, 0u);     // neither answered from a kept answer
+  // Applied in m1 (Service acts in Exchange::ns): "K" holds page 0 of each namespace's rank 0.
+  const std::vector<BlockKey> k{"K"};
+  const std::vector<Page> page0{0};
+  EXPECT_EQ(second.body, first.body);
+  EXPECT_TRUE(state_.holds(NamespaceRef{"m1"}, 0, page0, k));
+  EXPECT_TRUE(state_.holds(NamespaceRef{}, 0, page0, k));
+  EXPECT_EQ(router_.dedup().stats().entries, 2u);  // each kept under its own namespace
+  EXPECT_EQ(allocate(0, {"K"}, "r1").body, first.body);
+  EXPECT_EQ(router_.dedup().stats().hits, 1u);
+}
+
+// Each namespace's repeat is answered from its own entry, its pages checked in its own namespace;
+// the header's "default" is the default namespace; after a drop of the namespace its repeat is 409,
+// as after /clear, and never applied afresh.
+TEST_F(RouterDedupTest, EachRepeatIsAnsweredFromItsOwnNamespaceAndIs409AfterADrop) {
+  using K = std::vector<BlockKey>;
+  ASSERT_TRUE(state_.initialize(NamespaceRef{}, 0, 4).has_value());
+  ASSERT_EQ(state_.allocate(NamespaceRef{}, 0, K{"X", "K"}).value(), (std::vector<Page>{0, 1}));
+  ASSERT_TRUE(state_.initialize(NamespaceRef{"m1"}, 0, 4).has_value());
+  ASSERT_EQ(state_.allocate(NamespaceRef{"m1"}, 0, K{"K"}).value(), std::vector<Page>{0});
+  const std::string body = allocate_body(0, {"K"});
+  const auto hash = DedupCache::body_hash(body);
+  const int route = static_cast<int>(Route::batch_allocate);
+  router_.dedup().restore("", route, "r1", hash, body.size(), KeptAnswer{200, {1}, 0});
+  router_.dedup().restore("m1", route, "r1", hash, body.size(), KeptAnswer{200, {0}, 0});
+  const auto in_default = allocate(0, {"K"}, "r1");
+  ASSERT_EQ(in_default.status, 200) << in_default.body;
+  EXPECT_EQ(pages_of(in_default, {"K"}), std::vector<Page>{1});
+  EXPECT_EQ(allocate(0, {"K"}, "r1", "default").body, in_default.body);
+  const auto m1 = allocate(0, {"K"}, "r1", "m1");
+  ASSERT_EQ(m1.status, 200) << m1.body;
+  EXPECT_EQ(pages_of(m1, {"K"}), std::vector<Page>{0});
+  EXPECT_EQ(router_.dedup().stats().hits, 3u);
+
+  ASSERT_TRUE(state_.drop_namespace("m1").value().dropped);
+  const auto after_drop = allocate(0, {"K"}, "r1", "m1");
+  EXPECT_EQ(after_drop.status, 409);
+  EXPECT_THAT(after_drop.body, HasSubstr("X-Request-Id r1: the pages of its answer were taken back since"));
+  EXPECT_TRUE(state_.namespaces().size() == 1) << "the repeat created nothing";
+  EXPECT_EQ(allocate(0, {"K"}, "r1").body, in_default.body);  // the default's entry and pages are untouched
+  EXPECT_EQ(router_.dedup().stats().hits, 5u);
+}
+
+// A restored answer (what recovery found: DedupEntry.tag.ns) answers its own namespace's repeat only.
+TEST_F(RouterDedupTest, ARestoredAnswerAnswersOnlyItsOwnNamespace) {
+  using K = std::vector<BlockKey>;
+  ASSERT_TRUE(state_.initialize(NamespaceRef{"m2"}, 0, 4).has_value());
+  ASSERT_EQ(state_.allocate(NamespaceRef{"m2"}, 0, K{"a", "K"}).value(), (std::vector<Page>{0, 1}));
+  const std::string body = allocate_body(0, {"K"});
+  const durable::DedupEntry recovered{
+      7, durable::DedupTag{Route::batch_allocate, "r9", DedupCache::body_hash(body), body.size(), "m2"}, 200, {1}, 0};
+  router_.dedup().restore(recovered, 0);
+  const auto repeat = allocate(0, {"K"}, "r9", "m2");
+  ASSERT_EQ(repeat.status, 200) << repeat.body;
+  EXPECT_EQ(pages_of(repeat, {"K"}), std::vector<Page>{1});
+  EXPECT_EQ(router_.dedup().stats().hits, 1u);
+  // In the default namespace the id is new: applied there (no rank 0 there: the state's own 500).
+  const auto in_default = allocate(0, {"K"}, "r9");
+  EXPECT_EQ(in_default.status, 500) << in_default.body;
+  EXPECT_EQ(router_.dedup().stats().hits, 1u);
+}
+
+// The router tags a journaled change with its request's namespace: the journal keeps the answer with
+// it, and a restart (the shutdown's snapshot) gives it back to that namespace.
+TEST(RouterDedupDurable, AJournaledAnswerKeepsItsNamespaceThroughARestart) {
+  hf3fs_meta::testing::TempDir dir;
+  const durable::Store::Options store_options{dir.path(), durable::FsyncMode::no, 0, std::size_t{1} << 20};
+  ServerOptions options;
+  const std::string body = R"({"rank":0,"keys":[["K",""]]})";
+  {
+    MetadataState state;
+    auto store = std::move(durable::Store::open(store_options, state)).value();
+    ASSERT_TRUE(state.initialize(NamespaceRef{}, 0, 4).has_value());
+    ASSERT_TRUE(state.initialize(NamespaceRef{"m1"}, 0, 4).has_value());
+    Metrics metrics{1};
+    Router router(options, state, metrics, store.get());
+    for (const std::string_view ns : {std::string_view{}, std::string_view{"m1"}}) {
+      Request request;
+      request.method = "POST";
+      request.target = "/keys/batch_allocate";
+      request.body = body;
+      request.request_id = "r1";
+      Exchange exchange;
+      exchange.ns = ns;
+      ASSERT_EQ(router.step(request, exchange), Router::Next::reply);
+      ASSERT_EQ(exchange.reply.status, 200) << exchange.reply.body;
+    }
+    ASSERT_TRUE(store->shutdown().has_value());
+  }
+  MetadataState state;
+  auto store = std::move(durable::Store::open(store_options, state)).value();
+  std::vector<std::string> namespaces;
+  for (const auto& e : store->recovered().dedup) {
+    EXPECT_EQ(e.tag.id, "r1");
+    namespaces.push_back(e.tag.ns);
+  }
+  std::sort(namespaces.begin(), namespaces.end());
+  EXPECT_EQ(namespaces, (std::vector<std::string>{"", "m1"}));
 }
 
 TEST(StateHolds, APageIsHeldWhileAllocatedForOrMappedToItsKey) {

@@ -113,8 +113,8 @@ TEST_F(ServerAuthTest, ARefusedRequestChangesNothing) {
   const auto exists = call({"POST", "/keys/batch_exists", R"({"keys":["a","b"]})", 0}, right);
   EXPECT_EQ(exists.status, 200) << exists.body;
   const auto metrics = call({"GET", "/metrics", "", 0}, right);
-  EXPECT_THAT(metrics.body, HasSubstr("hf3fs_meta_ranks 1\n"));
-  EXPECT_THAT(metrics.body, HasSubstr("hf3fs_meta_rank_pages{rank=\"0\",state=\"allocated\"} 1\n"));
+  EXPECT_THAT(metrics.body, HasSubstr("hf3fs_meta_ranks{namespace=\"default\"} 1\n"));
+  EXPECT_THAT(metrics.body, HasSubstr("hf3fs_meta_rank_pages{namespace=\"default\",rank=\"0\",state=\"allocated\"} 1\n"));
   EXPECT_THAT(metrics.body, HasSubstr("hf3fs_meta_requests_total{route=\"unauthorized\",status=\"401\"} 3\n"));
 }
 

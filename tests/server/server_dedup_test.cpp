@@ -40,7 +40,7 @@ TEST_F(ServerDedupTest, RepeatGetsTheSameAnswerWithoutApplyingAgain) {
   // Only one page was taken: the next key gets page 1.
   EXPECT_EQ(allocate(0, "k2").body, allocate_answer(0, "k2", 1));
   EXPECT_THAT(metric("hf3fs_meta_request_id_cache_hits_total"), Optional(std::string("1")));
-  EXPECT_THAT(metric(R"(hf3fs_meta_rank_pages{rank="0",state="free"})"), Optional(std::string("8")));
+  EXPECT_THAT(metric(R"(hf3fs_meta_rank_pages{namespace="default",rank="0",state="free"})"), Optional(std::string("8")));
 }
 
 TEST_F(ServerDedupTest, WithoutAnIdEveryRequestIsApplied) {
@@ -297,8 +297,8 @@ TEST_F(ServerDedupTest, ARepeatWhosePagesWereDroppedIs409NeverTheOldPages) {
             R"(deleted, evicted or cleared); allocate again under a new request id, on rank 0"})");
   // Not applied again either: the next key gets the next page, and "k2" keeps page 0.
   EXPECT_EQ(allocate(0, "k3").body, allocate_answer(0, "k3", 1));
-  EXPECT_THAT(metric(R"(hf3fs_meta_rank_pages{rank="0",state="mapped"})"), Optional(std::string("1")));
-  EXPECT_THAT(metric(R"(hf3fs_meta_rank_pages{rank="0",state="allocated"})"), Optional(std::string("1")));
+  EXPECT_THAT(metric(R"(hf3fs_meta_rank_pages{namespace="default",rank="0",state="mapped"})"), Optional(std::string("1")));
+  EXPECT_THAT(metric(R"(hf3fs_meta_rank_pages{namespace="default",rank="0",state="allocated"})"), Optional(std::string("1")));
   // Still 409 on the rank being dropped again with nothing on it.
   ASSERT_EQ(post("/rank/0/drop", "").status, 200);
   EXPECT_EQ(allocate(0, "k1", id("req-1")).status, 409);
@@ -358,9 +358,9 @@ TEST_F(ServerDedupRestartTest, EveryIdKeptInMemoryIsKeptAcrossACleanRestart) {
   }
   // Every repeat answered from the cache, nothing applied twice.
   EXPECT_THAT(metric("hf3fs_meta_request_id_cache_hits_total"), Optional(std::to_string(kRequests)));
-  EXPECT_THAT(metric(R"(hf3fs_meta_rank_pages{rank="0",state="allocated"})"),
+  EXPECT_THAT(metric(R"(hf3fs_meta_rank_pages{namespace="default",rank="0",state="allocated"})"),
               Optional(std::to_string(kRequests * kKeys)));
-  EXPECT_THAT(metric(R"(hf3fs_meta_rank_pages{rank="0",state="free"})"), Optional(std::string("10")));
+  EXPECT_THAT(metric(R"(hf3fs_meta_rank_pages{namespace="default",rank="0",state="free"})"), Optional(std::string("10")));
 }
 
 class ServerNoDedupTest : public ServerTestBase {

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 #include <thread>
 
@@ -59,7 +60,7 @@ TEST_F(DurableServerTest, EveryAcknowledgedChangeAndAnswerSurvivesSigkill) {
   // The request id's answer came back with the journal: the same pages, nothing taken again.
   EXPECT_EQ(allocate(0, "k1", id).body, first.body);
   EXPECT_EQ(allocate(0, "k3").body, allocate_answer(0, "k3", 2));
-  EXPECT_EQ(metric("hf3fs_meta_rank_pages{rank=\"0\",state=\"allocated\"}"), "2");
+  EXPECT_EQ(metric("hf3fs_meta_rank_pages{namespace=\"default\",rank=\"0\",state=\"allocated\"}"), "2");
 }
 
 // A deletion is journaled like any change: a restart never brings a deleted key back, and its page
@@ -88,7 +89,7 @@ class DurableLifecycleServerTest : protected DataDir, public ServerTestBase {
                         "lru", "--read-lease-ms", "600000", "--allocation-ttl-ms", "600000"}) {}
   fs::path data() const { return dir_.path() / "data"; }
   std::optional<std::string> pages(std::string_view state) {
-    return metric(R"(hf3fs_meta_rank_pages{rank="0",state=")" + std::string(state) + R"("})");
+    return metric(R"(hf3fs_meta_rank_pages{namespace="default",rank="0",state=")" + std::string(state) + R"("})");
   }
 };
 
@@ -106,7 +107,7 @@ TEST_F(DurableLifecycleServerTest, EvictionsDeletionsAndLeasesSurviveSigkillAndA
   EXPECT_EQ(post("/keys/batch_exists", R"({"keys":["a","b","c"]})").body, R"({"exists":[false,false,false]})");
   EXPECT_EQ(pages("allocated"), "1");  // "c"'s page, not reclaimed
   EXPECT_EQ(pages("draining"), "1");   // "b"'s, drains a lease period after the restart
-  EXPECT_EQ(metric("hf3fs_meta_evicted_keys_total"), "1");
+  EXPECT_EQ(metric(R"(hf3fs_meta_evicted_keys_total{namespace="default"})"), "1");
   ASSERT_EQ(post("/keys/confirm_write", R"({"rank":0,"confirmations":[["c",0]]})").status, 204);
   ASSERT_EQ(server_.terminate(), 0);  // a clean stop: the snapshot alone holds the state
   const auto verified = ServerProcess::run_to_exit({"--verify-data-dir", data().string()});
@@ -119,7 +120,117 @@ TEST_F(DurableLifecycleServerTest, EvictionsDeletionsAndLeasesSurviveSigkillAndA
   EXPECT_EQ(post("/keys/batch_exists", R"({"keys":["c","d"]})").body, R"({"exists":[true,false]})");
   EXPECT_EQ(pages("mapped"), "1");
   EXPECT_EQ(pages("draining"), "1");
-  EXPECT_EQ(metric("hf3fs_meta_evicted_keys_total"), "0");  // counted since this process started
+  // Counted since this process started.
+  EXPECT_EQ(metric(R"(hf3fs_meta_evicted_keys_total{namespace="default"})"), "0");
+}
+
+// Issue 20, kill -9 exactness per namespace (docs/namespaces-plan.md 4.5): the default namespace and
+// two named ones, changed alike and differently under --fsync always (the same key, the same request
+// id, other page counts, a delete, an unconfirmed allocate); after SIGKILL each one's /stats, exists,
+// locations and request-id repeats are what they were, and none answers another's.
+TEST_F(DurableServerTest, ThreeNamespacesSurviveSigkillExactly) {
+  struct Space {
+    std::string name;  // empty: the default namespace, no header
+    int pages;
+    Headers header() const { return name.empty() ? Headers{} : Headers{{"X-Hf3fs-Namespace", name}}; }
+    Headers with_id(const std::string& id) const {
+      Headers h = header();
+      h.emplace_back("X-Request-Id", id);
+      return h;
+    }
+  };
+  const std::vector<Space> spaces{{"", 16}, {"m1", 8}, {"m2", 4}};
+  const auto allocate_in = [&](int rank, std::string_view key, const Headers& headers) {
+    return post("/keys/batch_allocate",
+                R"({"rank":)" + std::to_string(rank) + R"(,"keys":[[")" + std::string(key) + R"(",""]]})", headers);
+  };
+  // What a namespace answers: its stats, exists and locations of every key used, and the repeats of
+  // its request ids (each the whole answer: status and body).
+  const auto observe = [&](const Space& s) {
+    std::vector<std::string> seen;
+    const auto note = [&](const RawResponse& r) { seen.push_back(std::to_string(r.status) + " " + r.body); };
+    note(send("GET", "/stats", {}, s.header()));
+    note(post("/keys/batch_exists", R"({"keys":["k","j","d","u","x"]})", s.header()));
+    for (int rank : {0, 1}) {
+      note(post("/keys/get_locations", R"({"rank":)" + std::to_string(rank) + R"(,"keys":["k","j","d","u","x"]})",
+                s.header()));
+    }
+    note(allocate_in(0, "k", s.with_id("alloc-k")));
+    note(allocate_in(0, "u", s.with_id("alloc-u-" + s.name)));
+    note(post("/keys/confirm_write", R"({"rank":0,"confirmations":[["k",0]]})", s.with_id("confirm-k")));
+    return seen;
+  };
+  for (const Space& s : spaces) {
+    for (int rank = 0; rank < (s.name == "m1" ? 2 : 1); ++rank) {
+      const auto r = post("/rank/" + std::to_string(rank) + "/initialize",
+                          R"({"num_pages":)" + std::to_string(s.pages) + "}", s.header());
+      ASSERT_EQ(r.status, 200) << s.name << ": " << r.body;
+    }
+  }
+  // The same key under the same request id in every namespace: each gets page 0 of its own rank 0.
+  for (const Space& s : spaces) {
+    const auto r = allocate_in(0, "k", s.with_id("alloc-k"));
+    ASSERT_EQ(r.body, allocate_answer(0, "k", 0)) << s.name;
+    ASSERT_EQ(post("/keys/confirm_write", R"({"rank":0,"confirmations":[["k",0]]})", s.with_id("confirm-k")).status,
+              204);
+  }
+  // Then each its own: m1 (two ranks) "k" on rank 1 too (complete there) and "j" on rank 1 only
+  // (incomplete), m2 a deleted key, every one an unconfirmed allocate.
+  ASSERT_EQ(allocate_in(1, "k", spaces[1].header()).body, allocate_answer(1, "k", 0));
+  ASSERT_EQ(post("/keys/confirm_write", R"({"rank":1,"confirmations":[["k",0]]})", spaces[1].header()).status, 204);
+  ASSERT_EQ(allocate_in(1, "j", spaces[1].header()).body, allocate_answer(1, "j", 1));
+  ASSERT_EQ(post("/keys/confirm_write", R"({"rank":1,"confirmations":[["j",1]]})", spaces[1].header()).status, 204);
+  ASSERT_EQ(allocate_in(0, "d", spaces[2].header()).body, allocate_answer(0, "d", 1));
+  ASSERT_EQ(post("/keys/confirm_write", R"({"rank":0,"confirmations":[["d",1]]})", spaces[2].header()).status, 204);
+  ASSERT_EQ(post("/keys/delete", R"({"keys":["d"]})", spaces[2].header()).body, R"({"deleted":[true]})");
+  for (const Space& s : spaces) ASSERT_EQ(allocate_in(0, "u", s.with_id("alloc-u-" + s.name)).status, 200);
+
+  std::vector<std::vector<std::string>> before;
+  for (const Space& s : spaces) before.push_back(observe(s));
+  // The namespaces differ (so equal answers after the restart are each one's own).
+  EXPECT_NE(before[0][0], before[1][0]);
+  EXPECT_NE(before[1][0], before[2][0]);
+  EXPECT_EQ(before[0][1], R"(200 {"exists":[true,false,false,false,false]})");
+  EXPECT_EQ(before[1][1], R"(200 {"exists":[true,false,false,false,false]})");  // "j" incomplete
+  EXPECT_EQ(before[2][1], R"(200 {"exists":[true,false,false,false,false]})");  // "d" deleted
+  EXPECT_EQ(metric("hf3fs_meta_namespaces"), "3");
+  server_.restart();  // SIGKILL, then the same arguments
+  for (std::size_t i = 0; i < spaces.size(); ++i) EXPECT_EQ(observe(spaces[i]), before[i]) << spaces[i].name;
+  EXPECT_EQ(metric("hf3fs_meta_namespaces"), "3");
+  EXPECT_EQ(metric(R"(hf3fs_meta_ranks{namespace="m1"})"), "2");
+  // A clean stop writes a snapshot (version 5: the namespaces and each kept answer's namespace); a
+  // start from it gives every namespace and answer back alike. The lifecycle's counters in /stats
+  // count since the process started, as without namespaces: a replayed journal counts its records
+  // again (m2's deletion above), a snapshot holds none, so they are left out here.
+  const auto without_counters = [](std::vector<std::string> seen) {
+    // (Not std::regex: GCC 12 warns, falsely, inside libstdc++'s regex at -O1 with ASan.)
+    for (const std::string_view name : {"evicted_keys", "deleted_keys", "reclaimed_keys", "reclaimed_allocated_pages",
+                                        "reclaimed_orphaned_pages"}) {
+      std::string field = "\"";
+      field.append(name).append("\":");
+      const std::size_t at = seen[0].find(field);
+      if (at == std::string::npos) continue;
+      const std::size_t from = at + field.size();
+      const std::size_t to = seen[0].find_first_not_of("0123456789", from);
+      seen[0].replace(from, to - from, "counted");
+    }
+    return seen;
+  };
+  EXPECT_THAT(before[2][0], HasSubstr(R"("deleted_keys":1)"));
+  ASSERT_EQ(server_.terminate(), 0);
+  server_.restart();
+  for (std::size_t i = 0; i < spaces.size(); ++i) {
+    EXPECT_EQ(without_counters(observe(spaces[i])), without_counters(before[i])) << spaces[i].name;
+  }
+  // --verify-data-dir counts the ranks, pages and keys of every namespace (1 + 2 + 1 ranks of 16, 8
+  // and 4 pages; k, then k and j, then k).
+  ASSERT_EQ(server_.terminate(), 0);
+  const auto verified = ServerProcess::run_to_exit({"--verify-data-dir", data().string()});
+  EXPECT_EQ(verified.exit_code, 0) << verified.output;
+  EXPECT_THAT(verified.output, HasSubstr(": sound. "));
+  EXPECT_THAT(verified.output, HasSubstr("\n4 ranks, 36 pages ("));
+  EXPECT_THAT(verified.output, HasSubstr(", 4 keys in 3 namespaces, "));
+  server_.restart();  // for the fixture's own stop
 }
 
 // A state beyond the restarted server's --max-* flags stops it (exit 2, saying which limit), whether
@@ -141,7 +252,7 @@ TEST_F(DurableServerTest, AStateBeyondTheRestartedServersLimitsStopsIt) {
   EXPECT_EQ(from_journal.exit_code, 2) << from_journal.output;
   EXPECT_THAT(from_journal.output, HasSubstr("num_pages 20 would bring the pages of all ranks to 40, above the maximum 30"));
   server_.restart();
-  EXPECT_EQ(metric(R"(hf3fs_meta_rank_pages{rank="1",state="free"})"), "20");
+  EXPECT_EQ(metric(R"(hf3fs_meta_rank_pages{namespace="default",rank="1",state="free"})"), "20");
 }
 
 TEST_F(DurableServerTest, ACleanStopWritesASnapshotThatAloneRestoresTheState) {
@@ -253,7 +364,7 @@ TEST_F(DurableSnapshotTest, SnapshotsFollowTheJournalsGrowthAndOldFilesGo) {
   EXPECT_EQ(files_like(data(), "snapshot-").size(), 1u);
   EXPECT_EQ(files_like(data(), "journal-").size(), 1u);
   server_.restart();
-  EXPECT_EQ(metric("hf3fs_meta_rank_pages{rank=\"0\",state=\"allocated\"}"), "100");
+  EXPECT_EQ(metric("hf3fs_meta_rank_pages{namespace=\"default\",rank=\"0\",state=\"allocated\"}"), "100");
 }
 
 TEST_F(DurableServerTest, AnInitializeWithAnotherNumPagesKeepsTheRankAndIsCounted) {
@@ -264,7 +375,7 @@ TEST_F(DurableServerTest, AnInitializeWithAnotherNumPagesKeepsTheRankAndIsCounte
   EXPECT_EQ(r.body, R"({"message":"Rank 0 initialized with 20 pages"})");  // vLLM's answer
   initialize(0, 10);  // the same count: not a mismatch
   EXPECT_EQ(metric("hf3fs_meta_initialize_num_pages_mismatch_total"), "1");
-  EXPECT_EQ(metric("hf3fs_meta_rank_pages{rank=\"0\",state=\"free\"}"), "10");
+  EXPECT_EQ(metric("hf3fs_meta_rank_pages{namespace=\"default\",rank=\"0\",state=\"free\"}"), "10");
 }
 
 TEST_F(DurableServerTest, DeletingLockDoesNotLetASecondServerIn) {
@@ -289,7 +400,7 @@ TEST_F(DurableServerTest, StartupRemovesWhatAnInterruptedSnapshotLeftAndSaysSo) 
   EXPECT_THAT(read_bytes(log), HasSubstr("removed " + left.string() + ", left by an interrupted snapshot"));
   EXPECT_FALSE(fs::exists(left));
   EXPECT_THAT(raw_request(again.host(), again.port(), "GET", "/metrics").body,
-              HasSubstr(R"(hf3fs_meta_rank_pages{rank="0",state="free"} 4)"));
+              HasSubstr(R"(hf3fs_meta_rank_pages{namespace="default",rank="0",state="free"} 4)"));
   EXPECT_EQ(again.terminate(), 0);
 }
 
@@ -423,7 +534,7 @@ class DurableDiskFaultTest : protected DataDir,
     ASSERT_EQ(get("/healthz").body, R"({"status":"ok"})");
   }
   std::optional<std::string> pages(std::string_view state) {
-    return metric(R"(hf3fs_meta_rank_pages{rank="0",state=")" + std::string(state) + R"("})");
+    return metric(R"(hf3fs_meta_rank_pages{namespace="default",rank="0",state=")" + std::string(state) + R"("})");
   }
 };
 
@@ -580,7 +691,7 @@ TEST(DurableDiskTest, AFullDiskRefusesChangesAndLosesNothingAcknowledged) {
     EXPECT_EQ(post("/keys/batch_exists", R"({"keys":[")" + refused_key + R"("]})").body, R"({"exists":[false]})");
     // Rolled back: of the refused key, not even its allocated page is left.
     EXPECT_THAT(raw_request(server.host(), server.port(), "GET", "/metrics").body,
-                HasSubstr(R"(hf3fs_meta_rank_pages{rank="0",state="allocated"} 0)"));
+                HasSubstr(R"(hf3fs_meta_rank_pages{namespace="default",rank="0",state="allocated"} 0)"));
     const auto health = raw_request(server.host(), server.port(), "GET", "/healthz");
     EXPECT_THAT(health.body, HasSubstr("degraded"));
     EXPECT_THAT(raw_request(server.host(), server.port(), "GET", "/metrics").body,
@@ -606,7 +717,7 @@ TEST(DurableDiskTest, AFullDiskRefusesChangesAndLosesNothingAcknowledged) {
             R"({"exists":[false]})");
   // Only "after" is allocated and not confirmed.
   EXPECT_THAT(raw_request(again.host(), again.port(), "GET", "/metrics").body,
-              HasSubstr(R"(hf3fs_meta_rank_pages{rank="0",state="allocated"} 1)"));
+              HasSubstr(R"(hf3fs_meta_rank_pages{namespace="default",rank="0",state="allocated"} 1)"));
   EXPECT_EQ(again.terminate(), 0);
 }
 

@@ -129,8 +129,8 @@ TEST_F(ServerFaultsTest, ForgetStateForgetsEveryRankAndKey) {
   EXPECT_EQ(r.body, R"({"forgotten":true})");
   EXPECT_EQ(allocate(0, "k1").body, R"({"detail":"Allocation failed: Rank 0 not initialized"})");
   EXPECT_EQ(post("/keys/batch_exists", R"({"keys":["k1"]})").body, R"({"exists":[false]})");
-  EXPECT_THAT(metric("hf3fs_meta_keys"), Optional(std::string("0")));
-  EXPECT_THAT(metric("hf3fs_meta_ranks"), Optional(std::string("0")));
+  EXPECT_THAT(metric(R"(hf3fs_meta_keys{namespace="default"})"), Optional(std::string("0")));
+  EXPECT_THAT(metric(R"(hf3fs_meta_ranks{namespace="default"})"), Optional(std::string("0")));
 }
 
 TEST_F(ServerFaultsTest, StatusRuleCanCarryADetailOrAWholeBody) {

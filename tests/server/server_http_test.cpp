@@ -469,13 +469,13 @@ TEST_F(ServerMetricsTest, MetricsCountRequestsAndDescribeTheState) {
   EXPECT_THAT(metric(R"(hf3fs_meta_requests_total{route="/rank/{rank}/initialize",status="200"})"), Optional(std::string("1")));
   EXPECT_THAT(metric(R"(hf3fs_meta_requests_total{route="not_found",status="404"})"), Optional(std::string("1")));
   // The releasing of page 0, mapped to "a", was refused.
-  EXPECT_THAT(metric(R"(hf3fs_meta_rank_pages{rank="3",state="free"})"), Optional(std::string("8")));
-  EXPECT_THAT(metric(R"(hf3fs_meta_rank_pages{rank="3",state="allocated"})"), Optional(std::string("1")));
-  EXPECT_THAT(metric(R"(hf3fs_meta_rank_pages{rank="3",state="mapped"})"), Optional(std::string("1")));
-  EXPECT_THAT(metric(R"(hf3fs_meta_rank_pages{rank="3",state="orphaned"})"), Optional(std::string("0")));
-  EXPECT_THAT(metric(R"(hf3fs_meta_releases_kept_mapped_total{rank="3"})"), Optional(std::string("1")));
-  EXPECT_THAT(metric("hf3fs_meta_keys"), Optional(std::string("1")));
-  EXPECT_THAT(metric("hf3fs_meta_ranks"), Optional(std::string("1")));
+  EXPECT_THAT(metric(R"(hf3fs_meta_rank_pages{namespace="default",rank="3",state="free"})"), Optional(std::string("8")));
+  EXPECT_THAT(metric(R"(hf3fs_meta_rank_pages{namespace="default",rank="3",state="allocated"})"), Optional(std::string("1")));
+  EXPECT_THAT(metric(R"(hf3fs_meta_rank_pages{namespace="default",rank="3",state="mapped"})"), Optional(std::string("1")));
+  EXPECT_THAT(metric(R"(hf3fs_meta_rank_pages{namespace="default",rank="3",state="orphaned"})"), Optional(std::string("0")));
+  EXPECT_THAT(metric(R"(hf3fs_meta_releases_kept_mapped_total{namespace="default",rank="3"})"), Optional(std::string("1")));
+  EXPECT_THAT(metric(R"(hf3fs_meta_keys{namespace="default"})"), Optional(std::string("1")));
+  EXPECT_THAT(metric(R"(hf3fs_meta_ranks{namespace="default"})"), Optional(std::string("1")));
   EXPECT_THAT(metric("hf3fs_meta_request_id_cache_hits_total"), Optional(std::string("0")));
   // Every answered request so far is in the histogram (7 before this scrape, and the earlier scrapes).
   const auto scrape = get("/metrics").body;

@@ -73,7 +73,7 @@ TEST_F(ServerBodyBudgetTest, ABodyBeyondTheBudgetIs503AndNothingIsApplied) {
   EXPECT_TRUE(over.peer_closed(std::chrono::seconds(5)));
   EXPECT_LE(in_flight(), 100000u);
   EXPECT_THAT(metric("hf3fs_meta_body_budget_refused_total"), Optional(std::string("1")));
-  EXPECT_THAT(metric(R"(hf3fs_meta_rank_pages{rank="0",state="free"})"), Optional(std::string("10")));
+  EXPECT_THAT(metric(R"(hf3fs_meta_rank_pages{namespace="default",rank="0",state="free"})"), Optional(std::string("10")));
   // Within the budget, requests are served as ever.
   EXPECT_EQ(allocate(0, "k").body, allocate_answer(0, "k", 0));
 }
@@ -184,7 +184,7 @@ TEST_F(ServerKeyLimitTest, ALongerKeyIsRefusedNamingItAndNothingIsApplied) {
   const auto refused = allocate(0, over);
   EXPECT_EQ(refused.status, 400);
   EXPECT_EQ(refused.body, R"x({"detail":"keys[0][0]: a key of 17 bytes, above the limit of 16 (--max-key-bytes)"})x");
-  EXPECT_THAT(metric(R"(hf3fs_meta_rank_pages{rank="0",state="free"})"), Optional(std::string("4")));
+  EXPECT_THAT(metric(R"(hf3fs_meta_rank_pages{namespace="default",rank="0",state="free"})"), Optional(std::string("4")));
   const auto exists = post("/keys/batch_exists", R"({"keys":["a",")" + over + R"("]})");
   EXPECT_EQ(exists.status, 400);
   EXPECT_EQ(exists.body, R"x({"detail":"keys[1]: a key of 17 bytes, above the limit of 16 (--max-key-bytes)"})x");
@@ -219,14 +219,70 @@ TEST_F(ServerKeyedReleaseTest, EveryAnswerAdvertisesKeyedReleasesWhichFreeOnlyTh
   const auto late = post("/keys/confirm_write", R"({"rank":0,"confirmations":[],"pages_to_release":[["j",0]]})");
   EXPECT_EQ(late.status, 204);
   EXPECT_THAT(late.header(kKeyedRelease), Optional(std::string("1")));
-  EXPECT_THAT(metric(R"(hf3fs_meta_rank_pages{rank="0",state="allocated"})"), Optional(std::string("1")));
+  EXPECT_THAT(metric(R"(hf3fs_meta_rank_pages{namespace="default",rank="0",state="allocated"})"), Optional(std::string("1")));
   const auto own = post("/keys/confirm_write", R"({"rank":0,"confirmations":[],"pages_to_release":[["k",0]]})");
   EXPECT_EQ(own.status, 204);
-  EXPECT_THAT(metric(R"(hf3fs_meta_rank_pages{rank="0",state="allocated"})"), Optional(std::string("0")));
+  EXPECT_THAT(metric(R"(hf3fs_meta_rank_pages{namespace="default",rank="0",state="allocated"})"), Optional(std::string("0")));
   const auto bad = post("/keys/confirm_write", R"({"rank":0,"pages_to_release":[[0,"k"]]})");
   EXPECT_EQ(bad.status, 400);
   EXPECT_EQ(bad.body,
             R"({"detail":"pages_to_release[0]: expected a page (an integer) or a [key, page] pair of a string and an integer"})");
+}
+
+// --max-namespaces and --namespace-max-total-pages (docs/protocol.md, "Namespaces"): an initialize
+// beyond either is 400 naming the limit and the namespace, and creates nothing.
+class ServerNamespaceLimitTest : public ServerTestBase {
+ protected:
+  ServerNamespaceLimitTest()
+      : ServerTestBase({"--threads", "1", "--max-namespaces", "3", "--namespace-max-total-pages", "10"}) {}
+  RawResponse initialize_in(std::string_view ns, int rank, int pages) {
+    return post("/rank/" + std::to_string(rank) + "/initialize", R"({"num_pages":)" + std::to_string(pages) + "}",
+                {{"X-Hf3fs-Namespace", std::string(ns)}});
+  }
+};
+
+TEST_F(ServerNamespaceLimitTest, AnInitializeBeyondEitherLimitIsRefusedAndChangesNothing) {
+  ASSERT_EQ(initialize_in("a", 0, 6).status, 200);
+  const auto over_quota = initialize_in("a", 1, 5);
+  EXPECT_EQ(over_quota.status, 400);
+  EXPECT_EQ(over_quota.body,
+            R"({"detail":"Invalid initialization parameters: num_pages 5 would bring the pages of namespace a to 11, )"
+            R"(above its maximum 10"})");
+  EXPECT_EQ(initialize_in("a", 1, 4).status, 200);  // exactly the quota
+  // Each namespace has its own quota: b's 10 pages beside a's.
+  ASSERT_EQ(initialize_in("b", 0, 10).status, 200);
+  const std::string listed = get("/namespaces").body;
+  // default + a + b: a fourth is one too many.
+  const auto too_many = initialize_in("c", 0, 1);
+  EXPECT_EQ(too_many.status, 400);
+  EXPECT_EQ(too_many.body,
+            R"({"detail":"Invalid initialization parameters: namespace c would exceed the maximum of 3 namespaces"})");
+  EXPECT_EQ(get("/namespaces").body, listed);
+  EXPECT_EQ(listed,
+            R"({"namespaces":[{"name":"a","ranks":[0,1],"pages":10,"keys":0},{"name":"b","ranks":[0],"pages":10,"keys":0},)"
+            R"({"name":"default","ranks":[],"pages":0,"keys":0}]})");
+  // Once one is dropped, another may be created.
+  EXPECT_EQ(post("/namespaces/b/drop", "").status, 200);
+  EXPECT_EQ(initialize_in("c", 0, 1).status, 200);
+}
+
+TEST(ServerNamespaceLimitOptionsTest, RangesAreCheckedAndHelpSaysWhatEachBounds) {
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--max-namespaces", "0"}, std::vector<std::string>{"--max-namespaces", "1048577"},
+        std::vector<std::string>{"--namespace-max-total-pages", "0"},
+        std::vector<std::string>{"--namespace-max-total-pages", "x"}}) {
+    std::vector<std::string> full = {"--port", "0"};
+    full.insert(full.end(), args.begin(), args.end());
+    const auto refused = ServerProcess::run_to_exit(full);
+    EXPECT_EQ(refused.exit_code, 2) << args[0] << " " << args[1] << ": " << refused.output;
+    EXPECT_THAT(refused.output, HasSubstr(args[0]));
+  }
+  const auto help = ServerProcess::run_to_exit({"--help"});
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_THAT(help.output, HasSubstr("--max-namespaces"));
+  EXPECT_THAT(help.output, HasSubstr("namespaces that may exist at once, the default one included"));
+  EXPECT_THAT(help.output, HasSubstr("--namespace-max-total-pages"));
+  EXPECT_THAT(help.output, HasSubstr("pages of all ranks of one namespace together"));
 }
 
 }  // namespace

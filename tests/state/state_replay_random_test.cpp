@@ -1,5 +1,6 @@
 // Live against replayed: random calls (every operation, the cache lifecycle on and off, a fake clock
-// driving eviction, reclaim and drain) on one MetadataState, whose change records are replayed with
+// driving eviction, reclaim and drain, across three namespaces, named ones dropped and created
+// again) on one MetadataState, whose change records are replayed with
 // apply() into a second one; the two export_image()s must be equal after every step. An image of the
 // live state imported into a third state must export the same image again. Deterministic: fixed
 // seeds, a fake clock, a bounded number of steps.
@@ -15,6 +16,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -47,6 +49,7 @@ struct OwnedChange {
     }
     released.assign(c.released.begin(), c.released.end());
     for (const std::string_view name : c.deleted) deleted.push_back(keep(name));
+    change.ns_name = keep(c.ns_name);
     change.allocated = allocated;
     change.confirmed = confirmed;
     change.released = released;
@@ -75,6 +78,8 @@ constexpr int kSteps = 1500;
 constexpr std::array<std::uint64_t, 3> kSeeds = {1, 20260102, 777};
 constexpr Rank kRanks = 3;
 constexpr int kKeys = 20;
+// The default namespace and two named ones: each operation acts in one of them.
+constexpr std::array<std::string_view, 3> kSpaces = {"", "m1", "m2"};
 
 class LiveAndReplica {
  public:
@@ -91,6 +96,7 @@ class LiveAndReplica {
 
   // One random operation on the live state, its records applied to the replica.
   void step() {
+    ns_ = NamespaceRef{kSpaces[static_cast<std::size_t>(pick(3))]};
     const int op = pick(100);
     if (op < 5) {
       initialize();
@@ -105,12 +111,14 @@ class LiveAndReplica {
     } else if (op < 81) {
       delete_keys();
     } else if (op < 83) {
-      (void)live_->drop_rank(pick(kRanks));
+      (void)live_->drop_rank(ns_, pick(kRanks));
     } else if (op < 84) {
-      live_->clear();
+      live_->clear(ns_);
+    } else if (op < 85) {
+      drop_namespace();
     } else {
       now_ += pick(30);  // what expired is processed by the next call
-      (void)live_->rank_stats(0);
+      (void)live_->rank_stats(ns_, 0);
     }
     for (const auto& owned : pending_) {
       kinds_.insert(owned->change.kind);
@@ -136,7 +144,7 @@ class LiveAndReplica {
   // Mostly one of the last pages the key was given on the rank (so that a complete key can move to
   // another), sometimes any page (orphan-making, or refused), rarely one out of range.
   Page page_for(Rank rank, const std::string& key) {
-    const auto it = given_.find({rank, key});
+    const auto it = given_.find({std::string(ns_.name), rank, key});
     const int dice = pick(20);
     if (it != given_.end() && dice >= 2) {
       return it->second[static_cast<std::size_t>(pick(static_cast<int>(it->second.size())))];
@@ -144,7 +152,7 @@ class LiveAndReplica {
     return dice == 0 ? 13 * pick(2) - 1 : pick(12);
   }
   void remember(Rank rank, const std::string& key, Page page) {
-    std::vector<Page>& pages = given_[{rank, key}];
+    std::vector<Page>& pages = given_[{std::string(ns_.name), rank, key}];
     pages.push_back(page);
     if (pages.size() > 3) pages.erase(pages.begin());
   }
@@ -160,13 +168,13 @@ class LiveAndReplica {
 
   void initialize() {
     const std::int64_t pages = pick(10) == 0 ? 0 : 2 + pick(10);
-    (void)live_->initialize(pick(kRanks), pages, pick(10) == 0 ? Role::scheduler : Role::worker);
+    (void)live_->initialize(ns_, pick(kRanks), pages, pick(10) == 0 ? Role::scheduler : Role::worker);
   }
   void allocate() {
     const Rank rank = pick(kRanks);
     std::vector<BlockKey> keys = distinct_keys(4);
     if (pick(8) == 0) keys.push_back(keys.front());  // a duplicate: refused
-    const auto pages = live_->allocate(rank, keys);
+    const auto pages = live_->allocate(ns_, rank, keys);
     if (!pages) return;
     for (std::size_t i = 0; i < keys.size(); ++i) {
       if (pages.value()[i] != kNoPage) remember(rank, keys[i].key, pages.value()[i]);
@@ -176,7 +184,7 @@ class LiveAndReplica {
   void save() {
     const std::vector<BlockKey> keys = distinct_keys(3);
     for (Rank rank = 0; rank < kRanks; ++rank) {
-      const auto pages = live_->allocate(rank, keys);
+      const auto pages = live_->allocate(ns_, rank, keys);
       if (!pages) continue;
       std::vector<Confirmation> confirmations;
       for (std::size_t i = 0; i < keys.size(); ++i) {
@@ -184,7 +192,7 @@ class LiveAndReplica {
         remember(rank, keys[i].key, pages.value()[i]);
         confirmations.push_back({keys[i].key, pages.value()[i]});
       }
-      (void)live_->confirm_write(rank, confirmations, {});
+      (void)live_->confirm_write(ns_, rank, confirmations, {});
     }
   }
   void confirm() {
@@ -200,17 +208,28 @@ class LiveAndReplica {
       if (pick(2) == 0) keyed.push_back(ReleaseKey{releases.size() - 1, k});
     }
     if (!keyed.empty() && pick(20) == 0) std::swap(keyed.front(), keyed.back());  // out of order: refused
-    (void)live_->confirm_write(rank, confirmations, releases, keyed);
+    (void)live_->confirm_write(ns_, rank, confirmations, releases, keyed);
   }
   void lookup() {
     const auto keys = some_keys(4);
     if (pick(2) == 0) {
-      (void)live_->batch_exists(keys);
+      (void)live_->batch_exists(ns_, keys);
     } else {
-      (void)live_->get_locations(pick(kRanks), keys);
+      (void)live_->get_locations(ns_, pick(kRanks), keys);
     }
   }
-  void delete_keys() { (void)live_->delete_keys(some_keys(3)); }
+  void delete_keys() { (void)live_->delete_keys(ns_, some_keys(3)); }
+  // A named namespace dropped (created again by a later initialize), or, rarely, everything forgotten.
+  void drop_namespace() {
+    if (pick(4) == 0) {
+      live_->clear_all();
+      given_.clear();
+      return;
+    }
+    const std::string_view name = kSpaces[static_cast<std::size_t>(1 + pick(2))];
+    (void)live_->drop_namespace(name);
+    std::erase_if(given_, [&](const auto& entry) { return std::get<0>(entry.first) == name; });
+  }
 
   std::mt19937_64 rng_;
   std::int64_t now_ = 1000;
@@ -218,12 +237,14 @@ class LiveAndReplica {
   std::unique_ptr<MetadataState> live_;
   std::unique_ptr<MetadataState> replica_;
   std::vector<std::unique_ptr<OwnedChange>> pending_;
-  std::map<std::pair<Rank, std::string>, std::vector<Page>> given_;  // the last pages given
+  NamespaceRef ns_;  // the namespace of this step's operation
+  std::map<std::tuple<std::string, Rank, std::string>, std::vector<Page>> given_;  // the last pages given
   std::set<ChangeKind> kinds_;
 };
 
 TEST(StateReplayRandom, ReplayedRecordsGiveTheLiveImageAfterEveryStep) {
   std::set<ChangeKind> kinds;
+  int steps_with_named_ranks = 0;  // images in which a named namespace has a rank
   for (const Config& config : kConfigs) {
     for (const std::uint64_t seed : kSeeds) {
       SCOPED_TRACE(std::string(config.name) + " seed " + std::to_string(seed));
@@ -231,6 +252,8 @@ TEST(StateReplayRandom, ReplayedRecordsGiveTheLiveImageAfterEveryStep) {
       for (int i = 0; i < kSteps; ++i) {
         ASSERT_NO_FATAL_FAILURE(run.step()) << "step " << i;
         const StateImage image = run.live().export_image();
+        steps_with_named_ranks += std::any_of(image.namespaces.begin(), image.namespaces.end(),
+                                              [](const NamespaceImage& n) { return !n.space.ranks.empty(); });
         ASSERT_EQ(run.replica().export_image(), image) << "step " << i;
         ASSERT_EQ(run.replica().seq(), run.live().seq()) << "step " << i;
         if (i % 50 == 0) {
@@ -244,11 +267,13 @@ TEST(StateReplayRandom, ReplayedRecordsGiveTheLiveImageAfterEveryStep) {
       kinds.insert(run.kinds().begin(), run.kinds().end());
     }
   }
+  EXPECT_GT(steps_with_named_ranks, kSteps);
   // Every kind of record was replayed at least once: the runs reached every effect.
   for (const ChangeKind kind :
        {ChangeKind::rank_created, ChangeKind::allocated, ChangeKind::confirmed, ChangeKind::cleared,
         ChangeKind::rank_dropped, ChangeKind::keys_deleted, ChangeKind::keys_removed, ChangeKind::page_reclaimed,
-        ChangeKind::key_drained, ChangeKind::clock, ChangeKind::page_draining}) {
+        ChangeKind::key_drained, ChangeKind::clock, ChangeKind::page_draining, ChangeKind::namespace_created,
+        ChangeKind::namespace_dropped}) {
     EXPECT_TRUE(kinds.contains(kind)) << "kind " << static_cast<int>(kind) << " never recorded";
   }
 }

@@ -38,19 +38,34 @@ struct Snapshot {
   friend bool operator==(const Snapshot&, const Snapshot&) = default;
 };
 
-// `keys`: the keys the test has used, whose records are compared too.
-inline Snapshot snapshot(const MetadataState& state, const std::vector<std::string>& keys = {}) {
+// `keys`: the keys the test has used, whose records are compared too. The ranks, pages and keys of
+// the namespace `ns`; the counts are of every namespace.
+inline Snapshot snapshot(const MetadataState& state, const std::vector<std::string>& keys = {}, NamespaceRef ns = {}) {
   Snapshot s;
-  for (const auto& [rank, stats] : state.all_rank_stats()) {
-    RankView view{rank, stats, state.free_pages(rank), {}};
+  for (const auto& [rank, stats] : state.all_rank_stats(ns)) {
+    RankView view{rank, stats, state.free_pages(ns, rank), {}};
     for (Page p = 0; p < stats.num_pages; ++p) {
-      view.pages.push_back(PageView{*state.page_state(rank, p), state.page_owner(rank, p)});
+      view.pages.push_back(PageView{*state.page_state(ns, rank, p), state.page_owner(ns, rank, p)});
     }
     s.ranks.push_back(std::move(view));
   }
-  for (const auto& key : keys) s.keys.emplace_back(key, state.key_info(key));
+  for (const auto& key : keys) s.keys.emplace_back(key, state.key_info(ns, key));
   s.key_count = state.key_count();
   s.rank_count = state.rank_count();
+  return s;
+}
+
+// The same with the counts of the namespace `ns` alone (zero for one that does not exist).
+inline Snapshot namespace_snapshot(const MetadataState& state, const std::vector<std::string>& keys, NamespaceRef ns) {
+  Snapshot s = snapshot(state, keys, ns);
+  const std::string_view name = ns.name.empty() ? kDefaultNamespace : ns.name;
+  s.key_count = 0;
+  s.rank_count = 0;
+  for (const NamespaceSummary& summary : state.namespaces()) {
+    if (summary.name != name) continue;
+    s.key_count = summary.keys;
+    s.rank_count = summary.ranks.size();
+  }
   return s;
 }
 

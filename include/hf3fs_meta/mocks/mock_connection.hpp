@@ -39,6 +39,10 @@ class MockConnection : public hf3fs_meta::Connection {
     ON_CALL(*this, clear).WillByDefault(Return(unset("clear", hf3fs_meta::Operation::clear)));
     ON_CALL(*this, drop_rank).WillByDefault(Return(unset("drop_rank", hf3fs_meta::Operation::drop_rank)));
     ON_CALL(*this, raw).WillByDefault(Return(unset("raw", hf3fs_meta::Operation::raw)));
+    ON_CALL(*this, namespaces).WillByDefault(Return(unset("namespaces", hf3fs_meta::Operation::namespaces)));
+    ON_CALL(*this, drop_namespace)
+        .WillByDefault(Return(unset("drop_namespace", hf3fs_meta::Operation::drop_namespace)));
+    ON_CALL(*this, key_status).WillByDefault(Return(unset("key_status", hf3fs_meta::Operation::key_status)));
   }
 
   MOCK_METHOD(hf3fs_meta::Result<std::string>, initialize,
@@ -72,6 +76,12 @@ class MockConnection : public hf3fs_meta::Connection {
               (hf3fs_meta::Rank rank, const hf3fs_meta::CallOptions& call), (override));
   MOCK_METHOD(hf3fs_meta::Result<hf3fs_meta::RawResponse>, raw,
               (std::string_view path, std::string_view body, const hf3fs_meta::CallOptions& call), (override));
+  MOCK_METHOD(hf3fs_meta::Result<std::vector<hf3fs_meta::NamespaceSummary>>, namespaces,
+              (const hf3fs_meta::CallOptions& call), (override));
+  MOCK_METHOD(hf3fs_meta::Result<hf3fs_meta::NamespaceDropOutcome>, drop_namespace,
+              (std::string_view name, const hf3fs_meta::CallOptions& call), (override));
+  MOCK_METHOD(hf3fs_meta::Result<hf3fs_meta::KeyStatusAnswer>, key_status,
+              (const std::vector<std::string>& keys, const hf3fs_meta::CallOptions& call), (override));
 
  private:
   static hf3fs_meta::Error unset(const char* method, hf3fs_meta::Operation operation) {

@@ -1,0 +1,87 @@
+#include "admission.hpp"
+
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "hf3fs_meta/protocol_server.hpp"
+#include "internal/namespace_name.hpp"
+
+namespace hf3fs_meta::server {
+namespace {
+
+// A refusal with the server's JSON detail.
+void refuse(Reply& reply, int status, const std::string& detail) { reply.set_json(status, protocol::encode_detail(detail)); }
+
+void refuse_operator_route(std::string_view row, Reply& reply) {
+  refuse(reply, 403, std::string(row) + " needs an operator token");
+}
+
+// With --tenants-file, the server's own routes but /healthz are an operator's: /metrics names every
+// namespace, /_faults acts on all of them (docs/namespaces-plan.md 7.4, point 4). The row, or null.
+// (/_faults without --enable-fault-injection is no route: 404 for everyone.)
+const ServerRouteInfo* operator_server_route(std::string_view path, bool faults_on) {
+  for (const auto& row : kServerRoutes) {
+    if (path != row.name) continue;
+    if (row.route == ServerRoute::metrics || (row.route == ServerRoute::faults && faults_on)) return &row;
+    return nullptr;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+void refuse_unauthenticated(const Request& request, Exchange& exchange) {
+  exchange.label = ServerRoute::unauthorized;
+  refuse(exchange.reply, 401,
+         request.authorization.empty() ? "Not authenticated" : "Invalid authentication credentials");
+}
+
+const Principal* admit_tenant(const Tenants& tenants, bool faults_on, const Request& request, std::string_view path,
+                              Exchange& exchange) {
+  const auto token = bearer_token(request.authorization);
+  const Principal* principal = token ? tenants.resolve(*token, exchange.tenant) : nullptr;
+  if (!principal) {
+    refuse_unauthenticated(request, exchange);
+    return nullptr;
+  }
+  if (const auto* row = operator_server_route(path, faults_on); row && !principal->operator_access) {
+    exchange.label = row->route;
+    refuse_operator_route(row->name, exchange.reply);
+    return nullptr;
+  }
+  return principal;
+}
+
+bool choose_namespace(const Request& request, const Principal* principal, Exchange& exchange) {
+  std::string_view named;  // the header's; empty: none, or the default one
+  if (request.ns_headers != 0) {
+    if (request.ns_headers > 1) {
+      refuse(exchange.reply, 400, internal::namespace_header_repeated());
+      return false;
+    }
+    if (!valid_namespace_name(request.ns)) {
+      refuse(exchange.reply, 400, internal::namespace_header_invalid());
+      return false;
+    }
+    if (request.ns != kDefaultNamespace) named = request.ns;
+  }
+  if (principal == nullptr || principal->operator_access) {
+    exchange.ns = named;
+    return true;
+  }
+  // Listing and dropping namespaces: an operator's.
+  if (const Route route = exchange.target.route; route == Route::namespaces || route == Route::drop_namespace) {
+    refuse_operator_route(route_info(route).name, exchange.reply);
+    return false;
+  }
+  if (request.ns_headers != 0 && named != principal->ns) {
+    // A valid name (checked above): safe to echo.
+    refuse(exchange.reply, 403, std::string(kNamespaceHeader) + " " + request.ns + ": not permitted for this token");
+    return false;
+  }
+  exchange.ns = principal->ns;
+  return true;
+}
+
+}  // namespace hf3fs_meta::server
