@@ -18,7 +18,7 @@ void refuse_operator_route(std::string_view row, Reply& reply) {
 }
 
 // With --tenants-file, the server's own routes but /healthz are an operator's: /metrics names every
-// namespace, /_faults acts on all of them (docs/namespaces-plan.md 7.4, point 4). The row, or null.
+// namespace, /_faults acts on all of them (docs/protocol.md, "Tenants"). The row, or null.
 // (/_faults without --enable-fault-injection is no route: 404 for everyone.)
 const ServerRouteInfo* operator_server_route(std::string_view path, bool faults_on) {
   for (const auto& row : kServerRoutes) {
