@@ -428,6 +428,14 @@ class MetadataState {
  private:
   struct Core;
   struct Impl;
+  // The one body of each call taking keys as std::string or std::string_view (metadata_state.cpp).
+  template <class Key>
+  std::vector<bool> exists_of(NamespaceRef ns, std::span<const Key> keys) const;
+  template <class Key>
+  StateResult<std::vector<std::optional<Page>>> locations_of(NamespaceRef ns, Rank rank,
+                                                             std::span<const Key> keys) const;
+  template <class Key>
+  std::vector<bool> delete_of(NamespaceRef ns, std::span<const Key> keys);
   std::unique_ptr<Core> core_;
 };
 

@@ -492,7 +492,8 @@ constexpr auto kName = [](std::string_view k) { return k; };
 
 }  // namespace
 
-std::vector<bool> MetadataState::batch_exists(NamespaceRef ns, std::span<const std::string> keys) const {
+template <class Key>
+std::vector<bool> MetadataState::exists_of(NamespaceRef ns, std::span<const Key> keys) const {
   const auto& hashed = hash_all(scratch(), keys, kName);
   std::vector<bool> result(hashed.size(), false);
   Impl::ReadAccess access(*core_, ns);
@@ -500,48 +501,50 @@ std::vector<bool> MetadataState::batch_exists(NamespaceRef ns, std::span<const s
   return result;
 }
 
+std::vector<bool> MetadataState::batch_exists(NamespaceRef ns, std::span<const std::string> keys) const {
+  return exists_of(ns, keys);
+}
+
 std::vector<bool> MetadataState::batch_exists(NamespaceRef ns, std::span<const std::string_view> keys) const {
+  return exists_of(ns, keys);
+}
+
+template <class Key>
+StateResult<std::vector<std::optional<Page>>> MetadataState::locations_of(NamespaceRef ns, Rank rank,
+                                                                          std::span<const Key> keys) const {
   const auto& hashed = hash_all(scratch(), keys, kName);
-  std::vector<bool> result(hashed.size(), false);
+  std::vector<std::optional<Page>> result(hashed.size());
   Impl::ReadAccess access(*core_, ns);
-  if (access.space()) access.space()->batch_exists(hashed, result);
+  if (!access.space()) return not_initialized(rank);
+  if (auto found = access.space()->get_locations(rank, hashed, result); !found) return std::move(found).error();
   return result;
 }
 
 StateResult<std::vector<std::optional<Page>>> MetadataState::get_locations(
     NamespaceRef ns, Rank rank, std::span<const std::string> keys) const {
-  const auto& hashed = hash_all(scratch(), keys, kName);
-  std::vector<std::optional<Page>> result(hashed.size());
-  Impl::ReadAccess access(*core_, ns);
-  if (!access.space()) return not_initialized(rank);
-  if (auto found = access.space()->get_locations(rank, hashed, result); !found) return std::move(found).error();
-  return result;
+  return locations_of(ns, rank, keys);
 }
 
 StateResult<std::vector<std::optional<Page>>> MetadataState::get_locations(
     NamespaceRef ns, Rank rank, std::span<const std::string_view> keys) const {
-  const auto& hashed = hash_all(scratch(), keys, kName);
-  std::vector<std::optional<Page>> result(hashed.size());
-  Impl::ReadAccess access(*core_, ns);
-  if (!access.space()) return not_initialized(rank);
-  if (auto found = access.space()->get_locations(rank, hashed, result); !found) return std::move(found).error();
-  return result;
+  return locations_of(ns, rank, keys);
+}
+
+template <class Key>
+std::vector<bool> MetadataState::delete_of(NamespaceRef ns, std::span<const Key> keys) {
+  Scratch& s = scratch();
+  const auto& hashed = hash_all(s, keys, kName);
+  std::unique_lock lock(core_->mutex);
+  Impl* space = core_->find(ns);
+  return space ? space->delete_keys(hashed, s) : std::vector<bool>(keys.size(), false);
 }
 
 std::vector<bool> MetadataState::delete_keys(NamespaceRef ns, std::span<const std::string> keys) {
-  Scratch& s = scratch();
-  const auto& hashed = hash_all(s, keys, kName);
-  std::unique_lock lock(core_->mutex);
-  Impl* space = core_->find(ns);
-  return space ? space->delete_keys(hashed, s) : std::vector<bool>(keys.size(), false);
+  return delete_of(ns, keys);
 }
 
 std::vector<bool> MetadataState::delete_keys(NamespaceRef ns, std::span<const std::string_view> keys) {
-  Scratch& s = scratch();
-  const auto& hashed = hash_all(s, keys, kName);
-  std::unique_lock lock(core_->mutex);
-  Impl* space = core_->find(ns);
-  return space ? space->delete_keys(hashed, s) : std::vector<bool>(keys.size(), false);
+  return delete_of(ns, keys);
 }
 
 void MetadataState::clear(NamespaceRef ns) {
