@@ -17,14 +17,13 @@ void refuse_operator_route(std::string_view row, Reply& reply) {
   refuse(reply, 403, std::string(row) + " needs an operator token");
 }
 
-// With --tenants-file, the server's own routes but /healthz are an operator's: /metrics names every
-// namespace, /_faults acts on all of them (docs/protocol.md, "Tenants"). The row, or null.
-// (/_faults without --enable-fault-injection is no route: 404 for everyone.)
+// The server's own route at `path` that only an operator may use (docs/protocol.md, "Tenants"), or
+// null. (/_faults without --enable-fault-injection is no route: 404 for everyone.)
 const ServerRouteInfo* operator_server_route(std::string_view path, bool faults_on) {
   for (const auto& row : kServerRoutes) {
     if (path != row.name) continue;
-    if (row.route == ServerRoute::metrics || (row.route == ServerRoute::faults && faults_on)) return &row;
-    return nullptr;
+    if (!row.operator_only || (row.route == ServerRoute::faults && !faults_on)) return nullptr;
+    return &row;
   }
   return nullptr;
 }
@@ -70,9 +69,8 @@ bool choose_namespace(const Request& request, const Principal* principal, Exchan
     exchange.ns = named;
     return true;
   }
-  // Listing and dropping namespaces: an operator's.
-  if (const Route route = exchange.target.route; route == Route::namespaces || route == Route::drop_namespace) {
-    refuse_operator_route(route_info(route).name, exchange.reply);
+  if (const RouteInfo& row = route_info(exchange.target.route); row.operator_only) {
+    refuse_operator_route(row.name, exchange.reply);
     return false;
   }
   if (request.ns_headers != 0 && named != principal->ns) {

@@ -32,13 +32,14 @@ struct ServerRouteInfo {
   ServerRoute route;
   std::string_view name;   // the path, or for bad_request the label
   std::string_view allow;  // the methods it takes
+  bool operator_only = false;  // with --tenants-file: an operator's token only (it spans every namespace)
 };
 // bad_request: malformed HTTP or a body over the limit, before any route is known.
 // unauthorized: 401, no or a wrong bearer token (--auth-token-file), before any route is served.
 inline constexpr ServerRouteInfo kServerRoutes[] = {
     {ServerRoute::healthz, "/healthz", "GET"},
-    {ServerRoute::metrics, "/metrics", "GET"},
-    {ServerRoute::faults, "/_faults", "DELETE, POST"},
+    {ServerRoute::metrics, "/metrics", "GET", true},
+    {ServerRoute::faults, "/_faults", "DELETE, POST", true},
     {ServerRoute::bad_request, "bad_request", ""},
     {ServerRoute::unauthorized, "unauthorized", ""},
 };

@@ -110,6 +110,8 @@ struct RouteInfo {
   // The request names pages of its rank's state (a confirm): once the server forgot the rank and the
   // client initialized it again, those pages belong to nothing, so the call is not repeated.
   bool names_pages = false;
+  // With --tenants-file, only an operator's token may call it (it sees or changes every namespace).
+  bool operator_only = false;
 
   constexpr bool is_endpoint() const noexcept { return name.starts_with('/'); }
 };
@@ -196,14 +198,16 @@ inline constexpr RouteInfo kRoutes[] = {
      .name = "/namespaces",
      .method = "GET",
      .operation = Operation::namespaces,
-     .repeat = Repeat::always},
+     .repeat = Repeat::always,
+     .operator_only = true},
     {.route = Route::drop_namespace,
      .wire = 13,
      .name = "/namespaces/{name}/drop",
      .method = "POST",
      .operation = Operation::drop_namespace,
      .repeat = Repeat::never,
-     .changes_state = true},
+     .changes_state = true,
+     .operator_only = true},
     {.route = Route::key_status,
      .wire = 14,
      .name = "/keys/status",
