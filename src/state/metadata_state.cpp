@@ -265,13 +265,10 @@ StateResult<std::vector<Page>> MetadataState::allocate(NamespaceRef ns, Rank ran
   const StateResult<void> distinct = check_distinct(rank, keys, hashed, s);
   std::vector<Page> result(keys.size(), kNoPage);
 
-  std::unique_lock lock(core_->mutex);
-  Impl* space = core_->find(ns);
-  if (!space) return not_initialized(rank);
-  Impl& im = *space;
-  im.advance();
-  const std::uint32_t slot = im.slot_of(rank);
-  if (slot == kNone) return not_initialized(rank);
+  Impl::RankAccess access(*core_, ns, rank);
+  if (!access.space()) return not_initialized(rank);
+  Impl& im = *access.space();
+  const std::uint32_t slot = access.slot();
   if (!distinct) return distinct.error();
   RankData& r = *im.ranks[slot];
   const bool looked_up = im.lifecycle;
@@ -326,13 +323,10 @@ StateResult<ConfirmOutcome> MetadataState::confirm_write(NamespaceRef ns, Rank r
   }
   for (const ReleaseKey& keyed : release_keys) s.release_hashes.push_back(HashedKey(keyed.key).short_hash());
 
-  std::unique_lock lock(core_->mutex);
-  Impl* space = core_->find(ns);
-  if (!space) return not_initialized(rank);
-  Impl& im = *space;
-  im.advance();
-  const std::uint32_t slot = im.slot_of(rank);
-  if (slot == kNone) return not_initialized(rank);
+  Impl::RankAccess access(*core_, ns, rank);
+  if (!access.space()) return not_initialized(rank);
+  Impl& im = *access.space();
+  const std::uint32_t slot = access.slot();
   RankData& r = *im.ranks[slot];
   if (auto valid = im.validate_confirmations(r, slot, confirmations, s); !valid) return std::move(valid).error();
   if (auto valid = im.check_releases(r, s, pages_to_release, release_keys); !valid) {
@@ -558,13 +552,10 @@ DropOutcome MetadataState::drop_rank(NamespaceRef ns, Rank rank) {
   std::unique_ptr<RankData> gone;  // freed after the lock: megabytes of page arrays
   DropOutcome outcome;
   {
-    std::unique_lock lock(core_->mutex);
-    Impl* space = core_->find(ns);
+    Impl::RankAccess access(*core_, ns, rank);
+    Impl* space = access.space();
     if (!space) return outcome;
-    space->advance();
-    const std::uint32_t slot = space->slot_of(rank);
-    if (slot == kNone) return outcome;
-    outcome = space->drop(slot, gone);
+    outcome = space->drop(access.slot(), gone);
     Change change;
     change.kind = ChangeKind::rank_dropped;
     change.rank = rank;

@@ -32,6 +32,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <shared_mutex>
 #include <span>
@@ -340,6 +341,24 @@ struct MetadataState::Impl {
    private:
     const Core& core_;
     Impl* space_ = nullptr;
+  };
+  // A change on one rank of a namespace: the exclusive lock, the namespace (what expired in it
+  // processed first) and the rank's slot. space() is null when the namespace or the rank is not there.
+  class RankAccess {
+   public:
+    RankAccess(Core& core, NamespaceRef ns, Rank rank) : lock_(core.mutex), space_(core.find(ns)) {
+      if (!space_) return;
+      space_->advance();
+      slot_ = space_->slot_of(rank);
+      if (slot_ == kNone) space_ = nullptr;
+    }
+    Impl* space() const { return space_; }
+    std::uint32_t slot() const { return slot_; }
+
+   private:
+    std::unique_lock<WriterFirstMutex> lock_;
+    Impl* space_;
+    std::uint32_t slot_ = kNone;
   };
 
   // ---- The calls' halves under the lock (metadata_state.cpp).
