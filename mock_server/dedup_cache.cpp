@@ -27,7 +27,6 @@ namespace {
 // letter, so it never equals a default key, and a name holds no space (valid_namespace_name), so the
 // name ends at the first one and two namespaces' keys never meet.
 std::string make_key(std::string_view ns, int route, std::string_view id) {
-  ns = durable::dedup_namespace(ns);
   std::string key;
   if (ns.empty()) {
     key.reserve(id.size() + 1);
@@ -110,7 +109,7 @@ DedupCache::Acquired DedupCache::acquire(std::string_view ns, int route, std::st
   entry->generation = generation_;
   entry->bytes = reserve;
   entry->key = key;
-  entry->ns_size = durable::dedup_namespace(ns).size();
+  entry->ns_size = ns.size();
   bytes_ += reserve;
   entries_.emplace(std::move(key), entry);
   return Acquired{Kind::owner, Claim(this, std::move(entry)), {}, {}, {}};
@@ -123,7 +122,7 @@ void DedupCache::restore(std::string_view ns, int route, std::string_view id, st
   if (age >= options_.ttl) return;
   auto entry = std::make_shared<Entry>();
   entry->key = make_key(ns, route, id);
-  entry->ns_size = durable::dedup_namespace(ns).size();
+  entry->ns_size = ns.size();
   entry->body_hash = body_hash;
   entry->body_size = body_size;
   entry->bytes = durable::dedup_weight(ns, id, answer.pages.size());

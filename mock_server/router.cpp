@@ -262,7 +262,7 @@ Router::Served Router::handle_journaled(const Request& request, Exchange& exchan
     // The namespace's name goes to the journal's retained answers (the snapshot's tags), not into the
     // record's tag bytes: the record carries its namespace itself (record.hpp).
     tag = durable::DedupTag{exchange.target.route, request.request_id, DedupCache::body_hash(request.body),
-                            request.body.size(), std::string(durable::dedup_namespace(exchange.ns))};
+                            request.body.size(), std::string(exchange.ns)};
   }
   durable::Journal::reset_thread_seq();
   // Constructed in place from Service's answer (no move of it on the hot path); a braced list runs

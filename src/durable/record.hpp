@@ -43,13 +43,6 @@ struct DedupTag {
   friend bool operator==(const DedupTag&, const DedupTag&) = default;
 };
 
-// The namespace a request-id answer is kept under: empty for the default one however a request named
-// it (no header, or kDefaultNamespace), so that the default's entries keep their bytes everywhere
-// (the cache's key, the weight, the snapshot's tags) and one namespace never has two spellings.
-constexpr std::string_view dedup_namespace(std::string_view ns) noexcept {
-  return ns == kDefaultNamespace ? std::string_view{} : ns;
-}
-
 // A request-id answer in the compact form the server's dedup cache keeps it in
 // (mock_server/dedup_cache.hpp): no key names, 4 bytes a page. The journal keeps the last ones
 // within --dedup-max-bytes for the next snapshot, the snapshot stores them, recovery hands them to
@@ -68,10 +61,10 @@ DedupEntry dedup_entry(std::uint64_t seq, const DedupTag& tag, const Change& cha
 // snapshot alike: the entry, its map node and its place in the expiry queue (rounded up), its key (the
 // route's letter, the id, and a named namespace's name with the two bytes that frame it in the cache's
 // key, mock_server/dedup_cache.cpp), its pages. The namespace is a parameter of its own so that no
-// caller weighs an entry without it (`ns`: as DedupTag::ns, empty or kDefaultNamespace the default).
+// caller weighs an entry without it (`ns`: as DedupTag::ns, empty for the default one: the router
+// names it so whether a request named it `default` or not at all).
 inline constexpr std::size_t kDedupEntryOverhead = 256;
 constexpr std::size_t dedup_weight(std::string_view ns, std::string_view id, std::size_t pages) noexcept {
-  ns = dedup_namespace(ns);
   return kDedupEntryOverhead + 1 + id.size() + (ns.empty() ? 0 : ns.size() + 2) + pages * sizeof(std::uint32_t);
 }
 

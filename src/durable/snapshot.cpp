@@ -12,6 +12,7 @@
 #include "durable/data_dir.hpp"
 #include "durable/log_reader.hpp"
 #include "durable/log_writer.hpp"
+#include "hf3fs_meta/routes.hpp"  // valid_namespace_name
 #include "internal/populate.hpp"
 
 namespace hf3fs_meta::durable {
@@ -203,6 +204,9 @@ class SnapshotParser {
         !in_.u64(e.tag.body_size) || (version_ >= kSnapshotNamespaceVersion && !in_.bytes(ns)) ||
         !in_.u32(e.status) || !in_.u64(at) || !in_.u32(pages)) {
       return fail("truncated request-id entry");
+    }
+    if (!ns.empty() && (ns == kDefaultNamespace || !valid_namespace_name(ns))) {
+      return fail("request-id entry " + std::to_string(e.seq) + " names no namespace a server writes");
     }
     e.tag.ns = ns;
     const auto named = route_of_wire(route);

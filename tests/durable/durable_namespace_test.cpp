@@ -393,6 +393,17 @@ TEST(DurableNamespaceSnapshot, Version5ReadsBackEveryFieldAndACutNamesTheNamespa
   ASSERT_FALSE(v4.has_value());
   EXPECT_EQ(v4.error().code, Errc::unsupported);
   EXPECT_THAT(v4.error().message, HasSubstr("unknown format version 5"));
+  // An answer's namespace is empty for the default one and a name otherwise: another spelling of the
+  // default, or no name at all, is no snapshot a server wrote.
+  for (const std::string bad : {"default", "m 1"}) {
+    TempDir other;
+    const std::vector<DedupEntry> misnamed{{3, DedupTag{Route::batch_allocate, "req-a", 11, 100, bad}, 200, {0}, 0}};
+    ASSERT_TRUE(write_snapshot(other.path(), image, misnamed, next).has_value());
+    const auto misnamed_path = files_like(other.path(), "snapshot-").back();
+    const auto refused_answer = read_snapshot(misnamed_path, read_bytes(misnamed_path));
+    ASSERT_FALSE(refused_answer.has_value()) << bad;
+    EXPECT_THAT(refused_answer.error().message, HasSubstr("request-id entry 3 names no namespace a server writes"));
+  }
 }
 
 // A tagged record of a named namespace: recovery names the namespace of its answer, from the journal

@@ -227,7 +227,7 @@ INSTANTIATE_TEST_SUITE_P(ShutdownOrCrash, DedupRecoveryTest, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "CleanShutdown" : "CrashAfterASnapshot"; });
 
 // Issue 20: the same id and body in two namespaces are two requests, each answered again from its
-// own entry; the default namespace keeps its keys whichever way it is named.
+// own entry.
 TEST_F(DedupCacheTest, EachNamespaceKeepsItsOwnAnswers) {
   auto cache = make(1 << 20);
   for (const auto& [ns, page] : {std::pair<std::string_view, std::int64_t>{kDefault, 1}, {"m1", 2}, {"m2", 3}}) {
@@ -237,8 +237,7 @@ TEST_F(DedupCacheTest, EachNamespaceKeepsItsOwnAnswers) {
   }
   EXPECT_EQ(cache.stats().entries, 3u);
   EXPECT_EQ(cache.stats().hits, 0u);
-  for (const auto& [ns, page] : {std::pair<std::string_view, std::uint32_t>{kDefault, 1}, {"default", 1}, {"m1", 2},
-                                 {"m2", 3}}) {
+  for (const auto& [ns, page] : {std::pair<std::string_view, std::uint32_t>{kDefault, 1}, {"m1", 2}, {"m2", 3}}) {
     auto repeat = cache.acquire(ns, kAllocate, "r", "body", 1);
     ASSERT_EQ(repeat.kind, Kind::hit) << ns;
     EXPECT_THAT(repeat.answer.pages, ElementsAre(page)) << ns;
@@ -284,7 +283,6 @@ TEST_F(DedupCacheTest, ARestoredAnswerKeepsItsNamespace) {
 // cache as in the journal's retention, so in the snapshot: the budget holds what it says.
 TEST_F(DedupCacheTest, ANamedNamespacesEntryWeighsItsNameInTheCacheAndTheJournalAlike) {
   EXPECT_EQ(durable::dedup_weight({}, "r", 1), weight(1));
-  EXPECT_EQ(durable::dedup_weight("default", "r", 1), weight(1));  // the default, however it is named
   EXPECT_EQ(durable::dedup_weight("m1", "r", 1), weight(1) + 4);
   EXPECT_EQ(durable::dedup_weight(std::string(64, 'n'), "r", 0), weight(0) + 66);
   auto cache = make(1 << 20);

@@ -53,15 +53,16 @@ class RouterDedupTest : public ::testing::Test {
     return o;
   }
 
-  // `ns`: the namespace the request acts in, as Router::admit sets it from X-Hf3fs-Namespace.
+  // `ns`: the request's X-Hf3fs-Namespace (empty: none), which Router::admit reads.
   Answer send(std::string target, std::string body, std::string id = {}, std::string_view ns = {}) {
     Request request;
     request.method = "POST";
     request.target = std::move(target);
     request.body = std::move(body);
     request.request_id = std::move(id);
+    request.ns = ns;
+    request.ns_headers = ns.empty() ? 0 : 1;
     exchange_.reset();
-    exchange_.ns = ns;
     const auto next = router_.step(request, exchange_);
     EXPECT_EQ(next, Router::Next::reply);
     return Answer{exchange_.reply.status, exchange_.reply.body};
@@ -227,8 +228,9 @@ TEST(RouterDedupDurable, AJournaledAnswerKeepsItsNamespaceThroughARestart) {
       request.target = "/keys/batch_allocate";
       request.body = body;
       request.request_id = "r1";
+      request.ns = ns;
+      request.ns_headers = ns.empty() ? 0 : 1;
       Exchange exchange;
-      exchange.ns = ns;
       ASSERT_EQ(router.step(request, exchange), Router::Next::reply);
       ASSERT_EQ(exchange.reply.status, 200) << exchange.reply.body;
     }
