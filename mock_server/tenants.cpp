@@ -10,6 +10,7 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 
+#include "hf3fs_meta/state.hpp"  // kDefaultNamespace
 #include "internal/namespace_name.hpp"
 #include "internal/token_file.hpp"
 
@@ -17,7 +18,6 @@ namespace hf3fs_meta::server {
 namespace {
 
 constexpr std::string_view kOperator = "*";
-constexpr std::string_view kDefaultNamespace = "default";
 
 bool blank(char c) noexcept { return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f'; }
 

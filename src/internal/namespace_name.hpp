@@ -14,6 +14,7 @@
 namespace hf3fs_meta::internal {
 
 inline constexpr std::string_view kNamespaceRule = "1 to 64 characters of A-Z, a-z, 0-9, '.', '_' and '-'";
+static_assert(kMaxNamespaceBytes == 64, "kNamespaceRule says 64");
 
 // The server's 400 details for a bad header (the router and the in-process transport answer alike;
 // the value is never echoed).

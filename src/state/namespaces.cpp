@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "internal/namespace_name.hpp"
 #include "state/state_impl.hpp"
 
 namespace hf3fs_meta {
@@ -58,9 +59,7 @@ StateResult<void> MetadataState::Core::check_new_space(std::string_view name, Ra
   // The server checks the header first; this keeps a name that no header could carry out of the
   // state, its records and its images (the byte is not echoed).
   if (!valid_namespace_name(name)) {
-    return make_error(StateErrc::invalid_argument,
-                      "a namespace name is 1 to " + std::to_string(kMaxNamespaceBytes) +
-                          " characters of A-Z, a-z, 0-9, '.', '_' and '-'",
+    return make_error(StateErrc::invalid_argument, "a namespace name is " + std::string(internal::kNamespaceRule),
                       rank);
   }
   // Counted with the default namespace.

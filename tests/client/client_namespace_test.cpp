@@ -285,7 +285,7 @@ TEST_F(ClientNamespaceTest, WithoutANamespaceNoEchoIsNeeded) {
   call_everything(client);
 }
 
-// Plan 7.4 point 6: the registry of ranks to restore is per connection and a connection has one
+// docs/protocol.md, "Namespaces": the registry of ranks to restore is per connection and a connection has one
 // namespace, so it is keyed by (namespace, rank).
 TEST_F(ClientNamespaceTest, TwoNamespacesEachRestoreTheirOwnRankZero) {
   Client a = make_client("a");

@@ -218,6 +218,19 @@ TEST_F(Namespaces, TheAllocationTtlReclaimsInTheNamespaceCalled) {
   EXPECT_EQ(s->stats(kB).reclaimed_allocated_pages, 2u);
 }
 
+// A name no header could carry (the server refuses it first) is kept out of the state: nothing made.
+TEST_F(Namespaces, ANameThatNoHeaderCouldCarryIsRefused) {
+  auto s = make();
+  for (const std::string& bad : std::vector<std::string>{"a b", "a/b", std::string(65, 'n'), "caf\xC3\xA9"}) {
+    const auto refused = s->initialize(NamespaceRef{bad}, 0, 4);
+    ASSERT_FALSE(refused.has_value()) << bad;
+    EXPECT_EQ(refused.error().message, "Invalid initialization parameters: a namespace name is 1 to 64 characters of "
+                                       "A-Z, a-z, 0-9, '.', '_' and '-'");
+  }
+  EXPECT_EQ(s->namespaces().size(), 1u);
+  EXPECT_EQ(s->seq(), 0u);
+}
+
 TEST_F(Namespaces, ATp2AndATp4InstanceBothCompleteTheirKeys) {
   auto s = make();
   const NamespaceRef tp2{"tp2"};
