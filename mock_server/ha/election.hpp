@@ -1,0 +1,96 @@
+// Election: a member's etcd lease, kept alive, and its campaign for the leader key.
+//
+// A member holds one lease for as long as it lives; the leader key and the member's applied seq
+// (keys.hpp) are put under it, so both vanish when the member stops renewing. A campaign is one
+// Txn: create the leader key with the lease if nobody holds it (create revision 0). The key's create
+// revision is then the leader's fence: every log append compares it, so a member that lost the
+// key (its lease lapsed, another won) can append nothing.
+//
+// When is a leader surely still the leader? etcd expires a lease TTL seconds after the last renewal
+// it applied, and that renewal was applied after this member sent it. So the lease is alive until
+// (the time the last successful renewal was sent) + TTL, on this member's monotonic clock, less a
+// margin for the rate of etcd's clock against ours. Past that the member answers nothing as leader.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <string>
+
+#include "ha/etcd_client.hpp"
+
+namespace hf3fs_meta::server::ha {
+
+using SteadyClock = std::function<std::chrono::steady_clock::time_point()>;
+
+// When a lease is surely alive. Thread-safe: renewals on one thread, readers on any.
+class LeaseWindow {
+ public:
+  explicit LeaseWindow(std::chrono::milliseconds margin) : margin_(margin) {}
+
+  // A grant or renewal sent at `sent` answered that the lease lives `ttl` more.
+  void renewed(std::chrono::steady_clock::time_point sent, std::chrono::seconds ttl) {
+    until_.store((sent + ttl - margin_).time_since_epoch().count(), std::memory_order_release);
+  }
+  void lost() { until_.store(kNever, std::memory_order_release); }
+  bool surely_alive(std::chrono::steady_clock::time_point now) const {
+    return now.time_since_epoch().count() < until_.load(std::memory_order_acquire);
+  }
+  // How long it surely lives from `now` (zero or less: not surely).
+  std::chrono::steady_clock::duration left(std::chrono::steady_clock::time_point now) const {
+    return std::chrono::steady_clock::duration(until_.load(std::memory_order_acquire)) - now.time_since_epoch();
+  }
+
+ private:
+  static constexpr std::chrono::steady_clock::rep kNever = std::numeric_limits<std::chrono::steady_clock::rep>::min();
+  std::chrono::milliseconds margin_;
+  std::atomic<std::chrono::steady_clock::rep> until_{kNever};
+};
+
+struct ElectionOptions {
+  std::string leader_key;    // Keys::leader()
+  std::string advertise;     // the leader key's value: how clients reach this member
+  std::int64_t ttl_seconds = 3;
+  std::chrono::milliseconds margin{300};
+};
+
+class Election {
+ public:
+  Election(EtcdClient& etcd, SteadyClock clock, ElectionOptions options);
+
+  // The leader key as a campaign found it.
+  struct Outcome {
+    bool won = false;
+    std::int64_t fence = 0;  // the leader key's create revision (this member's, if won)
+    std::string leader;      // the leader's advertised URL; empty: nobody holds the key
+  };
+
+  // Grants a lease first when the member holds none that is surely alive; then creates the leader
+  // key with it unless another member holds the key. A member that already holds the key (its own
+  // lease) wins again with the same fence.
+  EtcdResult<Outcome> campaign();
+  // One renewal. False when the lease is gone (expired or revoked): the member is nothing until it
+  // campaigns again, with a new lease.
+  EtcdResult<bool> renew();
+  // Revokes the lease: the leader key and everything else under it go at once.
+  void resign();
+
+  bool surely_alive() const { return window_.surely_alive(clock_()); }
+  const LeaseWindow& window() const noexcept { return window_; }
+  std::int64_t lease_id() const noexcept { return lease_.load(std::memory_order_acquire); }
+  std::int64_t ttl_seconds() const noexcept { return ttl_seconds_; }
+
+ private:
+  EtcdResult<void> grant();
+
+  EtcdClient& etcd_;
+  SteadyClock clock_;
+  ElectionOptions options_;
+  LeaseWindow window_;
+  std::atomic<std::int64_t> lease_{0};
+  std::int64_t ttl_seconds_ = 0;  // as etcd granted it (it raises a TTL below its minimum)
+};
+
+}  // namespace hf3fs_meta::server::ha

@@ -1,0 +1,173 @@
+#include "ha/etcd_client.hpp"
+
+#include <utility>
+
+#include "hf3fs_meta/transport.hpp"
+
+namespace hf3fs_meta::server::ha {
+
+namespace {
+
+// The largest answer read from etcd: a range of the log is cut by its limit well below this.
+constexpr std::size_t kMaxAnswerBytes = std::size_t{256} << 20;
+
+// Whether an error answer says the request certainly did not take effect. etcd's refusals (a bad
+// request, a lease not found, a revision compacted, a precondition, the space quota) are checked
+// before anything is proposed; so is "no leader". Anything else, above all a proposal that timed
+// out (etcd answers 500 "context deadline exceeded" with code 2 Unknown, or 503 "request timed out"
+// with 14 Unavailable, after its own 7 s) or an answer that is not etcd's, may yet be applied.
+bool certainly_not_applied(const GatewayError& error) {
+  switch (error.code) {
+    case 3:   // InvalidArgument
+    case 5:   // NotFound
+    case 6:   // AlreadyExists
+    case 7:   // PermissionDenied
+    case 8:   // ResourceExhausted: the space quota
+    case 9:   // FailedPrecondition
+    case 11:  // OutOfRange: compacted, or a future revision
+    case 12:  // Unimplemented
+    case 16:  // Unauthenticated
+      return true;
+    case kGrpcUnavailable:
+      return error.message.find("no leader") != std::string::npos;
+    default:
+      return false;
+  }
+}
+
+template <class T>
+EtcdResult<T> decoded(Decoded<T> value, std::string_view path) {
+  if (value) return std::move(value).value();
+  // A 200 we cannot read: the request was applied (a write) or answered; what it said is lost.
+  return EtcdError{EtcdError::Kind::unknown, 0,
+                   std::string("etcd's answer to ").append(path).append(" is unreadable: ").append(value.error().message)};
+}
+
+}  // namespace
+
+EtcdClient::EtcdClient(EtcdOptions options) : options_(std::move(options)) {
+  for (const std::string& endpoint : options_.endpoints) {
+    transports_.push_back(make_curl_transport(endpoint, {}, kMaxAnswerBytes));
+  }
+}
+
+EtcdClient::~EtcdClient() = default;
+
+const std::string& EtcdClient::current_endpoint() const noexcept {
+  return options_.endpoints[current_.load(std::memory_order_relaxed)];
+}
+
+EtcdResult<std::string> EtcdClient::call(std::string_view path, std::string body, Retry retry) {
+  HttpRequest request;
+  request.path = path;
+  request.body = std::move(body);
+  const AttemptTimeouts timeouts{options_.connect_timeout, options_.request_timeout};
+  const std::size_t n = transports_.size();
+  const std::size_t first = current_.load(std::memory_order_relaxed);
+  std::string tried;  // what each member did, for the error
+  EtcdError last;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t at = (first + i) % n;
+    TransportResult result = transports_[at]->post(request, timeouts);
+    bool certain = false;  // the request certainly did not take effect on this member
+    if (result && result.value().status == 200) {
+      current_.store(at, std::memory_order_relaxed);
+      return std::move(result.value().body);
+    }
+    if (result) {
+      const GatewayError error = decode_error(result.value().body);
+      certain = certainly_not_applied(error);
+      if (certain && error.code != kGrpcUnavailable) {
+        // etcd's refusal: every member would say the same.
+        current_.store(at, std::memory_order_relaxed);
+        return EtcdError{EtcdError::Kind::not_applied, error.code,
+                         std::string("etcd refused ").append(path).append(" (HTTP ")
+                             .append(std::to_string(result.value().status)).append(", code ")
+                             .append(std::to_string(error.code)).append("): ").append(error.message)};
+      }
+      last.code = error.code;
+      last.message = std::string(options_.endpoints[at]).append(" answered HTTP ")
+                         .append(std::to_string(result.value().status)).append(": ").append(error.message);
+    } else {
+      certain = !result.error().sent;
+      last.code = 0;
+      last.message = result.error().message;
+    }
+    last.kind = certain ? EtcdError::Kind::not_applied : EtcdError::Kind::unknown;
+    if (!tried.empty()) tried += "; ";
+    tried += last.message;
+    if (!certain && retry == Retry::writes) break;  // sent: repeating it elsewhere could apply it twice
+  }
+  last.message = std::string("no etcd member answered ").append(path).append(": ").append(tried);
+  return last;
+}
+
+EtcdResult<RangeResponse> EtcdClient::range(const RangeRequest& request) {
+  auto body = call("/v3/kv/range", encode(request), Retry::reads);
+  if (!body) return body.error();
+  return decoded(decode_range(body.value()), "/v3/kv/range");
+}
+
+EtcdResult<PutResponse> EtcdClient::put(const PutRequest& request) {
+  auto body = call("/v3/kv/put", encode(request), Retry::writes);
+  if (!body) return body.error();
+  return decoded(decode_put(body.value()), "/v3/kv/put");
+}
+
+EtcdResult<DeleteResponse> EtcdClient::delete_range(const DeleteRequest& request) {
+  auto body = call("/v3/kv/deleterange", encode(request), Retry::writes);
+  if (!body) return body.error();
+  return decoded(decode_delete(body.value()), "/v3/kv/deleterange");
+}
+
+EtcdResult<TxnResponse> EtcdClient::txn(const TxnRequest& request) {
+  auto body = call("/v3/kv/txn", encode(request), Retry::writes);
+  if (!body) return body.error();
+  return decoded(decode_txn(body.value()), "/v3/kv/txn");
+}
+
+EtcdResult<LeaseGrant> EtcdClient::lease_grant(std::int64_t ttl_seconds) {
+  // A grant repeated on another member makes a second lease, which nobody renews: it expires.
+  auto body = call("/v3/lease/grant", encode_lease_grant(ttl_seconds), Retry::reads);
+  if (!body) return body.error();
+  return decoded(decode_lease_grant(body.value()), "/v3/lease/grant");
+}
+
+EtcdResult<std::int64_t> EtcdClient::lease_keepalive(std::int64_t id) {
+  auto body = call("/v3/lease/keepalive", encode_lease_id(id), Retry::reads);
+  if (!body) return body.error();
+  return decoded(decode_lease_keepalive(body.value()), "/v3/lease/keepalive");
+}
+
+EtcdResult<void> EtcdClient::lease_revoke(std::int64_t id) {
+  auto body = call("/v3/lease/revoke", encode_lease_id(id), Retry::reads);
+  if (!body) return body.error();
+  return boost::outcome_v2::success();
+}
+
+EtcdResult<std::int64_t> EtcdClient::compact(std::int64_t revision) {
+  auto body = call("/v3/kv/compaction", encode_compaction(revision), Retry::reads);
+  if (!body) return body.error();
+  return decoded(decode_header_revision(body.value()), "/v3/kv/compaction");
+}
+
+boost::outcome_v2::result<std::vector<std::string>, std::string, boost::outcome_v2::policy::terminate>
+parse_etcd_endpoints(std::string_view list) {
+  std::vector<std::string> out;
+  while (true) {
+    const std::size_t comma = list.find(',');
+    std::string_view entry = list.substr(0, comma);
+    while (!entry.empty() && entry.back() == '/') entry.remove_suffix(1);
+    if (!entry.starts_with("http://") || entry.size() == 7 ||
+        entry.find_first_of("/?# ", 7) != std::string_view::npos) {
+      return std::string("--ha-etcd: \"").append(entry).append(
+          "\" is not an etcd client URL (http://HOST:PORT; etcd's JSON gateway without TLS)");
+    }
+    out.emplace_back(entry);
+    if (comma == std::string_view::npos) break;
+    list.remove_prefix(comma + 1);
+  }
+  return out;
+}
+
+}  // namespace hf3fs_meta::server::ha

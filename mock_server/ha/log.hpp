@@ -1,0 +1,71 @@
+// The replicated log in etcd (keys.hpp): the leader appends batches of records, standbys and a new
+// leader read them back in order.
+//
+// An append is one Txn: if the leader key's create revision is still the writer's fence and the
+// tip key was last changed where the writer left it, put the entry and move the tip. The first
+// compare keeps a deposed leader out; the second keeps two writers with one fence (which a bug
+// could make) from interleaving. A failed compare applies nothing: the writer is fenced.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ha/etcd_client.hpp"
+#include "ha/keys.hpp"
+
+namespace hf3fs_meta::server::ha {
+
+// The log's last entry as etcd has it.
+struct Tip {
+  std::uint64_t seq = 0;         // 0: an empty log
+  std::int64_t mod_revision = 0;  // the tip key's; 0 when there is none
+  std::int64_t revision = 0;      // the store's revision when read
+};
+
+EtcdResult<Tip> read_tip(EtcdClient& etcd, const Keys& keys);
+
+struct LogEntry {
+  std::uint64_t seq = 0;
+  std::string batch;
+  std::int64_t revision = 0;  // the revision that put it
+};
+
+// Entries after `after_seq`, in order, at most `limit` (0: all up to the tip), read at one revision.
+// An entry missing below the tip (compacted away: the reader needs a snapshot) is an error that
+// says so, not a gap handed on.
+struct LogRead {
+  std::vector<LogEntry> entries;
+  std::int64_t revision = 0;  // the store's revision the read saw
+};
+EtcdResult<LogRead> read_log(EtcdClient& etcd, const Keys& keys, std::uint64_t after_seq, std::int64_t limit = 0);
+
+class LogWriter {
+ public:
+  // A leader's writer, fenced by `fence`, appending after `tip` (read after the campaign was won,
+  // and after the log up to it was replayed).
+  LogWriter(EtcdClient& etcd, const Keys& keys, std::int64_t fence, Tip tip);
+
+  struct Appended {
+    std::uint64_t seq = 0;
+    std::int64_t revision = 0;
+  };
+  // Appends `batch` as the next entry. Errors: not_applied when fenced (the message says so) or
+  // when etcd certainly did not take it; unknown when the answer was lost (the entry may be in the
+  // log: the writer must step down and read the log to learn it). After any error the writer
+  // appends nothing more.
+  EtcdResult<Appended> append(std::string_view batch);
+
+  std::uint64_t seq() const noexcept { return tip_.seq; }
+  bool failed() const noexcept { return failed_; }
+
+ private:
+  EtcdClient& etcd_;
+  const Keys& keys_;
+  std::int64_t fence_;
+  Tip tip_;
+  bool failed_ = false;
+};
+
+}  // namespace hf3fs_meta::server::ha
