@@ -324,24 +324,38 @@ std::string base64_encode(std::string_view bytes) {
   return out;
 }
 
+namespace {
+
+int base64_value(char c) {
+  if (c >= 'A' && c <= 'Z') return c - 'A';
+  if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+  if (c >= '0' && c <= '9') return c - '0' + 52;
+  if (c == '+') return 62;
+  if (c == '/') return 63;
+  return -1;
+}
+
+}  // namespace
+
 Decoded<std::string> base64_decode(std::string_view text) {
-  // EVP_DecodeBlock skips leading and trailing whitespace and counts padding as zero bytes; the
-  // gateway writes neither whitespace nor a length that is not a multiple of 4.
+  // Only the canonical form, as the gateway writes it (Go's StdEncoding): a length that is a multiple
+  // of 4, padding only at the end, and the bits padding leaves unused zero, so that every text
+  // names one string. (EVP_DecodeBlock alone skips whitespace and ignores those bits.)
   if (text.size() % 4 != 0) return DecodeError{"base64 of a length that is not a multiple of 4"};
-  for (char c : text) {
-    if (c == ' ' || c == '\t' || c == '\r' || c == '\n') return DecodeError{"base64 with whitespace"};
+  const std::size_t padding = text.ends_with("==") ? 2 : text.ends_with('=') ? 1 : 0;
+  const std::string_view digits = text.substr(0, text.size() - padding);
+  for (char c : digits) {
+    if (base64_value(c) < 0) return DecodeError{"not base64"};
+  }
+  if ((padding == 2 && (base64_value(digits.back()) & 0x0f) != 0) ||
+      (padding == 1 && (base64_value(digits.back()) & 0x03) != 0)) {
+    return DecodeError{"base64 whose padding bits are not zero"};
   }
   std::string out(text.size() / 4 * 3, '\0');
   const int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
                                 reinterpret_cast<const unsigned char*>(text.data()), static_cast<int>(text.size()));
   if (n < 0) return DecodeError{"not base64"};
-  std::size_t size = static_cast<std::size_t>(n);
-  if (text.ends_with("==")) {
-    size -= 2;
-  } else if (text.ends_with('=')) {
-    size -= 1;
-  }
-  out.resize(size);
+  out.resize(static_cast<std::size_t>(n) - padding);  // EVP_DecodeBlock counts padding as zero bytes
   return out;
 }
 

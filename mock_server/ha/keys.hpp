@@ -1,8 +1,9 @@
 // Where a cluster keeps its state in etcd: every key under /hf3fs-meta/<cluster>/.
 //   leader          the leader's advertised URL, under its lease; its create revision is the fence
-//   tip             the last log entry's seq (decimal)
-//   log/<seq>       one batch of records (the journal's format), seq from 1, 20 digits so that
-//                   etcd's byte order is the log's order
+//   tip             the seq of the last record in the log (decimal)
+//   log/<seq>       one batch of journal records (their framing and seqs, log_format.hpp), keyed by
+//                   the seq of its last record, in 20 digits so that etcd's byte order is the log's:
+//                   the entry that holds record S is the first whose key is entry(S) or after
 //   members/<name>  a live member's applied seq, under its lease
 #pragma once
 
@@ -29,7 +30,7 @@ class Keys {
   std::string members_prefix() const { return prefix_ + "members/"; }
   std::string member(std::string_view name) const { return members_prefix().append(name); }
 
-  // The seq of a log entry's key; 0 if `key` is not one.
+  // The seq of a log entry's key (its last record's); 0 if `key` is not one.
   std::uint64_t seq_of(std::string_view key) const;
 
  private:

@@ -40,20 +40,14 @@ EtcdResult<LogRead> read_log(EtcdClient& etcd, const Keys& keys, std::uint64_t a
   range.revision = tip.value().revision;
   auto read = etcd.range(range);
   if (!read) return read.error();
-  std::uint64_t expected = after_seq + 1;
   for (KeyValue& kv : read.value().kvs) {
-    const std::uint64_t seq = keys.seq_of(kv.key);
-    if (seq != expected) {
-      return broken_log("the log has no entry " + std::to_string(expected) + " (found " +
-                        (seq == 0 ? "a key that is not an entry" : "entry " + std::to_string(seq)) +
-                        "): it was compacted away, so this member needs a snapshot");
-    }
-    out.entries.push_back({seq, std::move(kv.value), kv.mod_revision});
-    ++expected;
+    const std::uint64_t last_seq = keys.seq_of(kv.key);
+    if (last_seq == 0) return broken_log("the log holds " + kv.key + ", which is not an entry's key");
+    out.entries.push_back({last_seq, std::move(kv.value), kv.mod_revision});
   }
   if (out.entries.empty()) {
-    return broken_log("the log's tip is " + std::to_string(tip.value().seq) + " but it has no entry after " +
-                      std::to_string(after_seq) + ": they were compacted away, so this member needs a snapshot");
+    return broken_log("the log's tip is record " + std::to_string(tip.value().seq) + " but no entry holds record " +
+                      std::to_string(after_seq + 1) + ": it was compacted away, so this member needs a snapshot");
   }
   return out;
 }
@@ -61,14 +55,17 @@ EtcdResult<LogRead> read_log(EtcdClient& etcd, const Keys& keys, std::uint64_t a
 LogWriter::LogWriter(EtcdClient& etcd, const Keys& keys, std::int64_t fence, Tip tip)
     : etcd_(etcd), keys_(keys), fence_(fence), tip_(tip) {}
 
-EtcdResult<LogWriter::Appended> LogWriter::append(std::string_view batch) {
+EtcdResult<LogWriter::Appended> LogWriter::append(std::string_view batch, std::uint64_t last_seq) {
   if (failed_) return broken_log("this log writer already failed: it appends nothing more");
-  const std::uint64_t seq = tip_.seq + 1;
+  if (last_seq <= tip_.seq) {
+    return broken_log("an entry up to record " + std::to_string(last_seq) + " does not follow the tip, record " +
+                      std::to_string(tip_.seq));
+  }
   TxnRequest txn;
   txn.compare.push_back({keys_.leader(), Compare::Target::create, Compare::Result::equal, fence_, {}});
   txn.compare.push_back({keys_.tip(), Compare::Target::mod, Compare::Result::equal, tip_.mod_revision, {}});
-  txn.success.emplace_back(PutRequest{keys_.entry(seq), std::string(batch)});
-  txn.success.emplace_back(PutRequest{keys_.tip(), std::to_string(seq)});
+  txn.success.emplace_back(PutRequest{keys_.entry(last_seq), std::string(batch)});
+  txn.success.emplace_back(PutRequest{keys_.tip(), std::to_string(last_seq)});
   auto answer = etcd_.txn(txn);
   if (!answer) {
     failed_ = true;
@@ -77,10 +74,10 @@ EtcdResult<LogWriter::Appended> LogWriter::append(std::string_view batch) {
   if (!answer.value().succeeded) {
     failed_ = true;
     return broken_log("fenced: the leader key is no longer this member's (fence " + std::to_string(fence_) +
-                      "), or the log's tip moved past " + std::to_string(tip_.seq) + "; nothing was appended");
+                      "), or the log's tip moved past record " + std::to_string(tip_.seq) + "; nothing was appended");
   }
-  tip_ = Tip{seq, answer.value().revision, answer.value().revision};
-  return Appended{seq, answer.value().revision};
+  tip_ = Tip{last_seq, answer.value().revision, answer.value().revision};
+  return Appended{last_seq, answer.value().revision};
 }
 
 }  // namespace hf3fs_meta::server::ha

@@ -1,5 +1,6 @@
-// The replicated log in etcd (keys.hpp): the leader appends batches of records, standbys and a new
-// leader read them back in order.
+// The replicated log in etcd (keys.hpp): the leader appends batches of journal records, standbys
+// and a new leader read them back in order. Seqs are the records' own (the journal's), so a member
+// that recovered up to record S from its data dir reads on from the entry that holds S + 1.
 //
 // An append is one Txn: if the leader key's create revision is still the writer's fence and the
 // tip key was last changed where the writer left it, put the entry and move the tip. The first
@@ -19,25 +20,27 @@ namespace hf3fs_meta::server::ha {
 
 // The log's last entry as etcd has it.
 struct Tip {
-  std::uint64_t seq = 0;         // 0: an empty log
-  std::int64_t mod_revision = 0;  // the tip key's; 0 when there is none
-  std::int64_t revision = 0;      // the store's revision when read
+  std::uint64_t seq{0};          // the last record's; 0: an empty log
+  std::int64_t mod_revision{0};  // the tip key's; 0 when there is none
+  std::int64_t revision{0};      // the store's revision when read
 };
 
 EtcdResult<Tip> read_tip(EtcdClient& etcd, const Keys& keys);
 
 struct LogEntry {
-  std::uint64_t seq = 0;
-  std::string batch;
-  std::int64_t revision = 0;  // the revision that put it
+  std::uint64_t last_seq{0};  // of its last record
+  std::string batch{};
+  std::int64_t revision{0};  // the revision that put it
 };
 
-// Entries after `after_seq`, in order, at most `limit` (0: all up to the tip), read at one revision.
-// An entry missing below the tip (compacted away: the reader needs a snapshot) is an error that
-// says so, not a gap handed on.
+// The entries that hold the records after `after_seq`, in order, at most `limit` (0: all up to the
+// tip), read at one revision. The first may also hold records up to `after_seq`. None while the tip
+// is past `after_seq` means they were compacted away: an error that says the reader needs a
+// snapshot. (Whether the records run on without a gap is for their reader: the journal's framing
+// carries each record's seq.)
 struct LogRead {
   std::vector<LogEntry> entries;
-  std::int64_t revision = 0;  // the store's revision the read saw
+  std::int64_t revision{0};  // the store's revision the read saw
 };
 EtcdResult<LogRead> read_log(EtcdClient& etcd, const Keys& keys, std::uint64_t after_seq, std::int64_t limit = 0);
 
@@ -51,11 +54,11 @@ class LogWriter {
     std::uint64_t seq = 0;
     std::int64_t revision = 0;
   };
-  // Appends `batch` as the next entry. Errors: not_applied when fenced (the message says so) or
+  // Appends `batch`, the records after seq() up to `last_seq`, as the next entry. Errors: not_applied when fenced (the message says so) or
   // when etcd certainly did not take it; unknown when the answer was lost (the entry may be in the
   // log: the writer must step down and read the log to learn it). After any error the writer
   // appends nothing more.
-  EtcdResult<Appended> append(std::string_view batch);
+  EtcdResult<Appended> append(std::string_view batch, std::uint64_t last_seq);
 
   std::uint64_t seq() const noexcept { return tip_.seq; }
   bool failed() const noexcept { return failed_; }

@@ -163,15 +163,16 @@ class CutReporter final : public CorruptionReporter {
 }  // namespace
 
 Result<void> replay_journal(const fs::path& path, std::string_view all, bool last, MetadataState& state,
-                            Recovered& out) {
+                            Recovered& out, std::uint64_t first_seq) {
   CutReporter cut(out);
-  LogReader reader(path, all, last, out.seq + 1, cut);
+  LogReader reader(path, all, last, first_seq == 0 ? out.seq + 1 : first_seq, cut);
   Record record;  // decoded in place, into storage reused from record to record
   for (;;) {
     auto next = reader.read();
     if (!next) return std::move(next).error();
     if (!next.value()) break;
     const LogRecord& r = *next.value();
+    if (r.seq <= out.seq) continue;  // the state has it
     if (auto decoded = record.decode_view(r.seq, r.payload); !decoded) {
       return Error{decoded.error().code, reader.where(r.offset) + ": " + decoded.error().message};
     }

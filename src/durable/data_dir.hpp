@@ -59,8 +59,10 @@ Result<Recovered> recover(const std::filesystem::path& dir, MetadataState& state
 // snapshot's reader is read_snapshot, snapshot.hpp). Replays one journal file into `state`, its first
 // record following out.seq, and advances `out`. In the `last` file a torn record at the end is left
 // out (reported in out.cut); anything else wrong is an error naming the file and the offset.
+// `first_seq` (0: out.seq + 1) is the number of the bytes' first record; records up to out.seq are
+// skipped (a replicated log's entry may begin before what a member already has, ha/apply.hpp).
 Result<void> replay_journal(const std::filesystem::path& path, std::string_view bytes, bool last,
-                            MetadataState& state, Recovered& out);
+                            MetadataState& state, Recovered& out, std::uint64_t first_seq = 0);
 
 // Removes the snapshots older than `seq` and the journal files whose records all come before it.
 void remove_before(const std::filesystem::path& dir, std::uint64_t seq);

@@ -29,6 +29,11 @@ TEST(EtcdCodecTest, Base64RefusesWhatIsNotBase64) {
   EXPECT_FALSE(base64_decode("bWU"));    // not a multiple of 4
   EXPECT_FALSE(base64_decode("bW!="));   // a byte outside the alphabet
   EXPECT_FALSE(base64_decode(" bWU="));  // whitespace EVP_DecodeBlock would skip
+  EXPECT_FALSE(base64_decode("bW=U"));   // padding inside
+  EXPECT_FALSE(base64_decode("bWV="));   // "me" with a padding bit set: not the canonical text
+  EXPECT_FALSE(base64_decode("bR=="));
+  EXPECT_EQ(base64_decode("bQ==").value(), "m");
+  EXPECT_EQ(base64_decode("").value(), "");
 }
 
 TEST(EtcdCodecTest, PrefixEndIncrementsTheLastByteBelow0xff) {

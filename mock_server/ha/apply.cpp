@@ -1,0 +1,36 @@
+#include "ha/apply.hpp"
+
+#include "durable/log_format.hpp"
+#include "durable/log_writer.hpp"
+
+namespace hf3fs_meta::server::ha {
+
+durable::Result<void> apply_entry(MetadataState& state, const LogEntry& entry, durable::Recovered& out) {
+  const std::string name = "etcd log entry " + std::to_string(entry.last_seq);
+  if (entry.last_seq <= out.seq) return boost::outcome_v2::success();
+  if (entry.batch.size() < durable::kRecordHeaderSize) {
+    return durable::Error{durable::Errc::corrupt, name + ": " + std::to_string(entry.batch.size()) +
+                                                      " bytes hold no record"};
+  }
+  // The first record's seq: its header's first 8 bytes, little-endian (log_format.hpp).
+  std::uint64_t first = 0;
+  for (int i = 7; i >= 0; --i) first = first << 8 | static_cast<unsigned char>(entry.batch[static_cast<std::size_t>(i)]);
+  if (first > out.seq + 1) {
+    return durable::Error{durable::Errc::inconsistent,
+                          name + " begins at record " + std::to_string(first) + ", after record " +
+                              std::to_string(out.seq + 1) + ": this member needs a snapshot"};
+  }
+  // The reader takes a journal file: the entry's records behind a journal file's header.
+  std::string file = durable::file_header(durable::kJournalMagic);
+  file += entry.batch;
+  if (auto replayed = durable::replay_journal(name, file, /*last=*/false, state, out, first); !replayed) {
+    return replayed;
+  }
+  if (out.seq != entry.last_seq) {
+    return durable::Error{durable::Errc::inconsistent, name + " ends at record " + std::to_string(out.seq) +
+                                                           ", not at the record its key names"};
+  }
+  return boost::outcome_v2::success();
+}
+
+}  // namespace hf3fs_meta::server::ha

@@ -1,0 +1,244 @@
+// The election and the replicated log against a real 3-member etcd on loopback: who wins, what a
+// fence keeps out, and what a reader of the log is handed. LeaseWindow alone, on set time points.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "ha/election.hpp"
+#include "ha/log.hpp"
+#include "support/etcd_cluster.hpp"
+
+namespace hf3fs_meta::server::ha {
+namespace {
+
+using ::testing::HasSubstr;
+using namespace std::chrono_literals;
+using TimePoint = std::chrono::steady_clock::time_point;
+
+TEST(LeaseWindowTest, ALeaseIsSurelyAliveUntilTheRenewalsSendTimePlusTtlLessTheMargin) {
+  LeaseWindow window(300ms);
+  const TimePoint t0{std::chrono::seconds(100)};
+  EXPECT_FALSE(window.surely_alive(t0));  // never granted
+  window.renewed(t0, 2s);
+  EXPECT_TRUE(window.surely_alive(t0 + 1699ms));
+  EXPECT_FALSE(window.surely_alive(t0 + 1700ms));
+  EXPECT_EQ(window.left(t0 + 700ms), std::chrono::steady_clock::duration(1s));
+  window.renewed(t0 + 1s, 2s);
+  EXPECT_TRUE(window.surely_alive(t0 + 2600ms));
+  window.lost();
+  EXPECT_FALSE(window.surely_alive(t0 + 1s));
+}
+
+class HaEtcdTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { cluster_ = new ::hf3fs_meta::testing::EtcdCluster(3); }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+  void SetUp() override {
+    ASSERT_NO_THROW(cluster_->wait_healthy(20s));
+    EtcdOptions o;
+    o.endpoints = cluster_->client_urls();
+    etcd_ = std::make_unique<EtcdClient>(o);
+  }
+
+  // This test's own cluster name, so that tests do not see each other's keys.
+  static Keys keys() { return Keys(::testing::UnitTest::GetInstance()->current_test_info()->name()); }
+
+  ElectionOptions options(std::string advertise) const {
+    return ElectionOptions{keys().leader(), std::move(advertise), 2, 300ms};
+  }
+
+  static ::hf3fs_meta::testing::EtcdCluster* cluster_;
+  std::unique_ptr<EtcdClient> etcd_;
+  SteadyClock real_clock_ = [] { return std::chrono::steady_clock::now(); };
+};
+
+::hf3fs_meta::testing::EtcdCluster* HaEtcdTest::cluster_ = nullptr;
+
+TEST_F(HaEtcdTest, OneMemberWinsAndTheOtherLearnsWhoWithTheFence) {
+  Election a(*etcd_, real_clock_, options("http://a"));
+  Election b(*etcd_, real_clock_, options("http://b"));
+  const auto won = a.campaign();
+  ASSERT_TRUE(won) << won.error().message;
+  EXPECT_TRUE(won.value().won);
+  EXPECT_GT(won.value().fence, 0);
+  EXPECT_TRUE(a.surely_alive());
+
+  const auto lost = b.campaign();
+  ASSERT_TRUE(lost);
+  EXPECT_FALSE(lost.value().won);
+  EXPECT_EQ(lost.value().leader, "http://a");
+  EXPECT_EQ(lost.value().fence, won.value().fence);
+
+  // A repeated campaign (its answer lost, say) wins again with the same fence.
+  const auto again = a.campaign();
+  ASSERT_TRUE(again);
+  EXPECT_TRUE(again.value().won);
+  EXPECT_EQ(again.value().fence, won.value().fence);
+
+  a.resign();
+  EXPECT_FALSE(a.surely_alive());
+  const auto next = b.campaign();
+  ASSERT_TRUE(next);
+  EXPECT_TRUE(next.value().won);
+  EXPECT_GT(next.value().fence, won.value().fence);
+  b.resign();
+}
+
+TEST_F(HaEtcdTest, ALeaseLeftUnrenewedLapsesAndAnotherMemberWins) {
+  Election a(*etcd_, real_clock_, options("http://a"));
+  Election b(*etcd_, real_clock_, options("http://b"));
+  ASSERT_TRUE(a.campaign().value().won);
+  ASSERT_TRUE(a.renew().value());
+  EXPECT_EQ(a.ttl_seconds(), 2);
+  // etcd's own clock decides when the lease expires: this wait is etcd's, bounded by TTL + 3 s.
+  const auto give_up = std::chrono::steady_clock::now() + 5s;
+  bool b_won = false;
+  while (!b_won && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(200ms);
+    b_won = b.campaign().value().won;
+  }
+  ASSERT_TRUE(b_won);
+  EXPECT_FALSE(a.surely_alive());  // by its own clock, before etcd could have expired it
+  const auto renewed = a.renew();
+  ASSERT_TRUE(renewed);
+  EXPECT_FALSE(renewed.value());  // the lease is gone
+  EXPECT_EQ(a.lease_id(), 0);
+  b.resign();
+}
+
+TEST_F(HaEtcdTest, ALeaderIsNotSurelyAliveOnceItsClockPassesTheLease) {
+  TimePoint now{std::chrono::seconds(1000)};
+  Election a(*etcd_, [&] { return now; }, options("http://a"));
+  ASSERT_TRUE(a.campaign().value().won);
+  now += 1699ms;
+  EXPECT_TRUE(a.surely_alive());
+  now += 1ms;  // 2 s TTL less the 300 ms margin from the grant's send time
+  EXPECT_FALSE(a.surely_alive());
+  ASSERT_TRUE(a.renew().value());  // renewed now: alive from this send time on
+  EXPECT_TRUE(a.surely_alive());
+  a.resign();
+}
+
+TEST_F(HaEtcdTest, TheLogIsReadBackInOrderFromAnySeq) {
+  Election a(*etcd_, real_clock_, options("http://a"));
+  const auto won = a.campaign();
+  ASSERT_TRUE(won.value().won);
+  const Keys k = keys();
+  const auto tip = read_tip(*etcd_, k);
+  ASSERT_TRUE(tip);
+  EXPECT_EQ(tip.value().seq, 0u);
+  LogWriter writer(*etcd_, k, won.value().fence, tip.value());
+  // Entries as the journal would batch them: records 1-2, 3, 4-6.
+  const std::pair<std::string, std::uint64_t> batches[] = {{"r1 r2", 2}, {"r3", 3}, {std::string("r4\0r5 r6", 8), 6}};
+  for (const auto& [batch, last] : batches) {
+    const auto appended = writer.append(batch, last);
+    ASSERT_TRUE(appended) << appended.error().message;
+    EXPECT_EQ(appended.value().seq, last);
+  }
+  EXPECT_EQ(writer.seq(), 6u);
+  EXPECT_EQ(read_tip(*etcd_, k).value().seq, 6u);
+
+  const auto all = read_log(*etcd_, k, 0);
+  ASSERT_TRUE(all) << all.error().message;
+  ASSERT_EQ(all.value().entries.size(), 3u);
+  EXPECT_EQ(all.value().entries[0].last_seq, 2u);
+  EXPECT_EQ(all.value().entries[0].batch, "r1 r2");
+  EXPECT_EQ(all.value().entries[2].batch, std::string("r4\0r5 r6", 8));
+  // A reader at record 1 starts with the entry that holds record 2 (and 1 with it).
+  const auto from_one = read_log(*etcd_, k, 1, 1);
+  ASSERT_TRUE(from_one);
+  ASSERT_EQ(from_one.value().entries.size(), 1u);
+  EXPECT_EQ(from_one.value().entries[0].last_seq, 2u);
+  const auto from_four = read_log(*etcd_, k, 4);
+  ASSERT_TRUE(from_four);
+  ASSERT_EQ(from_four.value().entries.size(), 1u);
+  EXPECT_EQ(from_four.value().entries[0].last_seq, 6u);
+  EXPECT_TRUE(read_log(*etcd_, k, 6).value().entries.empty());
+
+  const auto behind = writer.append("r6 again", 6);
+  ASSERT_FALSE(behind);
+  EXPECT_THAT(behind.error().message, HasSubstr("does not follow the tip, record 6"));
+  a.resign();
+}
+
+TEST_F(HaEtcdTest, ADeposedLeaderAppendsNothing) {
+  Election a(*etcd_, real_clock_, options("http://a"));
+  Election b(*etcd_, real_clock_, options("http://b"));
+  const Keys k = keys();
+  const auto a_won = a.campaign();
+  ASSERT_TRUE(a_won.value().won);
+  LogWriter old_writer(*etcd_, k, a_won.value().fence, read_tip(*etcd_, k).value());
+  ASSERT_TRUE(old_writer.append("a1", 1));
+
+  a.resign();  // as if its lease lapsed
+  const auto b_won = b.campaign();
+  ASSERT_TRUE(b_won.value().won);
+  LogWriter writer(*etcd_, k, b_won.value().fence, read_tip(*etcd_, k).value());
+
+  const auto fenced = old_writer.append("a2", 2);
+  ASSERT_FALSE(fenced);
+  EXPECT_EQ(fenced.error().kind, EtcdError::Kind::not_applied);
+  EXPECT_THAT(fenced.error().message, HasSubstr("fenced"));
+  EXPECT_TRUE(old_writer.failed());
+  ASSERT_TRUE(writer.append("b1", 2));
+  const auto log = read_log(*etcd_, k, 0);
+  ASSERT_TRUE(log);
+  ASSERT_EQ(log.value().entries.size(), 2u);  // a2 is nowhere
+  EXPECT_EQ(log.value().entries[0].batch, "a1");
+  EXPECT_EQ(log.value().entries[1].batch, "b1");
+  b.resign();
+}
+
+TEST_F(HaEtcdTest, TwoWritersFromOneTipCannotInterleave) {
+  Election a(*etcd_, real_clock_, options("http://a"));
+  const auto won = a.campaign();
+  const Keys k = keys();
+  const Tip tip = read_tip(*etcd_, k).value();
+  LogWriter first(*etcd_, k, won.value().fence, tip);
+  LogWriter second(*etcd_, k, won.value().fence, tip);
+  ASSERT_TRUE(first.append("first", 1));
+  const auto refused = second.append("second", 1);
+  ASSERT_FALSE(refused);
+  EXPECT_THAT(refused.error().message, HasSubstr("tip moved past record 0"));
+  const auto after = second.append("again", 2);
+  ASSERT_FALSE(after);
+  EXPECT_THAT(after.error().message, HasSubstr("already failed"));
+  EXPECT_EQ(read_log(*etcd_, k, 0).value().entries.size(), 1u);
+  a.resign();
+}
+
+TEST_F(HaEtcdTest, AReaderBehindACompactedLogIsToldItNeedsASnapshot) {
+  Election a(*etcd_, real_clock_, options("http://a"));
+  const auto won = a.campaign();
+  const Keys k = keys();
+  LogWriter writer(*etcd_, k, won.value().fence, read_tip(*etcd_, k).value());
+  ASSERT_TRUE(writer.append("one", 1));
+  ASSERT_TRUE(writer.append("two", 2));
+  ASSERT_TRUE(etcd_->delete_range({k.entry(1), k.entry(3)}));  // the leader's log compaction
+  const auto behind = read_log(*etcd_, k, 0);
+  ASSERT_FALSE(behind);
+  EXPECT_THAT(behind.error().message, HasSubstr("the log's tip is record 2 but no entry holds record 1"));
+  EXPECT_THAT(behind.error().message, HasSubstr("needs a snapshot"));
+  EXPECT_TRUE(read_log(*etcd_, k, 2).value().entries.empty());
+  a.resign();
+}
+
+TEST(HaKeysTest, EntriesSortAsTheirSeqsAndParseBack) {
+  const Keys k("c");
+  EXPECT_EQ(k.leader(), "/hf3fs-meta/c/leader");
+  EXPECT_EQ(k.entry(12), "/hf3fs-meta/c/log/00000000000000000012");
+  EXPECT_LT(k.entry(9), k.entry(10));
+  EXPECT_EQ(k.seq_of(k.entry(18446744073709551615ull)), 18446744073709551615ull);
+  EXPECT_EQ(k.seq_of("/hf3fs-meta/c/log/99999999999999999999"), 0u);  // beyond 64 bits
+  EXPECT_EQ(k.seq_of("/hf3fs-meta/c/log/0000000000000000001x"), 0u);
+  EXPECT_EQ(k.seq_of("/hf3fs-meta/d/log/00000000000000000001"), 0u);
+  EXPECT_EQ(k.seq_of(k.tip()), 0u);
+}
+
+}  // namespace
+}  // namespace hf3fs_meta::server::ha
