@@ -32,6 +32,8 @@ struct EtcdError {
   Kind kind = Kind::not_applied;
   int code = 0;  // etcd's gRPC status code, when etcd answered (5: not found, e.g. a lease)
   std::string message;
+  // The log (log.hpp) no longer holds what the reader needs: it was compacted past it.
+  bool needs_snapshot = false;
 };
 
 template <class T>

@@ -46,8 +46,10 @@ EtcdResult<LogRead> read_log(EtcdClient& etcd, const Keys& keys, std::uint64_t a
     out.entries.push_back({last_seq, std::move(kv.value), kv.mod_revision});
   }
   if (out.entries.empty()) {
-    return broken_log("the log's tip is record " + std::to_string(tip.value().seq) + " but no entry holds record " +
-                      std::to_string(after_seq + 1) + ": it was compacted away, so this member needs a snapshot");
+    return EtcdError{EtcdError::Kind::not_applied, 0,
+                     "the log's tip is record " + std::to_string(tip.value().seq) + " but no entry holds record " +
+                         std::to_string(after_seq + 1) + ": it was compacted away, so this member needs a snapshot",
+                     /*needs_snapshot=*/true};
   }
   return out;
 }

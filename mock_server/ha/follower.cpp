@@ -1,0 +1,109 @@
+#include "ha/follower.hpp"
+
+#include "ha/etcd_watch.hpp"
+
+namespace hf3fs_meta::server::ha {
+
+LogFollower::LogFollower(EtcdClient& etcd, const Keys& keys, std::uint64_t applied_seq, Apply apply, Ended ended,
+                         Options options)
+    : etcd_(etcd),
+      keys_(keys),
+      apply_(std::move(apply)),
+      ended_(std::move(ended)),
+      options_(options),
+      applied_(applied_seq),
+      thread_([this] { run(); }) {}
+
+LogFollower::~LogFollower() { stop(); }
+
+void LogFollower::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+bool LogFollower::wait_for(std::chrono::milliseconds duration) {
+  std::unique_lock lock(mutex_);
+  return !wake_.wait_for(lock, duration, [&] { return stopping_; });
+}
+
+void LogFollower::fail(std::string why) {
+  std::lock_guard lock(mutex_);
+  if (!failed_.exchange(true)) why_ = std::move(why);
+  wake_.notify_all();
+}
+
+bool LogFollower::deliver(const LogEntry& entry) {
+  if (failed_.load()) return false;
+  if (entry.last_seq <= applied()) return true;  // a repeat: a catch-up read and the watch overlap
+  if (auto applied = apply_(entry); !applied) {
+    fail("log entry " + std::to_string(entry.last_seq) + " could not be applied: " + applied.error().message);
+    return false;
+  }
+  applied_.store(entry.last_seq, std::memory_order_release);
+  return true;
+}
+
+std::optional<std::int64_t> LogFollower::catch_up() {
+  catch_ups_.fetch_add(1, std::memory_order_relaxed);
+  for (;;) {
+    auto read = read_log(etcd_, keys_, applied(), options_.read_limit);
+    if (!read) {
+      // A log without what we need ends following; etcd not answering is worth another read.
+      if (read.error().needs_snapshot) fail(read.error().message);
+      return std::nullopt;
+    }
+    for (const LogEntry& entry : read.value().entries) {
+      if (!deliver(entry)) return std::nullopt;
+    }
+    // Fewer than the limit: that read reached the tip at its revision.
+    if (options_.read_limit == 0 || read.value().entries.size() < static_cast<std::size_t>(options_.read_limit)) {
+      return read.value().revision;
+    }
+  }
+}
+
+void LogFollower::run() {
+  for (;;) {
+    {
+      std::lock_guard lock(mutex_);
+      if (stopping_ || failed_) break;
+      watch_ended_ = false;
+    }
+    const auto revision = catch_up();
+    if (!revision) {
+      if (failed_ || !wait_for(options_.retry_after)) break;
+      continue;
+    }
+    EtcdWatch watch(
+        etcd_.current_endpoint(), keys_.log_prefix(), prefix_end(keys_.log_prefix()), *revision + 1,
+        [this](WatchResponse&& message) {
+          for (WatchEvent& event : message.events) {
+            if (event.type != WatchEvent::Type::put) continue;  // a compaction's deletes
+            const std::uint64_t last_seq = keys_.seq_of(event.kv.key);
+            if (last_seq != 0 && !deliver(LogEntry{last_seq, std::move(event.kv.value), event.kv.mod_revision})) return;
+          }
+        },
+        [this](std::string) {  // the watch ended: read again from where we are, then watch again
+          std::lock_guard lock(mutex_);
+          watch_ended_ = true;
+          wake_.notify_all();
+        });
+    std::unique_lock lock(mutex_);
+    wake_.wait(lock, [&] { return stopping_ || watch_ended_ || failed_; });
+    lock.unlock();
+    watch.stop();
+  }
+  std::string why;
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_ || !failed_) return;
+    why = why_;
+  }
+  ended_(std::move(why));
+}
+
+}  // namespace hf3fs_meta::server::ha

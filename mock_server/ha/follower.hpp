@@ -1,0 +1,77 @@
+// LogFollower: a standby's reading of the replicated log. It catches up with read_log from the last
+// record it applied, then follows a watch on the log's keys from the revision that read saw, handing
+// every entry, in order and once, to `apply`. When the watch ends (its etcd member died, or etcd
+// canceled it), it reads again from where it is, through whichever member answers, and watches
+// again. It stops for good when an entry cannot be applied or the log no longer holds what it needs
+// (compacted: the member needs a snapshot), and says why.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "ha/etcd_client.hpp"
+#include "ha/keys.hpp"
+#include "ha/log.hpp"
+
+namespace hf3fs_meta::server::ha {
+
+class LogFollower {
+ public:
+  // The entry's records after the member's applied seq, applied; an error says why it could not be.
+  using Apply = std::function<EtcdResult<void>(const LogEntry& entry)>;
+  // Following ended for good (not by stop()): why.
+  using Ended = std::function<void(std::string why)>;
+
+  struct Options {
+    std::int64_t read_limit = 64;                      // entries per catch-up read
+    std::chrono::milliseconds retry_after{200};        // after a failed read, before the next
+  };
+
+  // Follows from the record after `applied_seq` on a thread of its own.
+  LogFollower(EtcdClient& etcd, const Keys& keys, std::uint64_t applied_seq, Apply apply, Ended ended,
+              Options options);
+  LogFollower(EtcdClient& etcd, const Keys& keys, std::uint64_t applied_seq, Apply apply, Ended ended)
+      : LogFollower(etcd, keys, applied_seq, std::move(apply), std::move(ended), Options{}) {}
+  ~LogFollower();  // stop()
+  LogFollower(const LogFollower&) = delete;
+  LogFollower& operator=(const LogFollower&) = delete;
+
+  void stop();
+  // The last record applied.
+  std::uint64_t applied() const noexcept { return applied_.load(std::memory_order_acquire); }
+  // How many times it read the log to catch up (1 + one per watch that ended).
+  std::uint64_t catch_ups() const noexcept { return catch_ups_.load(std::memory_order_relaxed); }
+
+ private:
+  void run();
+  // Reads entries until the tip: the revision to watch from next; none after a failure (failed_
+  // set: following ends) or when etcd did not answer (try again).
+  std::optional<std::int64_t> catch_up();
+  // Hands `entry` on unless it is behind; false once following failed.
+  bool deliver(const LogEntry& entry);
+  void fail(std::string why);
+  bool wait_for(std::chrono::milliseconds duration);  // false: stopping
+
+  EtcdClient& etcd_;
+  const Keys& keys_;
+  Apply apply_;
+  Ended ended_;
+  Options options_;
+  std::atomic<std::uint64_t> applied_;
+  std::atomic<std::uint64_t> catch_ups_{0};
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stopping_ = false;      // under mutex_
+  bool watch_ended_ = false;   // under mutex_
+  std::string why_;            // under mutex_: the failure that ends following
+  std::atomic<bool> failed_{false};  // why_ is set: nothing more is applied
+  std::thread thread_;
+};
+
+}  // namespace hf3fs_meta::server::ha
