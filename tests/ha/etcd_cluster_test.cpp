@@ -164,26 +164,37 @@ TEST(EtcdClusterTest, AQuorumServesWritesALostQuorumDoesNotARestartedMemberCatch
 }
 
 TEST(EtcdClusterTest, AStoppedMemberIsUnhealthyAndCatchesUpWhenContinued) {
-  EtcdCluster cluster;
-  const auto urls = cluster.client_urls();
-  cluster.stop(2);
-  EXPECT_TRUE(cluster.running(2));
-  EXPECT_FALSE(cluster.member_healthy(2, milliseconds(500)));  // it answers nothing while stopped
-  const HttpAnswer written = put_within(urls[0], "k/while-stopped", "v-stopped", seconds(15));
-  ASSERT_EQ(written.status, 200) << written.error << written.body;
-  cluster.wait_healthy(seconds(5));  // the stopped member is not waited for
+  pid_t left_stopped = -1;
+  pid_t killed_while_stopped = -1;
+  {
+    EtcdCluster cluster;
+    const auto urls = cluster.client_urls();
+    cluster.stop(2);
+    EXPECT_TRUE(cluster.running(2));
+    EXPECT_FALSE(cluster.member_healthy(2, milliseconds(500)));  // it answers nothing while stopped
+    const HttpAnswer written = put_within(urls[0], "k/while-stopped", "v-stopped", seconds(15));
+    ASSERT_EQ(written.status, 200) << written.error << written.body;
+    cluster.wait_healthy(seconds(5));  // the stopped member is not waited for
 
-  cluster.cont(2);
-  cluster.wait_healthy(seconds(20));
-  const HttpAnswer back = range(urls[2], "k/while-stopped");
-  ASSERT_EQ(back.status, 200) << back.error;
-  EXPECT_NE(back.body.find(value_field("v-stopped")), std::string::npos) << back.body;
+    cluster.cont(2);
+    cluster.wait_healthy(seconds(20));
+    const HttpAnswer back = range(urls[2], "k/while-stopped");
+    ASSERT_EQ(back.status, 200) << back.error;
+    EXPECT_NE(back.body.find(value_field("v-stopped")), std::string::npos) << back.body;
 
-  EXPECT_THROW(cluster.kill(3), std::out_of_range);
-  EXPECT_THROW(cluster.client_url(3), std::out_of_range);
-  cluster.kill(1);
-  EXPECT_THROW(cluster.stop(1), std::logic_error);
-  EXPECT_THROW(cluster.cont(1), std::logic_error);
+    EXPECT_THROW(cluster.kill(3), std::out_of_range);
+    EXPECT_THROW(cluster.client_url(3), std::out_of_range);
+    // SIGKILL ends a stopped member too, in kill() and in the destructor.
+    killed_while_stopped = cluster.pid(1);
+    cluster.stop(1);
+    cluster.kill(1);
+    EXPECT_TRUE(process_gone(killed_while_stopped));
+    EXPECT_THROW(cluster.stop(1), std::logic_error);
+    EXPECT_THROW(cluster.cont(1), std::logic_error);
+    left_stopped = cluster.pid(0);
+    cluster.stop(0);
+  }
+  EXPECT_TRUE(process_gone(left_stopped)) << "a stopped etcd member outlived the fixture";
 }
 
 // Sets an environment variable for one test and puts back what was there.
