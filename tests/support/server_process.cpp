@@ -1,16 +1,16 @@
 #include "support/server_process.hpp"
 
+#include "support/child_process.hpp"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
-#include <limits>
 #include <cstring>
 #include <stdexcept>
 #include <thread>
@@ -23,46 +23,6 @@ namespace hf3fs_meta::testing {
 namespace {
 
 constexpr auto kStartTimeout = std::chrono::seconds(20);
-
-int decode_status(int status) {
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) return -WTERMSIG(status);
-  return -1;
-}
-
-struct Spawned {
-  pid_t pid;
-  int output;  // the read end of the pipe on the child's stdout
-};
-
-// Starts `args` (argv[0] the binary) with its stdout on a pipe; `in_child` runs in the child just
-// before exec (redirections, limits). The child dies with the test binary.
-template <class InChild>
-Spawned spawn(std::vector<std::string> args, InChild&& in_child) {
-  std::vector<char*> argv;
-  for (auto& arg : args) argv.push_back(arg.data());
-  argv.push_back(nullptr);
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
-  const pid_t parent = getpid();
-  const pid_t pid = fork();
-  if (pid < 0) {
-    const int error = errno;
-    close(fds[0]);
-    close(fds[1]);
-    throw std::runtime_error(std::string("fork: ") + std::strerror(error));
-  }
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(126);  // the parent died before prctl
-    dup2(fds[1], STDOUT_FILENO);
-    in_child(fds[1]);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  close(fds[1]);
-  return Spawned{pid, fds[0]};
-}
 
 }  // namespace
 
@@ -90,7 +50,7 @@ ServerProcess::Finished ServerProcess::run_to_exit(const std::vector<std::string
                                                    std::chrono::milliseconds timeout) {
   std::vector<std::string> all{binary_path()};
   all.insert(all.end(), args.begin(), args.end());
-  const auto [pid, output] = spawn(std::move(all), [](int out) { dup2(out, STDERR_FILENO); });
+  const auto [pid, output] = spawn_child(std::move(all), [](int out) { dup2(out, STDERR_FILENO); });
   Finished out;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
@@ -113,7 +73,7 @@ ServerProcess::Finished ServerProcess::run_to_exit(const std::vector<std::string
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  out.exit_code = decode_status(status);
+  out.exit_code = decode_exit_status(status);
   return out;
 }
 
@@ -126,7 +86,7 @@ std::string ServerProcess::base_url() const { return scheme_ + "://" + host_ + "
 void ServerProcess::start(std::uint16_t port) {
   std::vector<std::string> args{binary_path(), "--host", host_, "--port", std::to_string(port)};
   args.insert(args.end(), extra_args_.begin(), extra_args_.end());
-  const auto [pid, output] = spawn(args, [&](int) {
+  const auto [pid, output] = spawn_child(args, [&](int) {
     if (open_files_ > 0) {
       const rlimit limit{open_files_, open_files_};
       if (setrlimit(RLIMIT_NOFILE, &limit) != 0) _exit(125);
@@ -176,31 +136,15 @@ void ServerProcess::start(std::uint16_t port) {
 }
 
 int ServerProcess::wait_for_exit(std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (;;) {
-    int status = 0;
-    const pid_t r = waitpid(pid_, &status, WNOHANG);
-    if (r == pid_) {
-      pid_ = -1;
-      return decode_status(status);
-    }
-    if (r < 0 && errno != EINTR) {
-      pid_ = -1;
-      return -1;
-    }
-    if (std::chrono::steady_clock::now() >= deadline) return std::numeric_limits<int>::min();
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  const int result = wait_exit(pid_, timeout);
+  if (result != kStillRunning) pid_ = -1;
+  return result;
 }
 
 int ServerProcess::signal_and_wait(int signal, std::chrono::milliseconds timeout) {
   if (!running()) return 0;
-  ::kill(pid_, signal);
-  int result = wait_for_exit(timeout);
-  if (result == std::numeric_limits<int>::min()) {
-    ::kill(pid_, SIGKILL);
-    result = wait_for_exit(std::chrono::seconds(30));
-  }
+  const int result = signal_and_reap(pid_, signal, timeout);
+  if (result != kStillRunning) pid_ = -1;
   return result;
 }
 
