@@ -292,7 +292,7 @@ void Router::report_num_pages_kept(const Request& request, std::int64_t kept) {
 }
 
 void Router::keep_answer(Exchange& exchange, Served& served) {
-  if (served.seq != 0 && store_->journal().mode() == durable::FsyncMode::always) {
+  if (served.seq != 0 && store_->journal().acknowledged_late()) {
     // Kept once the record is synced (finish): a repeat never gets an answer a failed sync takes back.
     exchange.durable_seq = served.seq;
     if (exchange.claim) {
@@ -406,7 +406,7 @@ Router::Outcome Router::deduplicate(const Request& request, Exchange& exchange) 
     case DedupCache::Kind::hit:
       answer_again(request, exchange.ns, kept, acquired.answer, service_.state(), reply);
       // Not before the first answer's record is as durable as that answer was.
-      if (store_ && store_->journal().mode() == durable::FsyncMode::always && reply.status < 300) {
+      if (store_ && store_->journal().acknowledged_late() && reply.status < 300) {
         exchange.durable_seq = acquired.answer.seq;
       }
       break;

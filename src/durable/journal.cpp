@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <system_error>
 
 #include "durable/log_format.hpp"
@@ -57,7 +58,9 @@ TagScope::~TagScope() { t_tag = previous_; }
 std::uint64_t Journal::thread_seq() noexcept { return t_seq; }
 void Journal::reset_thread_seq() noexcept { t_seq = 0; }
 
-Journal::Journal(Options options) : options_(std::move(options)) {}
+Journal::Journal(Options options) : options_(std::move(options)) {
+  if (options_.replicate) options_.mode = FsyncMode::no;  // see Options::replicate
+}
 
 Result<std::unique_ptr<Journal>> Journal::open(Options options, const Recovered& recovered) {
   std::unique_ptr<Journal> j(new Journal(std::move(options)));
@@ -172,7 +175,66 @@ void Journal::fail_locked(std::string error) {
 }
 
 void Journal::ack_written_locked() {
-  if (options_.mode != FsyncMode::always) acked_ = Acked{written_, file_first_seq_, file_bytes_};
+  if (options_.mode != FsyncMode::always && !options_.replicate) acked_ = Acked{written_, file_first_seq_, file_bytes_};
+}
+
+void Journal::keep_for_replication_locked(std::string& records, std::uint64_t offset) {
+  if (!options_.replicate || records.empty()) return;
+  unreplicated_.push_back(Written{std::move(records), file_first_seq_, offset});
+  wake_syncer_.notify_all();
+}
+
+Journal::Batch Journal::take_batch_locked() {
+  Batch batch;
+  while (!unreplicated_.empty()) {
+    Written& front = unreplicated_.front();
+    // Whole records (log_format.hpp: u64 seq, u32 payload length, u32 crc, payload, u32 crc) while
+    // they fit, and at least one.
+    std::size_t taken = 0;
+    while (taken < front.records.size()) {
+      const char* header = front.records.data() + taken;
+      std::uint64_t seq = 0;
+      std::uint32_t length = 0;
+      std::memcpy(&seq, header, sizeof seq);  // little-endian, as the files (x86-64 and ARM64)
+      std::memcpy(&length, header + 8, sizeof length);
+      const std::size_t size = kRecordHeaderSize + length + kRecordTrailerSize;
+      if (!batch.records.empty() || taken > 0) {
+        if (batch.records.size() + taken + size > options_.replicate_batch_bytes) break;
+      }
+      taken += size;
+      batch.end = Acked{seq, front.file_first_seq, front.offset + taken};
+    }
+    batch.records.append(front.records, 0, taken);
+    if (taken < front.records.size()) {
+      front.records.erase(0, taken);
+      front.offset += taken;
+      break;
+    }
+    unreplicated_.pop_front();
+  }
+  return batch;
+}
+
+void Journal::replicate_locked(std::unique_lock<std::mutex>& lock) {
+  Batch batch = take_batch_locked();
+  lock.unlock();
+  Result<void> replicated = options_.replicate(batch.records, batch.end.seq);
+  std::multimap<std::uint64_t, Done> woken;
+  lock.lock();
+  if (!replicated) {
+    fail_locked("replication failed: " + replicated.error().message);
+    woken.swap(waiters_);
+  } else if (!failure_) {
+    durable_ = std::max(durable_, batch.end.seq);
+    acked_ = batch.end;
+    woken.insert(waiters_.begin(), waiters_.upper_bound(durable_));
+    waiters_.erase(waiters_.begin(), waiters_.upper_bound(durable_));
+  }
+  if (woken.empty()) return;
+  const Result<void> durable = replicated && !failure_ ? Result<void>(boost::outcome_v2::success()) : writable_locked();
+  lock.unlock();
+  for (auto& [seq, done] : woken) done(durable);
+  lock.lock();
 }
 
 void Journal::fail(std::string error) {
@@ -222,6 +284,7 @@ Result<void> Journal::write_through(std::uint64_t seq) {
       stats_.bytes += out.size();
       written_ = std::max(written_, upto);
       ack_written_locked();
+      keep_for_replication_locked(out, offset);
     }
     if (switch_after) {
       if (auto switched = switch_file(); !switched) return std::move(switched).error();
@@ -323,6 +386,7 @@ Result<Journal::FileName> Journal::finish_rotation() {
       stats_.bytes += out.size();
       written_ = std::max(written_, upto);
       ack_written_locked();
+      keep_for_replication_locked(out, offset);
     }
   }
   if (auto switched = switch_file(); !switched) return std::move(switched).error();
@@ -392,6 +456,7 @@ Result<std::uint64_t> Journal::roll_back() {
   file_bytes_ = keep;
   buffer_.clear();
   next_buffer_.clear();
+  unreplicated_.clear();
   rotation_.reset();
   appended_ = written_ = durable_ = a.seq;
   while (!tagged_.empty() && tagged_.back().seq > a.seq) {
@@ -406,6 +471,7 @@ void Journal::sync_loop() {
   for (;;) {
     const auto due = [&] {
       if (!retired_fds_.empty()) return true;
+      if (options_.replicate && !unreplicated_.empty() && !failure_) return true;
       if (options_.mode == FsyncMode::always) return !waiters_.empty() && written_ > durable_;
       return false;
     };
@@ -446,7 +512,7 @@ void Journal::sync_loop() {
     if (error) {
       fail_locked(std::move(*error));
       woken.swap(waiters_);
-    } else if (!failure_ && (sync_current || options_.mode == FsyncMode::no)) {
+    } else if (!failure_ && !options_.replicate && (sync_current || options_.mode == FsyncMode::no)) {
       // (After a failure its waiters were told so: what this sync covered stays unacknowledged.)
       durable_ = std::max(durable_, target);
       if (options_.mode == FsyncMode::always && synced.seq > acked_.seq) acked_ = synced;
@@ -459,6 +525,7 @@ void Journal::sync_loop() {
       for (auto& [seq, done] : woken) done(durable);
       lock.lock();
     }
+    if (options_.replicate && !failure_ && !unreplicated_.empty() && !stopping_) replicate_locked(lock);
   }
 }
 

@@ -79,9 +79,21 @@ class Journal {
     // oldest dropped first: the answers the cache still holds are the newest, and weigh no more.
     // (Only a record whose answer the cache did not keep, a 503's, also weighs here.)
     std::size_t dedup_retained_bytes = std::size_t{256} << 20;
+    // --ha-etcd (issue 21): not empty, a record is acknowledged once this has put it in the
+    // replicated log, and not before (whatever the fsync mode says of the local files). The syncer
+    // hands it the records written since its last call, framed as in the files (log_format.hpp),
+    // whole and in order, at most replicate_batch_bytes at a time (a larger record alone), one
+    // call at a time: what is written during a call goes into the next (group commit). `last_seq`
+    // is the batch's last record. A failure fails the journal as a failed write does: the batch's
+    // records and every later one are answered 503 and rolled back. The fsync mode is then `no`:
+    // what is acknowledged is in the replicated log, and the local files only make a restart
+    // quicker (a rotated file is still synced, as is the last at a clean shutdown).
+    std::function<Result<void>(std::string_view records, std::uint64_t last_seq)> replicate{};
+    std::size_t replicate_batch_bytes = std::size_t{1} << 20;
   };
-  // What a waiter on a record is told: success once an fdatasync covered it (or it was acknowledged
-  // before any failure), the failure (Errc::journal_failed) otherwise.
+  // What a waiter on a record is told: success once an fdatasync covered it (replicated, with
+  // Options::replicate; or acknowledged before any failure), the failure (Errc::journal_failed)
+  // otherwise.
   using Done = std::function<void(const Result<void>& durable)>;
 
   // Continues the journal recovery ended in (its torn tail cut off), or starts journal-<seq+1>.
@@ -137,6 +149,9 @@ class Journal {
   Result<void> writable() const;
   JournalStats stats() const;
   FsyncMode mode() const noexcept { return options_.mode; }
+  // Whether a record is acknowledged only once when_durable() says so (--fsync always, or
+  // replicated), rather than once written.
+  bool acknowledged_late() const noexcept { return options_.mode == FsyncMode::always || options_.replicate; }
 
  private:
   explicit Journal(Options options);
@@ -175,6 +190,25 @@ class Journal {
   std::deque<DedupEntry> tagged_;      // the last request-id answers, for snapshots
   std::size_t tagged_bytes_ = 0;       // their dedup_weight()s
   void retain_tagged(DedupEntry tagged);  // mutex_ held (or no other thread yet)
+  // Options::replicate: what was written and is not replicated yet, a run of whole records per
+  // write, with where it went (the acknowledged end, acked_, follows the last record replicated).
+  struct Written {
+    std::string records;
+    std::uint64_t file_first_seq = 0;
+    std::uint64_t offset = 0;  // of `records` in that file
+  };
+  std::deque<Written> unreplicated_;
+  void keep_for_replication_locked(std::string& records, std::uint64_t offset);
+  // The next batch (whole records from the front of unreplicated_, taken out), its last record's
+  // seq and the acknowledged end after it.
+  struct Batch {
+    std::string records;
+    Acked end;
+  };
+  Batch take_batch_locked();
+  // Replicates one batch, mutex_ held on entry and exit (released during the call); wakes what it
+  // acknowledged, or fails the journal.
+  void replicate_locked(std::unique_lock<std::mutex>& lock);
   std::multimap<std::uint64_t, Done> waiters_;
   bool stopping_ = false;
   std::condition_variable wake_syncer_;

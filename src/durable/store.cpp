@@ -25,7 +25,7 @@ Result<std::unique_ptr<Store>> Store::open(Options options, MetadataState& state
   if (!recovered) return std::move(recovered).error();
   store->recovered_ = std::move(recovered).value();
   store->recovered_.removed_temporaries = std::move(removed);
-  auto journal = Journal::open(Journal::Options{options.dir, options.mode, options.dedup_retained_bytes}, store->recovered_);
+  auto journal = Journal::open(Journal::Options{options.dir, options.mode, options.dedup_retained_bytes, options.replicate}, store->recovered_);
   if (!journal) return std::move(journal).error();
   store->journal_ = std::move(journal).value();
   store->stats_.recovery_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -1,0 +1,216 @@
+// Journal::Options::replicate (issue 21): a record is acknowledged once the replicated log has it,
+// never before; what is written during a replication goes into the next batch (group commit);
+// batches are whole records in order under the size limit; a failed replication is rolled back to
+// the last record replicated. The replicated log here is the test's own, which can hold a call.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <future>
+#include <mutex>
+#include <optional>
+
+#include "durable/data_dir.hpp"
+#include "durable/journal.hpp"
+#include "durable/log_format.hpp"
+#include "durable/log_reader.hpp"
+#include "durable/log_writer.hpp"
+#include "durable/store.hpp"
+#include "support/temp_dir.hpp"
+
+namespace hf3fs_meta::durable {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using testing::TempDir;
+
+// The test's replicated log: keeps each batch; holds a call while `hold`; fails while `fail_with`.
+class FakeLog {
+ public:
+  Result<void> replicate(std::string_view records, std::uint64_t last_seq) {
+    std::unique_lock lock(mutex_);
+    ++calls_entered_;
+    changed_.notify_all();
+    changed_.wait(lock, [&] { return !hold_; });
+    if (fail_with_) return Error{Errc::io, *fail_with_};
+    batches_.push_back({std::string(records), last_seq});
+    changed_.notify_all();
+    return boost::outcome_v2::success();
+  }
+  auto function() {
+    return [this](std::string_view records, std::uint64_t last_seq) { return replicate(records, last_seq); };
+  }
+
+  void hold() { set([&] { hold_ = true; }); }
+  void release() { set([&] { hold_ = false; }); }
+  void fail(std::string why) { set([&] { fail_with_ = std::move(why); }); }
+  // Waits (bounded) until `n` calls have begun.
+  bool wait_entered(int n) { return wait([&] { return calls_entered_ >= n; }); }
+  // Waits (bounded) until a batch ends at record `seq`.
+  bool wait_replicated(std::uint64_t seq) {
+    return wait([&] { return !batches_.empty() && batches_.back().second >= seq; });
+  }
+  // The seqs of each batch's records, read back with the journal's own reader.
+  std::vector<std::vector<std::uint64_t>> batch_seqs() {
+    std::lock_guard lock(mutex_);
+    std::vector<std::vector<std::uint64_t>> out;
+    for (const auto& [records, last_seq] : batches_) {
+      auto& seqs = out.emplace_back();
+      std::string file = file_header(kJournalMagic);
+      file += records;
+      struct : CorruptionReporter {
+        void dropped(std::size_t, std::string_view) override { ADD_FAILURE() << "a torn batch"; }
+      } reporter;
+      std::uint64_t first = 0;
+      std::memcpy(&first, records.data(), sizeof first);
+      LogReader reader("batch", file, false, first, reporter);
+      for (;;) {
+        auto next = reader.read();
+        EXPECT_TRUE(next) << (next ? "" : next.error().message);
+        if (!next || !next.value()) break;
+        seqs.push_back(next.value()->seq);
+      }
+      EXPECT_EQ(seqs.empty() ? 0 : seqs.back(), last_seq);
+    }
+    return out;
+  }
+
+ private:
+  template <class F>
+  void set(F f) {
+    std::lock_guard lock(mutex_);
+    f();
+    changed_.notify_all();
+  }
+  template <class Pred>
+  bool wait(Pred pred) {
+    std::unique_lock lock(mutex_);
+    return changed_.wait_for(lock, std::chrono::seconds(10), pred);
+  }
+
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool hold_ = false;
+  std::optional<std::string> fail_with_;
+  int calls_entered_ = 0;
+  std::vector<std::pair<std::string, std::uint64_t>> batches_;
+};
+
+// A journal over an empty data dir with the fake log, and a state whose changes it records.
+struct Replicated : ::testing::Test {
+  void open(std::size_t batch_bytes = std::size_t{1} << 20) {
+    Journal::Options options{dir.path(), FsyncMode::always, 1 << 20, log.function(), batch_bytes};
+    auto opened = Journal::open(std::move(options), Recovered{});
+    ASSERT_TRUE(opened) << opened.error().message;
+    journal = std::move(opened).value();
+    state.set_change_sink([this](const Change& change) { journal->append(change); });
+  }
+  // A change, its record written as the server writes it; its seq.
+  std::uint64_t change(const std::string& key) {
+    Journal::reset_thread_seq();
+    EXPECT_TRUE(state.allocate(0, std::vector<BlockKey>{{key, ""}}));
+    EXPECT_TRUE(journal->write_through(Journal::thread_seq()));
+    return Journal::thread_seq();
+  }
+  std::future<Result<void>> acknowledged(std::uint64_t seq) {
+    auto done = std::make_shared<std::promise<Result<void>>>();
+    journal->when_durable(seq, [done](const Result<void>& result) { done->set_value(result); });
+    return done->get_future();
+  }
+
+  TempDir dir;
+  FakeLog log;
+  MetadataState state;
+  std::unique_ptr<Journal> journal;
+};
+
+TEST_F(Replicated, ARecordIsAcknowledgedOnlyOnceReplicated) {
+  ASSERT_NO_FATAL_FAILURE(open());
+  EXPECT_TRUE(journal->acknowledged_late());
+  EXPECT_EQ(journal->mode(), FsyncMode::no);  // the local files are not what acknowledges
+  log.hold();
+  Journal::reset_thread_seq();
+  ASSERT_TRUE(state.initialize(0, 8));
+  ASSERT_TRUE(journal->write_through(Journal::thread_seq()));
+  auto ack = acknowledged(Journal::thread_seq());
+  ASSERT_TRUE(log.wait_entered(1));
+  // Written, and the replication under way but not done: not acknowledged.
+  EXPECT_EQ(ack.wait_for(std::chrono::seconds(0)), std::future_status::timeout);
+  log.release();
+  const Result<void> result = ack.get();
+  EXPECT_TRUE(result) << result.error().message;
+}
+
+TEST_F(Replicated, WhatIsWrittenDuringAReplicationGoesIntoTheNextBatch) {
+  ASSERT_NO_FATAL_FAILURE(open());
+  log.hold();
+  Journal::reset_thread_seq();
+  ASSERT_TRUE(state.initialize(0, 8));  // record 1
+  ASSERT_TRUE(journal->write_through(Journal::thread_seq()));
+  ASSERT_TRUE(log.wait_entered(1));
+  change("a");
+  change("b");
+  const std::uint64_t last = change("c");
+  auto ack = acknowledged(last);
+  log.release();
+  ASSERT_TRUE(ack.get());
+  EXPECT_THAT(log.batch_seqs(), ElementsAre(ElementsAre(1), ElementsAre(2, 3, 4)));
+}
+
+TEST_F(Replicated, BatchesAreWholeRecordsInOrderUnderTheLimit) {
+  ASSERT_NO_FATAL_FAILURE(open(/*batch_bytes=*/1));  // below any record: each goes alone
+  log.hold();
+  Journal::reset_thread_seq();
+  ASSERT_TRUE(state.initialize(0, 8));
+  ASSERT_TRUE(journal->write_through(Journal::thread_seq()));
+  ASSERT_TRUE(log.wait_entered(1));
+  change("a");
+  const std::uint64_t last = change("b");
+  log.release();
+  ASSERT_TRUE(log.wait_replicated(last));
+  EXPECT_THAT(log.batch_seqs(), ElementsAre(ElementsAre(1), ElementsAre(2), ElementsAre(3)));
+}
+
+TEST(ReplicatedStore, AFailedReplicationIsRolledBackToTheLastRecordReplicated) {
+  TempDir dir;
+  FakeLog log;
+  MetadataState state;
+  Store::Options options{dir.path(), FsyncMode::everysec, 0, 1 << 20, log.function()};
+  auto opened = Store::open(options, state);
+  ASSERT_TRUE(opened) << opened.error().message;
+  Store& store = *opened.value();
+  // As the server acknowledges a change: written (which fails, too, once the journal has), then
+  // replicated.
+  const auto write_and_wait = [&]() {
+    if (auto written = store.journal().write_through(Journal::thread_seq()); !written) return written;
+    std::promise<Result<void>> done;
+    store.journal().when_durable(Journal::thread_seq(), [&](const Result<void>& r) { done.set_value(r); });
+    return done.get_future().get();
+  };
+  Journal::reset_thread_seq();
+  ASSERT_TRUE(state.initialize(0, 4));
+  ASSERT_TRUE(write_and_wait());
+  Journal::reset_thread_seq();
+  ASSERT_TRUE(state.allocate(0, std::vector<BlockKey>{{"a", ""}}));
+  ASSERT_TRUE(write_and_wait());
+  const StateImage replicated = state.export_image();
+
+  log.fail("etcd: fenced");
+  Journal::reset_thread_seq();
+  ASSERT_TRUE(state.allocate(0, std::vector<BlockKey>{{"b", ""}}));  // applied in memory
+  const Result<void> refused = write_and_wait();
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, Errc::journal_failed);
+  EXPECT_THAT(refused.error().message, HasSubstr("replication failed: etcd: fenced"));
+  EXPECT_TRUE(store.journal().rollback_pending());
+
+  const auto kept = store.settle();
+  ASSERT_TRUE(kept) << kept.error().message;
+  EXPECT_EQ(kept.value(), replicated.seq);
+  EXPECT_EQ(state.export_image(), replicated);
+  EXPECT_FALSE(state.key_info("b").has_value());
+}
+
+}  // namespace
+}  // namespace hf3fs_meta::durable
