@@ -31,8 +31,6 @@ class Endpoints {
   // nothing when the current endpoint is no longer `used`.
   void go_to_next(std::string_view used);
 
-  std::size_t configured_size() const { return configured_.size(); }
-
  private:
   const std::vector<std::string> configured_;
   mutable std::mutex mutex_;
