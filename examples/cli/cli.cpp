@@ -20,6 +20,7 @@
 
 #include "hf3fs_meta/client.hpp"
 #include "hf3fs_meta/protocol.hpp"
+#include "internal/endpoint_url.hpp"
 #include "internal/namespace_name.hpp"
 #include "internal/token_file.hpp"
 
@@ -42,7 +43,7 @@ std::optional<Int> parse_int(std::string_view text) {
 
 // The command line: the options every command takes, the command, and its own arguments.
 struct CommandLine {
-  std::string url;
+  std::optional<std::string> url;  // --url
   std::optional<std::string> token_file;
   std::string ca_file;
   std::optional<std::string> ns;  // --namespace
@@ -631,7 +632,11 @@ constexpr Command kCommands[] = {
 // The options of the whole program, then the commands'. The program's may come before or after the
 // command.
 void define(CLI::App& app, CommandLine& cl) {
-  app.add_option("--url", cl.url, "the metadata server (default $HF3FS_META_URL, else http://127.0.0.1:18000)");
+  app.add_option("--url", cl.url,
+                 "the metadata server (default $HF3FS_META_URL, else http://127.0.0.1:18000); the members of a "
+                 "highly available service as URL,URL,...: the call goes to the leader a member names, or to the "
+                 "next URL")
+      ->type_name("URL[,URL...]");
   app.add_option("--token-file", cl.token_file,
                  "send the file's content (without surrounding whitespace) as a bearer token "
                  "(default: $HF3FS_META_TOKEN if set; for a server with --auth-token-file); visible ASCII "
@@ -686,8 +691,8 @@ std::optional<int> parse(const std::vector<std::string>& args, CommandLine& cl, 
   return std::nullopt;
 }
 
-// The client of the run's one call, or the usage error that refuses the token or the namespace before
-// anything is sent.
+// The client of the run's one call, or the usage error that refuses the URL, the token or the
+// namespace before anything is sent.
 std::variant<ClientOptions, std::string> client_options(const CommandLine& cl, const Environment& env) {
   std::string token = env.default_token;
   if (cl.token_file) {
@@ -706,8 +711,14 @@ std::variant<ClientOptions, std::string> client_options(const CommandLine& cl, c
       return std::string(cl.ns ? "--namespace" : "$HF3FS_META_NAMESPACE") + " " + *problem;
     }
   }
+  // The flag wins over the environment; either may list several endpoints.
+  const char* const url_from = cl.url ? "--url" : "$HF3FS_META_URL";
+  const std::string& url =
+      cl.url ? *cl.url : (env.default_url.empty() ? ClientOptions().base_url : env.default_url);
+  std::vector<std::string> endpoints = split_endpoints(url);
+  if (auto problem = internal::endpoint_list_problem(endpoints, url_from)) return *problem;
   ClientOptions options;
-  options.base_url = cl.url;
+  options.endpoints = std::move(endpoints);
   options.auth_token = std::move(token);
   options.namespace_name = ns;
   options.ca_file = cl.ca_file;
@@ -726,7 +737,6 @@ std::variant<ClientOptions, std::string> client_options(const CommandLine& cl, c
 
 int run(const std::vector<std::string>& args, const Environment& env, std::ostream& out, std::ostream& err) {
   CommandLine cl;
-  cl.url = env.default_url.empty() ? "http://127.0.0.1:18000" : env.default_url;
   if (auto parsed = parse(args, cl, out, err)) return *parsed;
 
   auto options = client_options(cl, env);

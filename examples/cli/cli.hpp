@@ -20,7 +20,7 @@ enum Exit : int {
 };
 
 struct Environment {
-  std::string default_url;               // $HF3FS_META_URL, else http://127.0.0.1:18000
+  std::string default_url;               // $HF3FS_META_URL (URL or URL,URL,...), else http://127.0.0.1:18000
   std::string default_token;             // $HF3FS_META_TOKEN: the bearer token unless --token-file
   std::string default_namespace;         // $HF3FS_META_NAMESPACE: the namespace unless --namespace
   std::shared_ptr<Transport> transport;  // tests: a transport to use instead of libcurl

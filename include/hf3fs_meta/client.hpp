@@ -26,6 +26,8 @@
 //   overrides it), with one X-Request-Id for all of them. What is repeated: docs/design.md, "Retries".
 //   Error::attempts, ::stop_reason and ::request_id tell what happened; the observer sees each step.
 // - register_rank() only records the rank; its num_pages is checked when a restore needs it.
+// - ClientOptions::endpoints: the members of a highly available service; a member that is not the
+//   leader sends the call to the one it names, or to the next endpoint (docs/design.md, "Endpoints").
 // - ClientOptions::namespace_name: every call acts in that namespace, restores included; the ranks a
 //   client registered are its namespace's (each client has one namespace, so two clients in two
 //   namespaces restore each their own rank 0).

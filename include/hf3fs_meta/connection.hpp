@@ -21,7 +21,17 @@
 namespace hf3fs_meta {
 
 struct ClientOptions {
+  // The server, when `endpoints` is empty: one base URL, http:// or https://.
   std::string base_url = "http://127.0.0.1:18000";
+  // Not empty: the members of a highly available service (issue 21; docs/design.md, "Endpoints"),
+  // and base_url is not used. Calls go to one endpoint at a time, shared by every thread; a member
+  // that answers 503 "not the leader" sends them to the leader it names (X-Hf3fs-Leader, which need
+  // not be in this list), or, naming none, to the next endpoint, as does a failure with no answer.
+  // Such a 503 applied nothing, so any call is repeated after it, within its deadline. Each entry a
+  // base URL as base_url (split_endpoints() reads "A,B,C"); any that is not refuses every call
+  // before sending (errc::invalid_argument naming this option and the entry's index). The token,
+  // namespace, ca_file and transport hold for every endpoint.
+  std::vector<std::string> endpoints;
   std::chrono::milliseconds connect_timeout{1000};
   std::chrono::milliseconds request_timeout{5000};  // per attempt
   // Not empty: every request carries `Authorization: Bearer <auth_token>` (a server started with
@@ -35,13 +45,13 @@ struct ClientOptions {
   // shared space, so they are errc::protocol_error. Empty: no header, the default namespace, every
   // byte on the wire as without namespaces. `namespace` is a keyword, hence the name.
   std::string namespace_name;
-  // For an https:// base_url: the PEM file of the CA that signed the server's certificate (empty:
+  // For an https:// endpoint: the PEM file of the CA that signed the server's certificate (empty:
   // the system's CAs). Used by the default CurlTransport.
   std::string ca_file;
   // An answer whose body is larger is a protocol_error (CurlTransport stops reading it there), so a
   // broken or hostile server cannot take the worker's memory.
   std::size_t max_answer_bytes = kDefaultMaxAnswerBytes;
-  // Null: a CurlTransport for base_url (keep-alive, one pooled connection per concurrent caller).
+  // Null: a CurlTransport (keep-alive, one pooled connection per concurrent caller).
   // make_in_process_transport() (<hf3fs_meta/in_process_transport.hpp>, in hf3fs_meta::service)
   // serves tests and single-process users.
   std::shared_ptr<Transport> transport;
@@ -95,6 +105,11 @@ class Connection {
   virtual Result<NamespaceDropOutcome> drop_namespace(std::string_view name, const CallOptions& call) = 0;
   virtual Result<KeyStatusAnswer> key_status(const std::vector<std::string>& keys, const CallOptions& call) = 0;
 };
+
+// "http://a:18000,http://b:18000" -> {"http://a:18000", "http://b:18000"} for ClientOptions::endpoints:
+// split at each ',' (no URL has one), spaces around entries dropped, an empty entry kept (and so
+// refused by its index). How the CLI's --url, $HF3FS_META_URL and Python's url= read a list.
+std::vector<std::string> split_endpoints(std::string_view list);
 
 // The SDK's connection to a server, as ClientOptions describe it.
 std::shared_ptr<Connection> make_connection(ClientOptions options = {});

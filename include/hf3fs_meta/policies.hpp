@@ -54,13 +54,16 @@ class RetryPolicy {
   virtual std::chrono::milliseconds deadline() const = 0;
   // The error is classified (code, status, sent) but not yet counted. Default: default_retry_class.
   virtual RetryClass classify(const Error& error) const { return default_retry_class(error); }
-  // Whether a failure that nothing accepted (TransportError::unreachable: the server restarting) is
-  // repeated until the deadline whatever max_attempts() says, without spending the budget (true,
-  // the default: a call rides out a restart), or counted as any other unapplied failure (false).
+  // Whether a failure that nothing accepted (TransportError::unreachable: the server restarting), and
+  // a 503 "not the leader" (a highly available service moving to another member; docs/design.md,
+  // "Endpoints"), are repeated until the deadline whatever max_attempts() says, without spending the
+  // budget (true, the default: a call rides out a restart or a failover), or counted as any other
+  // unapplied failure (false).
   virtual bool rides_out_restarts() const { return true; }
 };
 
-// What LimitedAttemptsRetryPolicy does when nothing accepts the connection.
+// What LimitedAttemptsRetryPolicy does when nothing accepts the connection, or a member that is not
+// the leader answers.
 enum class Unreachable : std::uint8_t {
   ride_out,  // repeated until the deadline, whatever the attempt count (the default)
   count,     // an attempt like any other: vLLM's urllib3 Retry, the Python drop-in

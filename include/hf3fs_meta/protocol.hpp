@@ -119,6 +119,9 @@ struct ClassifiedError {
   std::string prefix;        // "Allocation failed", "Confirmation failed", ... (empty if none)
   std::string cause;         // the text after the prefix, or the whole detail without one
   std::optional<Rank> rank;  // parsed from "Rank N not initialized" / "Confirmation failed: N"
+  // A 503 whose detail starts with kNotLeaderDetailPrefix (routes.hpp): a member that is not the
+  // leader, which applied nothing.
+  bool not_leader = false;
 };
 ClassifiedError classify_error(int status, std::string_view content_type, std::string_view body);
 

@@ -90,6 +90,15 @@ constexpr bool valid_namespace_name(std::string_view name) {
   return true;
 }
 
+// High availability (issue 21; docs/protocol.md "High availability"): a member that is not the
+// leader (a standby, a candidate, or a leader whose lease may have lapsed) answers every protocol
+// route 503 with a JSON detail starting with kNotLeaderDetailPrefix, and applies nothing, so that
+// any call may be repeated, whatever its idempotency. When it knows the leader, the answer carries
+// kLeaderHeader with the leader's advertised base URL ("http://127.0.0.1:18001"); the client goes
+// there, else to its next endpoint.
+inline constexpr std::string_view kLeaderHeader = "X-Hf3fs-Leader";
+inline constexpr std::string_view kNotLeaderDetailPrefix = "not the leader";
+
 struct RouteInfo {
   Route route = Route::not_found;
   // The route's number in files (a request id's records in a data dir's journal and snapshots):

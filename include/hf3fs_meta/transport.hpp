@@ -28,6 +28,10 @@ struct HttpRequest {
   std::string body;
   std::vector<HttpHeader> headers;  // e.g. X-Request-Id
   std::string method = "POST";      // the route's (routes.hpp); a GET is sent without a body
+  // The base URL of the server it goes to ("http://127.0.0.1:18001": a client's endpoint, set on
+  // each attempt); empty: the transport's own (make_curl_transport's base_url). A transport that
+  // serves one server (in process, a test's) may ignore it.
+  std::string endpoint{};
 };
 
 struct HttpResponse {
@@ -71,7 +75,9 @@ class Transport {
 };
 
 // libcurl over HTTP/1.1 keep-alive: a pool of easy handles, one per concurrent caller (a handle
-// is never used by two threads at once; its connection is reused by the next caller). Sends
+// is never used by two threads at once; its connections are reused by the next caller). A request
+// goes to its `endpoint`, else to `base_url`, each without trailing '/'s; ca_file and the answer
+// limit hold for every endpoint alike. Sends
 // Content-Type: application/json and no Expect: 100-continue; does not follow redirects. Failures:
 // could not resolve / connect, or a timeout while connecting -> sent = false; a send or receive
 // error, an empty reply, or a timeout once the request was on its way -> sent = true.

@@ -13,7 +13,12 @@ __version__: str  # the project's version, as CMakeLists.txt's project() names i
 class Client:
     """A client of the HF3FS metadata service over HTTP, safe to share between threads.
 
-    url: the server, e.g. "http://127.0.0.1:18000".
+    url: the server, e.g. "http://127.0.0.1:18000"; or the members of a highly available service,
+        as a list of URLs or one str "URL,URL,...": calls go to one member at a time, and a member
+        that answers 503 "not the leader" sends them to the leader it names (X-Hf3fs-Leader), else
+        to the next URL, as a member that does not answer does. Such a 503 applied nothing, so any
+        call is repeated after it, within the deadline. An entry that is not an http:// or https://
+        URL raises InvalidArgumentError naming url (and the entry's index), before anything is sent.
     timeout: seconds per attempt (default 5).
     attempts: attempts per call, the first included (default 4); a refused connection (the server
         restarting) is repeated until the deadline whatever the count.
@@ -34,7 +39,7 @@ class Client:
         space) fails every call with MetadataError code "protocol_error".
     """
 
-    def __init__(self, url: str = "http://127.0.0.1:18000", *, timeout: Optional[float] = None,
+    def __init__(self, url: Union[str, Sequence[str]] = "http://127.0.0.1:18000", *, timeout: Optional[float] = None,
                  attempts: Optional[int] = None, deadline: Optional[float] = None,
                  token: Optional[str] = None, ca_file: Optional[str] = None,
                  namespace: Optional[str] = None) -> None: ...
@@ -109,10 +114,11 @@ class Hf3fsGlobalMetadataClient:
     in $HF3FS_META_TOKEN (visible ASCII only, else InvalidArgumentError); an https:// base_url is
     checked against the CA file in $HF3FS_META_CA_FILE (else the system's CAs). namespace (default:
     $HF3FS_META_NAMESPACE if set, else none) is as Client's, so an unmodified vLLM is put in a
-    namespace by its environment.
+    namespace by its environment. base_url may name the members of a highly available service as
+    "URL,URL,..." (or a list), as Client's url: vLLM's config carries the str as it is.
     """
 
-    def __init__(self, base_url: str = "http://localhost:18000", max_retries: int = 3,
+    def __init__(self, base_url: Union[str, Sequence[str]] = "http://localhost:18000", max_retries: int = 3,
                  namespace: Optional[str] = None) -> None: ...
     def initialize(self, rank: int, num_pages: int = 0, role: Role = "worker") -> None:
         """Initialize the rank. A worker rank is registered, so that it is restored after a server

@@ -22,6 +22,7 @@
 #include "hf3fs_meta/protocol.hpp"
 #include "hf3fs_meta/in_process_transport.hpp"
 
+#include "internal/endpoint_url.hpp"
 #include "internal/field_text.hpp"
 #include "internal/namespace_name.hpp"
 #include "internal/token_file.hpp"
@@ -328,11 +329,26 @@ std::string ca_file_or_env(std::optional<std::string> ca_file) {
   return given_or_env(std::move(ca_file), "HF3FS_META_CA_FILE");
 }
 
-ClientOptions client_options(std::string url, std::optional<double> timeout, std::optional<int> attempts,
+// The endpoints `url` names (`field`: the argument's name): one URL, "URL,URL,..." (the drop-in's
+// way, a str vLLM's config carries as it is), or a list or tuple of URLs; refused before anything is
+// sent (InvalidArgumentError naming the argument and the entry's index) when one is not a URL.
+std::vector<std::string> endpoints_of(py::handle url, const char* field) {
+  std::vector<std::string> endpoints =
+      PyUnicode_Check(url.ptr()) ? split_endpoints(as_str(url, Where{field})) : strings(url, field);
+  if (auto problem = internal::endpoint_list_problem(endpoints, field)) {
+    Error e;
+    e.code = errc::invalid_argument;
+    e.detail = std::move(*problem);
+    raise(e);
+  }
+  return endpoints;
+}
+
+ClientOptions client_options(py::handle url, std::optional<double> timeout, std::optional<int> attempts,
                              std::optional<double> deadline, std::optional<std::string> token,
                              std::optional<std::string> ca_file, std::optional<std::string> ns) {
   ClientOptions options;
-  options.base_url = std::move(url);
+  options.endpoints = endpoints_of(url, "url");
   options.auth_token = token_or_env(std::move(token));
   options.namespace_name = namespace_or_env(std::move(ns));
   options.ca_file = ca_file_or_env(std::move(ca_file));
@@ -413,14 +429,14 @@ struct PyLocalClient : PyClient {
 
 // hf3fs_meta.Hf3fsGlobalMetadataClient: vLLM's client's methods, arguments and return shapes.
 struct PyGlobalMetadataClient {
-  PyGlobalMetadataClient(std::string base_url, int max_retries, std::optional<std::string> ns)
-      : core(options(std::move(base_url), max_retries, std::move(ns))) {}
+  PyGlobalMetadataClient(py::handle base_url, int max_retries, std::optional<std::string> ns)
+      : core(options(base_url, max_retries, std::move(ns))) {}
   PyClient core;
 
-  static ClientOptions options(std::string base_url, int max_retries, std::optional<std::string> ns) {
+  static ClientOptions options(py::handle base_url, int max_retries, std::optional<std::string> ns) {
     if (max_retries < 0) throw py::value_error("max_retries: must be 0 or more, got " + std::to_string(max_retries));
     ClientOptions o;
-    o.base_url = std::move(base_url);
+    o.endpoints = endpoints_of(base_url, "base_url");
     o.auth_token = token_or_env(std::nullopt);
     // An unmodified vLLM constructs this with two arguments: $HF3FS_META_NAMESPACE puts it in a namespace.
     o.namespace_name = namespace_or_env(std::move(ns));
@@ -477,11 +493,11 @@ PYBIND11_MODULE(_core, m) {
 
   // Docstrings here are the short forms help() shows; __init__.pyi and the README say more.
   py::class_<PyClient>(m, "Client", "A client of the HF3FS metadata service; safe to share between threads.")
-      .def(py::init([](std::string url, std::optional<double> timeout, std::optional<int> attempts,
+      .def(py::init([](py::object url, std::optional<double> timeout, std::optional<int> attempts,
                        std::optional<double> deadline, std::optional<std::string> token,
                        std::optional<std::string> ca_file, std::optional<std::string> ns) {
-             return std::make_unique<PyClient>(client_options(std::move(url), timeout, attempts, deadline,
-                                                              std::move(token), std::move(ca_file), std::move(ns)));
+             return std::make_unique<PyClient>(client_options(url, timeout, attempts, deadline, std::move(token),
+                                                              std::move(ca_file), std::move(ns)));
            }),
            py::arg("url") = ClientOptions().base_url, py::kw_only(), py::arg("timeout") = py::none(),
            py::arg("attempts") = py::none(), py::arg("deadline") = py::none(), py::arg("token") = py::none(),
@@ -520,7 +536,7 @@ PYBIND11_MODULE(_core, m) {
 
   py::class_<PyGlobalMetadataClient>(m, "Hf3fsGlobalMetadataClient",
                                      "A drop-in for vLLM's Hf3fsGlobalMetadataClient, with the SDK's guarantees.")
-      .def(py::init<std::string, int, std::optional<std::string>>(), py::arg("base_url") = "http://localhost:18000",
+      .def(py::init<py::object, int, std::optional<std::string>>(), py::arg("base_url") = "http://localhost:18000",
            py::arg("max_retries") = 3, py::arg("namespace") = py::none())
       .def("initialize", [](DropIn c, py::handle r, py::handle n, py::handle ro) { c.core.initialize(r, n, ro, true); },
            rank, py::arg("num_pages") = 0, role)

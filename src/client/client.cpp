@@ -12,11 +12,13 @@
 #include "hf3fs_meta/protocol.hpp"
 #include "hf3fs_meta/routes.hpp"
 
+#include "client/endpoints.hpp"
 #include "client/page_keys.hpp"
 #include "client/rank_registry.hpp"
 #include "client/retry_loop.hpp"
 #include "client/validation.hpp"
 #include "internal/answer_limit.hpp"
+#include "internal/endpoint_url.hpp"
 #include "internal/namespace_name.hpp"
 #include "internal/token_file.hpp"
 
@@ -59,9 +61,11 @@ protocol::Decoded<void> no_body(const HttpResponse&) { return boost::outcome_v2:
 struct Impl {
   explicit Impl(ClientOptions o)
       : options(std::move(o)),
-        transport(options.transport
-                      ? options.transport
-                      : make_curl_transport(options.base_url, options.ca_file, options.max_answer_bytes)),
+        endpoints(configured_endpoints(options)),
+        transport(options.transport ? options.transport
+                                    : make_curl_transport(options.endpoints.empty() ? options.base_url
+                                                                                    : options.endpoints.front(),
+                                                          options.ca_file, options.max_answer_bytes)),
         retry(options.retry_policy ? options.retry_policy->clone() : std::make_unique<LimitedAttemptsRetryPolicy>()),
         backoff(options.backoff_policy ? options.backoff_policy->clone()
                                        : std::make_unique<ExponentialBackoffPolicy>()),
@@ -76,7 +80,9 @@ struct Impl {
                  observer.get(),
                  AttemptTimeouts{clamp_duration(options.connect_timeout), clamp_duration(options.request_timeout)},
                  &uniform01} {
-    if (auto problem = internal::token_problem(options.auth_token)) {
+    if (auto problem = internal::endpoint_list_problem(endpoint_list(options), endpoint_field(options))) {
+      refuse_calls(*problem);
+    } else if (auto problem = internal::token_problem(options.auth_token)) {
       refuse_calls("ClientOptions::auth_token: " + *problem);
     } else if (!options.namespace_name.empty()) {
       if (auto bad = internal::namespace_problem(options.namespace_name)) {
@@ -89,6 +95,7 @@ struct Impl {
   }
 
   ClientOptions options;
+  internal::Endpoints endpoints;
   std::shared_ptr<Transport> transport;
   std::unique_ptr<RetryPolicy> retry;
   std::unique_ptr<BackoffPolicy> backoff;
@@ -111,6 +118,21 @@ struct Impl {
   std::optional<Error> options_error;
   std::uint64_t id_prefix = 0;
   std::atomic<std::uint64_t> id_counter{0};
+
+  // ClientOptions::endpoints, else base_url: as given, under the option's name.
+  static std::vector<std::string> endpoint_list(const ClientOptions& o) {
+    return o.endpoints.empty() ? std::vector<std::string>{o.base_url} : o.endpoints;
+  }
+  static std::string_view endpoint_field(const ClientOptions& o) {
+    return o.endpoints.empty() ? "ClientOptions::base_url" : "ClientOptions::endpoints";
+  }
+  // Normalized; none when one is not an endpoint (the constructor then refuses every call).
+  static std::vector<std::string> configured_endpoints(const ClientOptions& o) {
+    std::vector<std::string> list = endpoint_list(o);
+    if (internal::endpoint_list_problem(list, endpoint_field(o))) return {};
+    for (std::string& endpoint : list) endpoint = internal::normalized_endpoint(endpoint);
+    return list;
+  }
 
   void refuse_calls(std::string detail) {
     options_error.emplace();
@@ -180,7 +202,10 @@ struct Impl {
     if (!options.namespace_name.empty()) {
       request.headers.push_back({std::string(kNamespaceHeader), options.namespace_name});
     }
-    const auto attempt = [&](const AttemptTimeouts& timeouts) { return exchange<T>(request, timeouts, decode); };
+    const auto attempt = [&](const AttemptTimeouts& timeouts) {
+      endpoints.current(request.endpoint);
+      return exchange<T>(request, timeouts, decode);
+    };
     // A restore is a call of its own (own request id and retries), within what is left of the
     // caller's deadline.
     const auto initialize = [this](Rank rank, std::int64_t num_pages, Role role, const CallSpec& caller) {
@@ -192,7 +217,8 @@ struct Impl {
                                    initialize);
   }
 
-  // One attempt: post, then decode a 2xx or classify anything else.
+  // One attempt: post to the current endpoint, then decode a 2xx or classify anything else; a
+  // failure with no answer, or a member that is not the leader, moves the client's endpoint on.
   template <class T, class Decode>
   internal::AttemptOutcome<T> exchange(const HttpRequest& request, const AttemptTimeouts& timeouts, Decode& decode) {
     internal::AttemptOutcome<T> out{Error{}};
@@ -210,29 +236,15 @@ struct Impl {
       e.sent = t.sent;
       out.unreachable = t.unreachable;
       out.result = std::move(e);
+      out.endpoint = request.endpoint;
+      if (t.code != errc::protocol_error) endpoints.go_to_next(request.endpoint);
       return out;
     }
     HttpResponse& response = answer.value();
-    // Every answer says whether the server deduplicates now: one without the header (a server
-    // restarted with deduplication off, another server behind the same URL) withdraws the window.
-    std::int64_t window_ms = 0;
-    if (auto h = response.header("X-Request-Id-Dedup")) {
-      std::int64_t ms = 0;
-      const auto [end, ec] = std::from_chars(h->data(), h->data() + h->size(), ms);
-      if (ec == std::errc() && end == h->data() + h->size() && ms > 0) {
-        window_ms = clamp_duration(std::chrono::milliseconds(ms)).count();
-      }
-    }
-    out.dedup_window_ms = window_ms;
-    if (dedup_window_ms.load(std::memory_order_relaxed) != window_ms) {
-      dedup_window_ms.store(window_ms, std::memory_order_relaxed);
-    }
-    // Said on every answer, as the window: one without it withdraws it.
-    const bool keyed = response.header(kKeyedReleaseHeader) == std::optional<std::string_view>("1");
-    if (keyed_releases.load(std::memory_order_relaxed) != keyed) keyed_releases.store(keyed, std::memory_order_relaxed);
     e.status = response.status;
     e.sent = true;
     if (response.status >= 200 && response.status < 300) {
+      take_declarations(response, out);
       out.answered_2xx = true;
       if (ignored_namespace(response)) {
         e.code = errc::protocol_error;
@@ -251,6 +263,19 @@ struct Impl {
       return out;
     }
     auto c = protocol::classify_error(response.status, response.content_type, response.body);
+    out.endpoint = request.endpoint;
+    if (c.not_leader) {
+      // It speaks for another member: what it declares says nothing of the leader's.
+      out.not_leader = true;
+      out.leader = leader_named(response, request.endpoint);
+      if (out.leader.empty()) {
+        endpoints.go_to_next(request.endpoint);
+      } else {
+        endpoints.go_to_leader(request.endpoint, out.leader);
+      }
+    } else {
+      take_declarations(response, out);
+    }
     e.code = c.code;
     e.detail = std::move(c.detail);
     e.cause = std::move(c.cause);
@@ -262,6 +287,38 @@ struct Impl {
     }
     out.result = std::move(e);
     return out;
+  }
+
+  // What every answer of the server declares: whether it deduplicates now (one without the header, a
+  // server restarted with deduplication off or another behind the same URL, withdraws the window),
+  // and whether it takes keyed releases (likewise).
+  template <class T>
+  void take_declarations(const HttpResponse& response, internal::AttemptOutcome<T>& out) {
+    std::int64_t window_ms = 0;
+    if (auto h = response.header("X-Request-Id-Dedup")) {
+      std::int64_t ms = 0;
+      const auto [end, ec] = std::from_chars(h->data(), h->data() + h->size(), ms);
+      if (ec == std::errc() && end == h->data() + h->size() && ms > 0) {
+        window_ms = clamp_duration(std::chrono::milliseconds(ms)).count();
+      }
+    }
+    out.dedup_window_ms = window_ms;
+    if (dedup_window_ms.load(std::memory_order_relaxed) != window_ms) {
+      dedup_window_ms.store(window_ms, std::memory_order_relaxed);
+    }
+    const bool keyed = response.header(kKeyedReleaseHeader) == std::optional<std::string_view>("1");
+    if (keyed_releases.load(std::memory_order_relaxed) != keyed) keyed_releases.store(keyed, std::memory_order_relaxed);
+  }
+
+  // The leader a member's 503 "not the leader" names (kLeaderHeader), normalized; empty when it names
+  // none, or nothing that is an endpoint, or an http:// one from an https:// member (the token and
+  // the keys would then travel in clear).
+  static std::string leader_named(const HttpResponse& response, std::string_view from) {
+    const auto named = response.header(kLeaderHeader);
+    if (!named || internal::endpoint_problem(*named)) return {};
+    const auto scheme = [](std::string_view url) { return internal::endpoint_scheme_length(url); };
+    if (scheme(from) == 8 && scheme(*named) != 8) return {};
+    return internal::normalized_endpoint(*named);
   }
 
   // A request with X-Hf3fs-Namespace whose answer does not carry it back: the server does not know
@@ -441,6 +498,8 @@ Result<KeyStatusAnswer> DefaultConnection::key_status(const std::vector<std::str
 }
 
 }  // namespace
+
+std::vector<std::string> split_endpoints(std::string_view list) { return internal::split_endpoint_list(list); }
 
 std::shared_ptr<Connection> make_connection(ClientOptions options) {
   return std::make_shared<DefaultConnection>(std::move(options));

@@ -187,9 +187,11 @@ class CurlTransport final : public Transport {
 
   TransportResult perform(Handle& h, const HttpRequest& request, const AttemptTimeouts& timeouts) {
     CURL* e = h.easy;
-    if (h.url.size() != base_url_.size() + request.path.size() ||
-        std::string_view(h.url).substr(base_url_.size()) != request.path) {
-      h.url.assign(base_url_);
+    std::string_view base = request.endpoint.empty() ? std::string_view(base_url_) : request.endpoint;
+    while (!base.empty() && base.back() == '/') base.remove_suffix(1);
+    if (h.url.size() != base.size() + request.path.size() || !std::string_view(h.url).starts_with(base) ||
+        std::string_view(h.url).substr(base.size()) != request.path) {
+      h.url.assign(base);
       h.url.append(request.path);
       curl_easy_setopt(e, CURLOPT_URL, h.url.c_str());
     }

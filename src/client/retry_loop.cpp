@@ -1,5 +1,6 @@
 #include "client/retry_loop.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -33,6 +34,55 @@ std::string no_time_reason(int attempts, std::chrono::nanoseconds deadline, std:
          seconds_text(backoff) + " s backoff, could not start within the deadline of " + seconds_text(deadline) + " s";
 }
 
+void note_tried(LoopState& state, const Error& e, std::string_view endpoint, bool not_leader, std::string_view leader,
+                bool unreachable) {
+  state.met_not_leader = state.met_not_leader || not_leader;
+  if (endpoint.empty()) return;
+  std::string what;
+  if (not_leader) {
+    what = "503 not the leader";
+    if (!leader.empty()) {
+      what += ", naming ";
+      what += leader;
+    }
+  } else if (e.status) {
+    what = std::to_string(*e.status);
+    what += ' ';
+    what += to_string(e.code);
+  } else if (unreachable) {
+    what = "nothing accepted the connection";
+  } else {
+    what = to_string(e.code);
+    what += e.sent ? ", request sent" : ", request not sent";
+  }
+  const bool leaderless = not_leader || !e.status;
+  for (auto& tried : state.tried) {
+    if (tried.endpoint == endpoint) {
+      tried.failure = std::move(what);
+      tried.leaderless = leaderless;
+      return;
+    }
+  }
+  if (state.tried.size() < kMaxTriedEndpoints) {
+    state.tried.push_back({std::string(endpoint), std::move(what), leaderless});
+  }
+}
+
+std::string with_endpoints(std::string reason, const LoopState& state) {
+  if (state.tried.empty() || (state.tried.size() == 1 && !state.met_not_leader)) return reason;
+  const bool leaderless =
+      std::all_of(state.tried.begin(), state.tried.end(), [](const LoopState::Tried& t) { return t.leaderless; });
+  reason += leaderless ? "; no endpoint answered as the leader: " : "; endpoints tried, each with its last failure: ";
+  for (std::size_t i = 0; i < state.tried.size(); ++i) {
+    if (i > 0) reason += ", ";
+    reason += state.tried[i].endpoint;
+    reason += " (";
+    reason += state.tried[i].failure;
+    reason += ')';
+  }
+  return reason;
+}
+
 namespace {
 
 // The limit an attempt's connect runs under: the smaller of its two.
@@ -46,11 +96,14 @@ Decision decide_repeat(const RetryLoopPolicies& p, const CallSpec& s, const Loop
                        const FailedAttempt& failed, RetryClass verdict) {
   using std::chrono::milliseconds;
   const Error& e = failed.error;
-  // Nothing accepted the connection (the server is restarting): the request never left and costs
-  // the server nothing, so it is repeated without spending the budget, until the deadline rather
-  // than an attempt count, so that a call rides out a restart; a budget that other failures
-  // drained still stops it. A policy that does not ride out restarts counts it as any other.
-  const bool ride_out = verdict == RetryClass::unapplied && failed.unreachable && p.retry.rides_out_restarts();
+  // Nothing accepted the connection (the server is restarting), or a member that is not the leader
+  // answered (the service is moving to another member): the request was not applied and cost the
+  // service next to nothing, so it is repeated without spending the budget, until the deadline
+  // rather than an attempt count, so that a call rides out a restart or a failover; a budget that
+  // other failures drained still stops it. A policy that does not ride out restarts counts it as
+  // any other.
+  const bool ride_out = verdict == RetryClass::unapplied && (failed.unreachable || failed.not_leader) &&
+                        p.retry.rides_out_restarts();
   const bool budget_left = ride_out ? p.budget.allows() : p.budget.on_failure();
   // The server keeps the first attempt's answer for the window from when it answered, which is
   // after the first attempt was sent: a repeat that arrives within the window from the send finds
@@ -65,16 +118,22 @@ Decision decide_repeat(const RetryLoopPolicies& p, const CallSpec& s, const Loop
                 (e.status ? " (" + std::to_string(*e.status) + ")" : std::string(" (request sent)")));
   }
   if (state.attempts >= p.retry.max_attempts() && !ride_out) {
-    return stop(exhausted_reason(state.attempts, p.clock.now() - s.start));
+    return stop(with_endpoints(exhausted_reason(state.attempts, p.clock.now() - s.start), state));
   }
-  if (!budget_left) return stop("retry budget exhausted");
-  const std::chrono::nanoseconds delay = clamp_duration(p.backoff.delay(state.retries + 1, p.jitter()));
-  if (const auto at = p.clock.now(); at + delay >= s.deadline) {
+  if (!budget_left) return stop(with_endpoints("retry budget exhausted", state));
+  // The member named the leader: the next attempt goes there at once, unless this attempt was itself
+  // such a hop (members naming each other, as a failover settles, then wait a backoff per round).
+  const bool at_once = failed.leader_named && !state.hopped;
+  const std::chrono::nanoseconds delay =
+      at_once ? std::chrono::nanoseconds(0) : clamp_duration(p.backoff.delay(state.retries + 1, p.jitter()));
+  if (const auto at = p.clock.now(); at >= s.deadline || (!at_once && at + delay >= s.deadline)) {
     // The deadline came, or the next attempt would start at or after it: said as it is.
-    return stop(at >= s.deadline ? deadline_reason(state.attempts, s.deadline_length, at - s.start)
-                                 : no_time_reason(state.attempts, s.deadline_length, at - s.start, delay));
+    return stop(with_endpoints(at >= s.deadline
+                                   ? deadline_reason(state.attempts, s.deadline_length, at - s.start)
+                                   : no_time_reason(state.attempts, s.deadline_length, at - s.start, delay),
+                               state));
   }
-  return Decision{Decision::Action::retry, delay, {}};
+  return Decision{Decision::Action::retry, delay, {}, at_once};
 }
 
 }  // namespace
@@ -91,8 +150,11 @@ Decision decide(const RetryLoopPolicies& p, const CallSpec& s, const LoopState& 
   if (state.last && e.code == errc::timeout && !e.sent && connect_limit(state.timeouts) < connect_limit(p.per_attempt)) {
     return Decision{Decision::Action::stop_at_deadline, {}, {}};
   }
-  const RetryClass verdict = p.retry.classify(e);
+  RetryClass verdict = p.retry.classify(e);
   if (verdict == RetryClass::stop) return stop();
+  // A member that is not the leader applied nothing, whatever a policy's classify makes of a 503: the
+  // call's idempotency does not matter.
+  if (failed.not_leader && verdict == RetryClass::ambiguous) verdict = RetryClass::unapplied;
   if (verdict != RetryClass::rank_lost) return decide_repeat(p, s, state, failed, verdict);
   // Ours only if the cause names this call's rank (or no rank at all).
   if (!s.rank || (e.rank && *e.rank != *s.rank)) return stop();

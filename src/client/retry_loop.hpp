@@ -11,7 +11,9 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
+#include <vector>
 
 #include "hf3fs_meta/error.hpp"
 #include "hf3fs_meta/policies.hpp"
@@ -93,6 +95,13 @@ struct AttemptOutcome {
   // The deduplication window an answer declared (X-Request-Id-Dedup: <ms>; 0: none, which an answer
   // without the header says too); nothing when no answer came.
   std::optional<std::int64_t> dedup_window_ms;
+  // Where the attempt went (a client's endpoint; empty: a transport's own), for the reason a loop
+  // that runs out gives.
+  std::string endpoint;
+  // The member answered that it is not the leader (a 503 that applied nothing, kNotLeaderDetailPrefix),
+  // and named the leader the next attempt goes to (kLeaderHeader: a valid endpoint) or none.
+  bool not_leader = false;
+  std::string leader;
 };
 
 std::string seconds_text(std::chrono::nanoseconds d);  // "0.4", "10", "0.0523"
@@ -115,7 +124,29 @@ struct LoopState {
   std::optional<std::chrono::steady_clock::time_point> first_sent;
   AttemptTimeouts timeouts;  // the last attempt's
   std::optional<Error> last;  // the last failure repeated: what a deadline reports
+  // The last attempt went at once to a leader that the one before named (Decision::to_leader): the
+  // next such hop waits its backoff, so that members naming each other cannot spin.
+  bool hopped = false;
+  // Each endpoint the call's attempts went to, in the order first tried, with its last failure;
+  // at most kMaxTriedEndpoints. What a loop that runs out says.
+  struct Tried {
+    std::string endpoint;
+    std::string failure;  // "503 not the leader", "nothing accepted the connection", "502 unavailable"
+    bool leaderless = false;  // not the leader, or no answer
+  };
+  std::vector<Tried> tried;
+  bool met_not_leader = false;
 };
+inline constexpr std::size_t kMaxTriedEndpoints = 8;
+
+// Records where a failed attempt went and what it met there.
+void note_tried(LoopState& state, const Error& e, std::string_view endpoint, bool not_leader, std::string_view leader,
+                bool unreachable);
+// A loop that ran out (attempts, budget, deadline) on a call that met a member that was not the
+// leader, or tried more than one endpoint: `reason`, then each endpoint with its last failure
+// ("no endpoint answered as the leader: http://a (503 not the leader), http://b (nothing accepted
+// the connection)").
+std::string with_endpoints(std::string reason, const LoopState& state);
 
 // The failed attempt a decision is about: its error (classified, with the call's fields) and what
 // the transport saw.
@@ -123,6 +154,8 @@ struct FailedAttempt {
   const Error& error;
   bool answered_2xx = false;
   bool unreachable = false;
+  bool not_leader = false;     // a member that is not the leader answered: nothing applied
+  bool leader_named = false;   // ... and it named the leader, where the next attempt goes
 };
 
 // What the loop does after a failed attempt (google-cloud-cpp's Backoff(): retry after D, or stop
@@ -137,6 +170,7 @@ struct Decision {
   Action action = Action::stop;
   std::chrono::nanoseconds delay{0};
   std::string stop_reason;
+  bool to_leader = false;  // retry: at once, to the leader the failure named (no backoff, not counted)
 };
 
 // The decision after a failed attempt, from the policies, the budget (a retry takes its token here),
@@ -196,7 +230,7 @@ Result<T> give_up_at_deadline(const RetryLoopPolicies& p, const CallSpec& s, Loo
     e.detail = "the call's deadline passed before the first attempt";
     e.request_id = s.request_id;
   }
-  e.stop_reason = deadline_reason(state.attempts, s.deadline_length, p.clock.now() - s.start);
+  e.stop_reason = with_endpoints(deadline_reason(state.attempts, s.deadline_length, p.clock.now() - s.start), state);
   return give_up<T>(p, std::move(e));
 }
 
@@ -235,8 +269,11 @@ Result<T> retry_loop(const RetryLoopPolicies& p, RankRegistry& ranks, const Call
     e.request_id = s.request_id;
     e.attempts = state.attempts;
     e.reinitialized = state.reinitialized;
+    note_tried(state, e, outcome.endpoint, outcome.not_leader, outcome.leader, outcome.unreachable);
 
-    Decision next = decide(p, s, state, FailedAttempt{e, outcome.answered_2xx, outcome.unreachable});
+    Decision next = decide(p, s, state,
+                           FailedAttempt{e, outcome.answered_2xx, outcome.unreachable, outcome.not_leader,
+                                         outcome.not_leader && !outcome.leader.empty()});
     switch (next.action) {
       case Decision::Action::stop:
         e.stop_reason = std::move(next.stop_reason);
@@ -251,11 +288,12 @@ Result<T> retry_loop(const RetryLoopPolicies& p, RankRegistry& ranks, const Call
         state.reinitialized = true;
         break;  // the attempt again, at once
       case Decision::Action::retry:
-        ++state.retries;
+        if (!next.to_leader) ++state.retries;
         if (p.observer) p.observer->on_retry(RetryEvent{s.request_id, s.operation, state.attempts, next.delay, e});
-        p.sleeper.sleep_for(next.delay);
+        if (!next.to_leader) p.sleeper.sleep_for(next.delay);
         break;
     }
+    state.hopped = next.action == Decision::Action::retry && next.to_leader;
     state.last = std::move(e);
   }
 }

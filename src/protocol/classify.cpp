@@ -195,6 +195,7 @@ ClassifiedError classify_error(int status, [[maybe_unused]] std::string_view con
     case 503:
     case 504:
       out.code = errc::unavailable;
+      out.not_leader = status == 503 && string_detail && out.detail.starts_with(kNotLeaderDetailPrefix);
       break;
     default:
       out.code = errc::unexpected_status;

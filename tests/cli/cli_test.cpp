@@ -365,6 +365,63 @@ TEST_F(CliTest, ATokenThatCannotBeSentIsRefusedNamingWhereItCameFrom) {
   EXPECT_EQ(recorder->calls, 1);
 }
 
+// Issue 21: --url, else $HF3FS_META_URL, may list the members of a highly available service; the
+// call goes to the leader a member names. A bad entry is a usage error naming where it came from and
+// its index, and nothing is sent.
+class CliEndpointsTest : public ::testing::Test {
+ protected:
+  CliEndpointsTest() {
+    recorder = std::make_shared<CannedTransport>([this](const HttpRequest& request) -> TransportResult {
+      sent.push_back(request.endpoint);
+      if (request.endpoint != "http://127.0.0.1:18002") {
+        return HttpResponse{503,
+                            "application/json",
+                            R"({"detail":"not the leader: nothing applied"})",
+                            {{std::string(kLeaderHeader), "http://127.0.0.1:18002"}}};
+      }
+      return HttpResponse{200, "application/json", R"({"exists":[true]})", {}};
+    });
+  }
+  CliRun run_env(std::string url, std::vector<std::string> args) {
+    Environment env;
+    env.transport = recorder;
+    env.default_url = std::move(url);
+    std::ostringstream out, err;
+    const int status = cli::run(args, env, out, err);
+    return CliRun{status, out.str(), err.str()};
+  }
+
+  std::vector<std::string> sent;  // each request's endpoint
+  std::shared_ptr<CannedTransport> recorder;
+};
+
+TEST_F(CliEndpointsTest, AListFromTheFlagElseTheEnvironmentReachesTheLeader) {
+  CliRun flag = run_env("", {"--url", "http://127.0.0.1:18001,http://127.0.0.1:18002", "exists", "k"});
+  EXPECT_EQ(flag.status, kSuccess) << flag.err;
+  CliRun env = run_env("http://127.0.0.1:18003, http://127.0.0.1:18001", {"exists", "k"});
+  EXPECT_EQ(env.status, kSuccess) << env.err;
+  EXPECT_THAT(sent, ::testing::ElementsAre("http://127.0.0.1:18001", "http://127.0.0.1:18002", "http://127.0.0.1:18003",
+                                           "http://127.0.0.1:18002"));
+  sent.clear();
+  EXPECT_EQ(run_env("", {"exists", "k"}).status, kSuccess);  // the default, one URL
+  EXPECT_THAT(sent, ::testing::ElementsAre("http://127.0.0.1:18000", "http://127.0.0.1:18002"));
+}
+
+TEST_F(CliEndpointsTest, ABadEntryIsAUsageErrorNamingWhereItCameFromAndNothingIsSent) {
+  CliRun flag = run_env("", {"--url", "http://127.0.0.1:18001,127.0.0.1:18002", "exists", "k"});
+  EXPECT_EQ(flag.status, kUsage);
+  EXPECT_THAT(flag.err, HasSubstr("--url[1]: '127.0.0.1:18002' is not an http:// or https:// URL"));
+  CliRun env = run_env("http://127.0.0.1:18001,", {"exists", "k"});
+  EXPECT_EQ(env.status, kUsage);
+  EXPECT_THAT(env.err, HasSubstr("$HF3FS_META_URL[1]: empty"));
+  CliRun one = run_env("", {"--url", "http://h:99999", "exists", "k"});
+  EXPECT_EQ(one.status, kUsage);
+  EXPECT_THAT(one.err, HasSubstr("--url: 'http://h:99999' has port '99999'"));
+  // A bad environment does not matter when the flag names a good one.
+  EXPECT_EQ(run_env("nonsense", {"--url", "http://127.0.0.1:18002", "exists", "k"}).status, kSuccess);
+  EXPECT_THAT(sent, ::testing::ElementsAre("http://127.0.0.1:18002"));
+}
+
 // Issue 20: --namespace NAME, else $HF3FS_META_NAMESPACE, is sent as X-Hf3fs-Namespace; a server
 // that answers without echoing it (vLLM's) is a protocol error; a bad name is a usage error naming
 // where it came from, and nothing is sent.

@@ -29,6 +29,69 @@ std::string key_of(int thread, int call) {
   return key;
 }
 
+// Issue 21: threads of one client share its current endpoint while the leader moves among three
+// members under them (each move a failover: the old leader answers "not the leader", naming the new
+// one or not). Every call succeeds, the calls follow the leader rather than each finding it alone,
+// and the endpoint ends at the last leader.
+TEST(ClientConcurrencyTest, ThreadsShareTheEndpointWhileTheLeaderMoves) {
+  constexpr int kThreads = 8;
+  constexpr int kCalls = 150;
+  constexpr int kMoveEvery = 40;  // successes between failovers
+  const std::vector<std::string> members = {"http://127.0.0.1:18001", "http://127.0.0.1:18002",
+                                            "http://127.0.0.1:18003"};
+  std::atomic<int> leader{0};
+  std::atomic<int> successes{0};
+  std::atomic<int> moves{0};
+  std::atomic<int> answers{0};
+  std::atomic<bool> moving{true};
+  auto transport = std::make_shared<ScriptedTransport>();
+  transport->otherwise([&](const HttpRequest& r, const AttemptTimeouts&) -> TransportResult {
+    const int now = leader.load();
+    if (r.endpoint != members[static_cast<std::size_t>(now)]) {
+      // Half the members know the leader.
+      return not_leader_answer(answers.fetch_add(1) % 2 == 0 ? members[static_cast<std::size_t>(now)] : "");
+    }
+    if ((successes.fetch_add(1) + 1) % kMoveEvery == 0 && moving.load()) {
+      int expected = now;
+      if (leader.compare_exchange_strong(expected, (now + 1) % 3)) moves.fetch_add(1);
+    }
+    return http_answer(200, R"({"exists":[true]})");
+  });
+  auto clock = std::make_shared<FakeClock>();
+  ClientOptions options;
+  options.endpoints = members;
+  options.transport = transport;
+  options.clock = clock;
+  options.sleeper = std::make_shared<FakeSleeper>(clock);
+  options.backoff_policy = std::make_shared<ExponentialBackoffPolicy>(1ms, 2ms);
+  Client client(options);
+
+  std::atomic<int> failed{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < kCalls; ++i) {
+        if (!client.batch_exists({"k"})) failed.fetch_add(1);
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_GE(moves.load(), 20);
+  // A move costs each thread a few answers at most, not a search per call: the endpoint is shared.
+  const auto posted = transport->posted().size();
+  EXPECT_LE(posted, static_cast<std::size_t>(kThreads * kCalls + moves.load() * kThreads * 4));
+  // Once the leader stays, the endpoint settles on it: a call finds it, and the call after goes there
+  // at once.
+  moving = false;
+  ASSERT_TRUE(client.batch_exists({"k"}));
+  const auto settled = transport->posted().size();
+  EXPECT_LE(settled, posted + 3);
+  ASSERT_TRUE(client.batch_exists({"k"}));
+  EXPECT_EQ(transport->endpoints().back(), members[static_cast<std::size_t>(leader.load())]);
+  EXPECT_EQ(transport->posted().size(), settled + 1);
+}
+
 // 16 threads meet "not initialized" together: one initialize goes out, every call then succeeds.
 TEST(ClientConcurrencyTest, SixteenThreadsOneInitialize) {
   constexpr int kThreads = 16;

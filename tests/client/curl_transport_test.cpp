@@ -306,6 +306,49 @@ TEST(CurlTransportTest, ClientOverCurlReusesOneConnection) {
   EXPECT_NE(seen[0].header("x-request-id"), seen[1].header("x-request-id"));
 }
 
+// Issue 21: a request goes to its endpoint, else to the transport's base URL; a client of several
+// endpoints reaches the leader a standby names, over one transport, and keeps going there.
+TEST(CurlTransportTest, ARequestGoesToItsEndpointElseToTheBaseUrl) {
+  HttpPeer base(HttpPeer::Mode::answer, echo);
+  HttpPeer other(HttpPeer::Mode::answer, echo);
+  auto transport = make_curl_transport(base.url() + "/");
+  HttpRequest to_other = request_of("/clear", "");
+  to_other.endpoint = other.url() + "/";
+  ASSERT_TRUE(transport->post(to_other, AttemptTimeouts{}));
+  ASSERT_TRUE(transport->post(request_of("/clear", ""), AttemptTimeouts{}));
+  ASSERT_TRUE(transport->post(to_other, AttemptTimeouts{}));
+  EXPECT_EQ(other.requests().size(), 2u);
+  ASSERT_EQ(base.requests().size(), 1u);
+  EXPECT_EQ(base.requests()[0].target, "/clear");
+}
+
+TEST(CurlTransportTest, ClientOverCurlFollowsTheLeaderAStandbyNames) {
+  HttpPeer leader(HttpPeer::Mode::answer, [](const PeerRequest&) {
+    PeerResponse out;
+    out.body = R"({"exists":[true]})";
+    return out;
+  });
+  const std::string leader_url = leader.url();
+  HttpPeer standby(HttpPeer::Mode::answer, [&](const PeerRequest&) {
+    PeerResponse out;
+    out.status = 503;
+    out.body = R"({"detail":"not the leader: nothing applied"})";
+    out.headers.push_back({"X-Hf3fs-Leader", leader_url});
+    return out;
+  });
+  RefusingPort gone;
+  ClientOptions options;
+  options.endpoints = {gone.url(), standby.url()};
+  options.backoff_policy = std::make_shared<ExponentialBackoffPolicy>(1ms, 2ms);
+  Client client(options);
+  for (int i = 0; i < 3; ++i) {
+    auto r = client.batch_exists({"k"});
+    ASSERT_TRUE(r) << r.error().message();
+  }
+  EXPECT_EQ(standby.requests().size(), 1u);
+  EXPECT_EQ(leader.requests().size(), 3u);
+}
+
 TEST(CurlTransportTest, ClientOverCurlRefusedGivesUpWithConnectionFailed) {
   RefusingPort port;
   ClientOptions options;

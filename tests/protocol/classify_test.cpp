@@ -243,5 +243,21 @@ TEST(ClassifyRawTest, EscapedAndNonAsciiDetail) {
   EXPECT_EQ(e.cause, "key \"k\xC3\xA9\" \xE2\x80\x94 bad");
 }
 
+// Issue 21: only a 503 whose JSON detail starts with kNotLeaderDetailPrefix is a member that is not
+// the leader (it applied nothing); the same words in another status, or in a body that is no JSON
+// detail (a proxy's page), are not.
+TEST(ClassifyRawTest, NotTheLeaderIsA503WhoseDetailSaysSo) {
+  const ClassifiedError standby = classify_error(503, kJson, encode_detail("not the leader: nothing applied"));
+  EXPECT_EQ(standby.code, errc::unavailable);
+  EXPECT_TRUE(standby.not_leader);
+  EXPECT_EQ(standby.detail, "not the leader: nothing applied");
+  EXPECT_TRUE(classify_error(503, kJson, encode_detail("not the leader")).not_leader);
+  EXPECT_FALSE(classify_error(502, kJson, encode_detail("not the leader: nothing applied")).not_leader);
+  EXPECT_FALSE(classify_error(500, kJson, encode_detail("not the leader: nothing applied")).not_leader);
+  EXPECT_FALSE(classify_error(503, kText, "not the leader: nothing applied").not_leader);
+  EXPECT_FALSE(classify_error(503, kJson, encode_detail("the data dir failed: nothing applied")).not_leader);
+  EXPECT_FALSE(classify_error(503, kJson, encode_detail("Not the leader")).not_leader);
+}
+
 }  // namespace
 }  // namespace hf3fs_meta::protocol

@@ -166,6 +166,7 @@ class ScriptedTransport final : public Transport {
     std::string body;
     std::string request_id;
     AttemptTimeouts timeouts;
+    std::string endpoint;  // HttpRequest::endpoint: where a client sent it
   };
   using Answer = std::function<TransportResult(const HttpRequest&, const AttemptTimeouts&)>;
 
@@ -190,7 +191,7 @@ class ScriptedTransport final : public Transport {
       for (const auto& h : request.headers) {
         if (h.name == "X-Request-Id") id = h.value;
       }
-      posted_.push_back({request.path, request.body, id, timeouts});
+      posted_.push_back({request.path, request.body, id, timeouts, request.endpoint});
       if (!script_.empty()) {
         answer = std::move(script_.front());
         script_.pop_front();
@@ -214,6 +215,13 @@ class ScriptedTransport final : public Transport {
     std::size_t n = 0;
     for (const auto& p : posted_) n += p.path == path ? 1 : 0;
     return n;
+  }
+  // The endpoint of each post, in order.
+  std::vector<std::string> endpoints() {
+    std::lock_guard lock(mutex_);
+    std::vector<std::string> out;
+    for (const auto& p : posted_) out.push_back(p.endpoint);
+    return out;
   }
   std::size_t remaining() {
     std::lock_guard lock(mutex_);
@@ -244,6 +252,14 @@ inline HttpResponse detail_answer(int status, std::string_view detail) {
 }
 inline TransportError transport_failure(errc code, bool sent, std::string message = "simulated") {
   return TransportError{code, sent, std::move(message)};
+}
+
+// A member of a highly available service that is not the leader (routes.hpp, kNotLeaderDetailPrefix),
+// naming the leader when `leader` is not empty.
+inline HttpResponse not_leader_answer(std::string leader = {}) {
+  std::vector<HttpHeader> headers;
+  if (!leader.empty()) headers.push_back({"X-Hf3fs-Leader", std::move(leader)});
+  return http_answer(503, R"({"detail":"not the leader: nothing applied"})", "application/json", std::move(headers));
 }
 
 // A connection nothing accepted: the server is down or restarting (TransportError::unreachable).
