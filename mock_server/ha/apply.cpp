@@ -1,6 +1,7 @@
 #include "ha/apply.hpp"
 
 #include "durable/log_format.hpp"
+#include "durable/log_reader.hpp"
 #include "durable/log_writer.hpp"
 
 namespace hf3fs_meta::server::ha {
@@ -12,9 +13,7 @@ durable::Result<void> apply_entry(MetadataState& state, const LogEntry& entry, d
     return durable::Error{durable::Errc::corrupt, name + ": " + std::to_string(entry.batch.size()) +
                                                       " bytes hold no record"};
   }
-  // The first record's seq: its header's first 8 bytes, little-endian (log_format.hpp).
-  std::uint64_t first = 0;
-  for (int i = 7; i >= 0; --i) first = first << 8 | static_cast<unsigned char>(entry.batch[static_cast<std::size_t>(i)]);
+  const std::uint64_t first = durable::record_span(entry.batch).seq;
   if (first > out.seq + 1) {
     return durable::Error{durable::Errc::inconsistent,
                           name + " begins at record " + std::to_string(first) + ", after record " +
@@ -23,9 +22,15 @@ durable::Result<void> apply_entry(MetadataState& state, const LogEntry& entry, d
   // The reader takes a journal file: the entry's records behind a journal file's header.
   std::string file = durable::file_header(durable::kJournalMagic);
   file += entry.batch;
-  if (auto replayed = durable::replay_journal(name, file, /*last=*/false, state, out, first); !replayed) {
-    return replayed;
-  }
+  // replay_journal also says where a data dir's last journal file ends: not the entry's business.
+  auto journal = std::move(out.journal);
+  const auto valid_bytes = out.journal_valid_bytes;
+  const auto journal_bytes = out.journal_bytes;
+  auto replayed = durable::replay_journal(name, file, /*last=*/false, state, out, first);
+  out.journal = std::move(journal);
+  out.journal_valid_bytes = valid_bytes;
+  out.journal_bytes = journal_bytes;
+  if (!replayed) return replayed;
   if (out.seq != entry.last_seq) {
     return durable::Error{durable::Errc::inconsistent, name + " ends at record " + std::to_string(out.seq) +
                                                            ", not at the record its key names"};

@@ -8,12 +8,18 @@ Election::Election(EtcdClient& etcd, SteadyClock clock, ElectionOptions options)
     : etcd_(etcd), clock_(std::move(clock)), options_(std::move(options)), window_(options_.margin) {}
 
 EtcdResult<void> Election::grant() {
+  // A lease that is not surely alive may still be alive in etcd, holding the leader key: revoked
+  // first, or this member would take its own key for another's until it expired.
+  if (const std::int64_t old = lease_.exchange(0, std::memory_order_acq_rel); old != 0) {
+    (void)etcd_.lease_revoke(old);  // failing, it expires by itself
+  }
   const auto sent = clock_();
   auto granted = etcd_.lease_grant(options_.ttl_seconds);
   if (!granted) return granted.error();
+  std::lock_guard lock(mutex_);
   lease_.store(granted.value().id, std::memory_order_release);
-  ttl_seconds_ = granted.value().ttl;
-  window_.renewed(sent, std::chrono::seconds(ttl_seconds_));
+  ttl_seconds_.store(granted.value().ttl, std::memory_order_relaxed);
+  window_.renewed(sent, std::chrono::seconds(granted.value().ttl));
   return boost::outcome_v2::success();
 }
 
@@ -51,6 +57,8 @@ EtcdResult<bool> Election::renew() {
   const auto sent = clock_();
   auto ttl = etcd_.lease_keepalive(id);
   if (!ttl) return ttl.error();
+  std::lock_guard lock(mutex_);
+  if (lease_.load(std::memory_order_acquire) != id) return false;  // resigned, or granted anew, meanwhile
   if (ttl.value() <= 0) {
     window_.lost();
     lease_.store(0, std::memory_order_release);
@@ -61,8 +69,12 @@ EtcdResult<bool> Election::renew() {
 }
 
 void Election::resign() {
-  const std::int64_t id = lease_.exchange(0, std::memory_order_acq_rel);
-  window_.lost();
+  std::int64_t id = 0;
+  {
+    std::lock_guard lock(mutex_);
+    id = lease_.exchange(0, std::memory_order_acq_rel);
+    window_.lost();
+  }
   if (id != 0) (void)etcd_.lease_revoke(id);  // failing, the lease expires by itself
 }
 

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <mutex>
 #include <string>
 
 #include "ha/etcd_client.hpp"
@@ -80,7 +81,7 @@ class Election {
   bool surely_alive() const { return window_.surely_alive(clock_()); }
   const LeaseWindow& window() const noexcept { return window_; }
   std::int64_t lease_id() const noexcept { return lease_.load(std::memory_order_acquire); }
-  std::int64_t ttl_seconds() const noexcept { return ttl_seconds_; }
+  std::int64_t ttl_seconds() const noexcept { return ttl_seconds_.load(std::memory_order_relaxed); }
 
  private:
   EtcdResult<void> grant();
@@ -89,8 +90,11 @@ class Election {
   SteadyClock clock_;
   ElectionOptions options_;
   LeaseWindow window_;
+  // A renewal answered after resign() (or after a new grant) must not reopen the window: the lease
+  // and the window change together, under this.
+  std::mutex mutex_;
   std::atomic<std::int64_t> lease_{0};
-  std::int64_t ttl_seconds_ = 0;  // as etcd granted it (it raises a TTL below its minimum)
+  std::atomic<std::int64_t> ttl_seconds_{0};  // as etcd granted it (it raises a TTL below its minimum)
 };
 
 }  // namespace hf3fs_meta::server::ha

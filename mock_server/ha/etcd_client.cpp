@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "hf3fs_meta/transport.hpp"
+#include "internal/endpoint_url.hpp"
 
 namespace hf3fs_meta::server::ha {
 
@@ -147,27 +148,27 @@ EtcdResult<void> EtcdClient::lease_revoke(std::int64_t id) {
 
 EtcdResult<std::int64_t> EtcdClient::compact(std::int64_t revision) {
   auto body = call("/v3/kv/compaction", encode_compaction(revision), Retry::reads);
+  // Already compacted there (a repeat of one whose answer was lost, or another's): done. Its
+  // answer says no revision: the one asked for stands in.
+  if (!body && body.error().code == kGrpcOutOfRange &&
+      body.error().message.find("has been compacted") != std::string::npos) {
+    return revision;
+  }
   if (!body) return body.error();
   return decoded(decode_header_revision(body.value()), "/v3/kv/compaction");
 }
 
 boost::outcome_v2::result<std::vector<std::string>, std::string, boost::outcome_v2::policy::terminate>
 parse_etcd_endpoints(std::string_view list) {
-  std::vector<std::string> out;
-  while (true) {
-    const std::size_t comma = list.find(',');
-    std::string_view entry = list.substr(0, comma);
-    while (!entry.empty() && entry.back() == '/') entry.remove_suffix(1);
-    if (!entry.starts_with("http://") || entry.size() == 7 ||
-        entry.find_first_of("/?# ", 7) != std::string_view::npos) {
-      return std::string("--ha-etcd: \"").append(entry).append(
-          "\" is not an etcd client URL (http://HOST:PORT; etcd's JSON gateway without TLS)");
+  std::vector<std::string> endpoints = internal::split_endpoint_list(list);
+  if (auto problem = internal::endpoint_list_problem(endpoints, "--ha-etcd")) return *std::move(problem);
+  for (std::size_t i = 0; i < endpoints.size(); ++i) {
+    if (internal::endpoint_scheme_length(endpoints[i]) != 7) {  // the gateway is spoken without TLS here
+      return "--ha-etcd: \"" + endpoints[i] + "\" is not an http:// URL (etcd's JSON gateway over TLS is not supported)";
     }
-    out.emplace_back(entry);
-    if (comma == std::string_view::npos) break;
-    list.remove_prefix(comma + 1);
+    endpoints[i] = internal::normalized_endpoint(endpoints[i]);
   }
-  return out;
+  return endpoints;
 }
 
 }  // namespace hf3fs_meta::server::ha

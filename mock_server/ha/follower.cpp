@@ -30,7 +30,7 @@ bool LogFollower::wait_for(std::chrono::milliseconds duration) {
   return !wake_.wait_for(lock, duration, [&] { return stopping_; });
 }
 
-void LogFollower::fail(std::string why) {
+void LogFollower::fail(EtcdError why) {
   std::lock_guard lock(mutex_);
   if (!failed_.exchange(true)) why_ = std::move(why);
   wake_.notify_all();
@@ -40,7 +40,9 @@ bool LogFollower::deliver(const LogEntry& entry) {
   if (failed_.load()) return false;
   if (entry.last_seq <= applied()) return true;  // a repeat: a catch-up read and the watch overlap
   if (auto applied = apply_(entry); !applied) {
-    fail("log entry " + std::to_string(entry.last_seq) + " could not be applied: " + applied.error().message);
+    EtcdError why = applied.error();
+    why.message = "log entry " + std::to_string(entry.last_seq) + " could not be applied: " + why.message;
+    fail(std::move(why));
     return false;
   }
   applied_.store(entry.last_seq, std::memory_order_release);
@@ -53,7 +55,7 @@ std::optional<std::int64_t> LogFollower::catch_up() {
     auto read = read_log(etcd_, keys_, applied(), options_.read_limit);
     if (!read) {
       // A log without what we need ends following; etcd not answering is worth another read.
-      if (read.error().needs_snapshot) fail(read.error().message);
+      if (read.error().needs_snapshot) fail(read.error());
       return std::nullopt;
     }
     for (const LogEntry& entry : read.value().entries) {
@@ -97,7 +99,7 @@ void LogFollower::run() {
     lock.unlock();
     watch.stop();
   }
-  std::string why;
+  EtcdError why;
   {
     std::lock_guard lock(mutex_);
     if (stopping_ || !failed_) return;

@@ -25,8 +25,9 @@ class LogFollower {
  public:
   // The entry's records after the member's applied seq, applied; an error says why it could not be.
   using Apply = std::function<EtcdResult<void>(const LogEntry& entry)>;
-  // Following ended for good (not by stop()): why.
-  using Ended = std::function<void(std::string why)>;
+  // Following ended for good (not by stop()): why (needs_snapshot: the log no longer holds what the
+  // member needs; an Apply error keeps its own flags).
+  using Ended = std::function<void(EtcdError why)>;
 
   struct Options {
     std::int64_t read_limit = 64;                      // entries per catch-up read
@@ -55,7 +56,7 @@ class LogFollower {
   std::optional<std::int64_t> catch_up();
   // Hands `entry` on unless it is behind; false once following failed.
   bool deliver(const LogEntry& entry);
-  void fail(std::string why);
+  void fail(EtcdError why);
   bool wait_for(std::chrono::milliseconds duration);  // false: stopping
 
   EtcdClient& etcd_;
@@ -69,7 +70,7 @@ class LogFollower {
   std::condition_variable wake_;
   bool stopping_ = false;      // under mutex_
   bool watch_ended_ = false;   // under mutex_
-  std::string why_;            // under mutex_: the failure that ends following
+  EtcdError why_;              // under mutex_: the failure that ends following
   std::atomic<bool> failed_{false};  // why_ is set: nothing more is applied
   std::thread thread_;
 };

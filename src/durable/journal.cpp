@@ -5,10 +5,10 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <system_error>
 
 #include "durable/log_format.hpp"
+#include "durable/log_reader.hpp"
 #include "durable/log_writer.hpp"
 
 namespace hf3fs_meta::durable {
@@ -192,17 +192,13 @@ Journal::Batch Journal::take_batch_locked() {
     // they fit, and at least one.
     std::size_t taken = 0;
     while (taken < front.records.size()) {
-      const char* header = front.records.data() + taken;
-      std::uint64_t seq = 0;
-      std::uint32_t length = 0;
-      std::memcpy(&seq, header, sizeof seq);  // little-endian, as the files (x86-64 and ARM64)
-      std::memcpy(&length, header + 8, sizeof length);
-      const std::size_t size = kRecordHeaderSize + length + kRecordTrailerSize;
-      if (!batch.records.empty() || taken > 0) {
-        if (batch.records.size() + taken + size > options_.replicate_batch_bytes) break;
+      const RecordSpan record = record_span(std::string_view(front.records).substr(taken));
+      if ((!batch.records.empty() || taken > 0) &&
+          batch.records.size() + taken + record.size > options_.replicate_batch_bytes) {
+        break;
       }
-      taken += size;
-      batch.end = Acked{seq, front.file_first_seq, front.offset + taken};
+      taken += record.size;
+      batch.end = Acked{record.seq, front.file_first_seq, front.offset + taken};
     }
     batch.records.append(front.records, 0, taken);
     if (taken < front.records.size()) {
@@ -217,16 +213,18 @@ Journal::Batch Journal::take_batch_locked() {
 
 void Journal::replicate_locked(std::unique_lock<std::mutex>& lock) {
   Batch batch = take_batch_locked();
+  const std::uint64_t epoch = epoch_;
   lock.unlock();
   Result<void> replicated = options_.replicate(batch.records, batch.end.seq);
   std::multimap<std::uint64_t, Done> woken;
   lock.lock();
+  if (epoch != epoch_) return;  // rolled back meanwhile (a local write failed): see epoch_
   if (!replicated) {
     fail_locked("replication failed: " + replicated.error().message);
     woken.swap(waiters_);
   } else if (!failure_) {
     durable_ = std::max(durable_, batch.end.seq);
-    acked_ = batch.end;
+    if (batch.end.seq > acked_.seq) acked_ = batch.end;
     woken.insert(waiters_.begin(), waiters_.upper_bound(durable_));
     waiters_.erase(waiters_.begin(), waiters_.upper_bound(durable_));
   }
@@ -418,7 +416,8 @@ void Journal::clear_failure(std::uint64_t snapshot_seq) {
     // The snapshot holds every change up to it; the current file follows it (finish_rotation).
     written_ = std::max(written_, snapshot_seq);
     durable_ = std::max(durable_, snapshot_seq);
-    if (acked_.seq < snapshot_seq && file_first_seq_ == snapshot_seq + 1) {
+    // (Also when acknowledged exactly to the snapshot: the earlier file it points into goes.)
+    if (acked_.seq <= snapshot_seq && file_first_seq_ == snapshot_seq + 1) {
       acked_ = Acked{snapshot_seq, file_first_seq_, kFileHeaderSize};
     }
     woken.insert(waiters_.begin(), waiters_.upper_bound(durable_));
@@ -457,6 +456,7 @@ Result<std::uint64_t> Journal::roll_back() {
   buffer_.clear();
   next_buffer_.clear();
   unreplicated_.clear();
+  ++epoch_;
   rotation_.reset();
   appended_ = written_ = durable_ = a.seq;
   while (!tagged_.empty() && tagged_.back().seq > a.seq) {

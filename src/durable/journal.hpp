@@ -8,7 +8,8 @@
 // syncs at most a second after a write, `no` leaves it to the OS. A failed write or sync sticks:
 // the journal refuses further writes until a snapshot has put memory and disk in agreement again.
 //
-// What is acknowledged: with `always`, a record once an fdatasync covered it; with `everysec` and
+// What is acknowledged: with Options::replicate (--ha-etcd), a record once the replicated log has it;
+// otherwise, with `always`, a record once an fdatasync covered it; with `everysec` and
 // `no`, a record once its write(2) succeeded (a later failed sync takes nothing back: those changes
 // were answered, and the next snapshot makes them durable). After a failure, roll_back() cuts the
 // files back to the end of the last acknowledged record, so that recovering from them gives the
@@ -82,7 +83,9 @@ class Journal {
     // --ha-etcd (issue 21): not empty, a record is acknowledged once this has put it in the
     // replicated log, and not before (whatever the fsync mode says of the local files). The syncer
     // hands it the records written since its last call, framed as in the files (log_format.hpp),
-    // whole and in order, at most replicate_batch_bytes at a time (a larger record alone), one
+    // whole and in order, at most replicate_batch_bytes at a time (a larger record alone, which etcd
+    // refuses beyond its request limit, 1.5 MiB by default: a record is bounded by the request
+    // that made it, --max-body-bytes, which --ha-etcd must keep below that), one
     // call at a time: what is written during a call goes into the next (group commit). `last_seq`
     // is the batch's last record. A failure fails the journal as a failed write does: the batch's
     // records and every later one are answered 503 and rolled back. The fsync mode is then `no`:
@@ -111,7 +114,7 @@ class Journal {
   // write(2) of every record appended so far, if `seq` is not written yet. An error
   // (Errc::journal_failed): not on disk.
   Result<void> write_through(std::uint64_t seq);
-  // Calls `done` once `seq` is synced (or a sync failed): at once on this thread if it already is,
+  // Calls `done` once `seq` is synced, or replicated (or that failed): at once on this thread if it already is,
   // otherwise on the syncer thread.
   void when_durable(std::uint64_t seq, Done done);
 
@@ -151,7 +154,8 @@ class Journal {
   FsyncMode mode() const noexcept { return options_.mode; }
   // Whether a record is acknowledged only once when_durable() says so (--fsync always, or
   // replicated), rather than once written.
-  bool acknowledged_late() const noexcept { return options_.mode == FsyncMode::always || options_.replicate; }
+  bool acknowledged_late() const noexcept { return options_.mode == FsyncMode::always || replicates(); }
+  bool replicates() const noexcept { return static_cast<bool>(options_.replicate); }
 
  private:
   explicit Journal(Options options);
@@ -198,6 +202,9 @@ class Journal {
     std::uint64_t offset = 0;  // of `records` in that file
   };
   std::deque<Written> unreplicated_;
+  // Bumped by roll_back: a replication that was in flight across it is not acknowledged (its seqs
+  // may be given to other records since).
+  std::uint64_t epoch_ = 0;
   void keep_for_replication_locked(std::string& records, std::uint64_t offset);
   // The next batch (whole records from the front of unreplicated_, taken out), its last record's
   // seq and the acknowledged end after it.

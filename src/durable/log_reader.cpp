@@ -8,6 +8,16 @@
 
 namespace hf3fs_meta::durable {
 
+RecordSpan record_span(std::string_view bytes) {
+  Reader in(bytes);
+  RecordSpan out;
+  std::uint32_t length = 0;
+  in.u64(out.seq);
+  in.u32(length);
+  out.size = kRecordHeaderSize + length + kRecordTrailerSize;
+  return out;
+}
+
 Result<std::uint32_t> check_file_header(std::string_view bytes, std::string_view magic, std::uint32_t newest) {
   if (bytes.size() < kFileHeaderSize) return Error{Errc::corrupt, "file header truncated"};
   if (bytes.substr(0, magic.size()) != magic) return Error{Errc::corrupt, "not a " + std::string(magic) + " file"};

@@ -19,6 +19,15 @@ namespace hf3fs_meta::durable {
 Result<std::uint32_t> check_file_header(std::string_view bytes, std::string_view magic,
                                         std::uint32_t newest = kFormatVersion);
 
+// The seq and whole size (header, payload, trailer) of the record whose header begins `bytes` (at
+// least kRecordHeaderSize of them). Unchecked: for bytes this process framed itself, or that a
+// LogReader checks next (the journal's batches for replication, a replicated log's entries).
+struct RecordSpan {
+  std::uint64_t seq = 0;
+  std::size_t size = 0;
+};
+RecordSpan record_span(std::string_view bytes);
+
 // Told what a reader dropped instead of failing: the torn tail of the last journal file.
 class CorruptionReporter {
  public:

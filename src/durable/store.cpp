@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <future>
 #include <system_error>
 
 #include "durable/snapshot.hpp"
@@ -45,6 +46,17 @@ Store::~Store() {
   state_.set_change_sink({});
 }
 
+namespace {
+
+// Waits until `seq` is acknowledged (when_durable), or its acknowledgement failed.
+Result<void> acknowledged(Journal& journal, std::uint64_t seq) {
+  std::promise<Result<void>> done;
+  journal.when_durable(seq, [&done](const Result<void>& durable) { done.set_value(durable); });
+  return done.get_future().get();
+}
+
+}  // namespace
+
 Result<std::uint64_t> Store::snapshot() {
   std::lock_guard one(snapshot_mutex_);
   // Checked again at the end: a failure may come while the image is written.
@@ -57,6 +69,12 @@ Result<std::uint64_t> Store::snapshot() {
   const StateImage image = state_.export_image([&](std::uint64_t seq) { journal_->rotate_at(seq); });
   const std::vector<DedupEntry> dedup = journal_->tagged_up_to(image.seq);
   auto next = journal_->finish_rotation();
+  // Replicated (Journal::Options::replicate): the image may hold changes the replicated log does not
+  // have yet; a snapshot of them would acknowledge them. So it waits for them, and is refused if
+  // their replication fails.
+  if (next && journal_->replicates()) {
+    if (auto replicated = acknowledged(*journal_, image.seq); !replicated) next = std::move(replicated).error();
+  }
   Result<std::uint64_t> written = next ? write_snapshot(options_.dir, image, dedup, next.value().name)
                                        : Result<std::uint64_t>(std::move(next).error());
   std::lock_guard lock(mutex_);

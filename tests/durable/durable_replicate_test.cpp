@@ -16,6 +16,7 @@
 #include "durable/log_reader.hpp"
 #include "durable/log_writer.hpp"
 #include "durable/store.hpp"
+#include "support/durable_support.hpp"
 #include "support/temp_dir.hpp"
 
 namespace hf3fs_meta::durable {
@@ -172,22 +173,79 @@ TEST_F(Replicated, BatchesAreWholeRecordsInOrderUnderTheLimit) {
   EXPECT_THAT(log.batch_seqs(), ElementsAre(ElementsAre(1), ElementsAre(2), ElementsAre(3)));
 }
 
-TEST(ReplicatedStore, AFailedReplicationIsRolledBackToTheLastRecordReplicated) {
+TEST_F(Replicated, OneWriteIsCutIntoSeveralBatches) {
+  ASSERT_NO_FATAL_FAILURE(open(/*batch_bytes=*/1));
+  log.hold();
+  Journal::reset_thread_seq();
+  ASSERT_TRUE(state.initialize(0, 8));
+  ASSERT_TRUE(journal->write_through(Journal::thread_seq()));
+  ASSERT_TRUE(log.wait_entered(1));
+  // Three changes, then one write(2) of all three: one run of records, replicated one by one.
+  for (const char* key : {"a", "b", "c"}) ASSERT_TRUE(state.allocate(0, std::vector<BlockKey>{{key, ""}}));
+  ASSERT_TRUE(journal->write_through(Journal::thread_seq()));
+  auto ack = acknowledged(4);
+  log.release();
+  ASSERT_TRUE(ack.get());
+  EXPECT_THAT(log.batch_seqs(), ElementsAre(ElementsAre(1), ElementsAre(2), ElementsAre(3), ElementsAre(4)));
+}
+
+// A Store over the fake log, and a change acknowledged as the server acknowledges it.
+struct ReplicatedStore : ::testing::Test {
+  void SetUp() override {
+    auto opened = Store::open(Store::Options{dir.path(), FsyncMode::everysec, 0, 1 << 20, log.function()}, state);
+    ASSERT_TRUE(opened) << opened.error().message;
+    store = std::move(opened).value();
+  }
+  // Written (which fails, too, once the journal has), then replicated.
+  Result<void> write_and_wait() {
+    if (auto written = store->journal().write_through(Journal::thread_seq()); !written) return written;
+    std::promise<Result<void>> done;
+    store->journal().when_durable(Journal::thread_seq(), [&](const Result<void>& r) { done.set_value(r); });
+    return done.get_future().get();
+  }
+
   TempDir dir;
   FakeLog log;
   MetadataState state;
-  Store::Options options{dir.path(), FsyncMode::everysec, 0, 1 << 20, log.function()};
-  auto opened = Store::open(options, state);
-  ASSERT_TRUE(opened) << opened.error().message;
-  Store& store = *opened.value();
-  // As the server acknowledges a change: written (which fails, too, once the journal has), then
-  // replicated.
-  const auto write_and_wait = [&]() {
-    if (auto written = store.journal().write_through(Journal::thread_seq()); !written) return written;
-    std::promise<Result<void>> done;
-    store.journal().when_durable(Journal::thread_seq(), [&](const Result<void>& r) { done.set_value(r); });
-    return done.get_future().get();
-  };
+  std::unique_ptr<Store> store;
+};
+
+TEST_F(ReplicatedStore, ASnapshotWaitsForWhatItHoldsToBeReplicated) {
+  Journal::reset_thread_seq();
+  ASSERT_TRUE(state.initialize(0, 4));
+  ASSERT_TRUE(write_and_wait());
+  log.hold();
+  Journal::reset_thread_seq();
+  ASSERT_TRUE(state.allocate(0, std::vector<BlockKey>{{"a", ""}}));
+  ASSERT_TRUE(store->journal().write_through(Journal::thread_seq()));
+  ASSERT_TRUE(log.wait_entered(2));
+  auto snapshot = std::async(std::launch::async, [&] { return store->snapshot(); });
+  // Held: a snapshot now would make change 2 durable before the replicated log has it.
+  EXPECT_EQ(snapshot.wait_for(std::chrono::milliseconds(0)), std::future_status::timeout);
+  log.release();
+  const auto taken = snapshot.get();
+  ASSERT_TRUE(taken) << taken.error().message;
+  EXPECT_EQ(testing::files_like(dir.path(), "snapshot-").size(), 1u);
+
+  // A snapshot waiting for a replication that then fails is refused: what it held is not durable.
+  log.hold();
+  Journal::reset_thread_seq();
+  ASSERT_TRUE(state.allocate(0, std::vector<BlockKey>{{"b", ""}}));
+  ASSERT_TRUE(store->journal().write_through(Journal::thread_seq()));
+  ASSERT_TRUE(log.wait_entered(3));
+  auto second = std::async(std::launch::async, [&] { return store->snapshot(); });
+  EXPECT_EQ(second.wait_for(std::chrono::milliseconds(0)), std::future_status::timeout);
+  log.fail("etcd: fenced");
+  log.release();
+  const auto refused = second.get();
+  ASSERT_FALSE(refused);
+  // Refused while it waited, or (had it started only after the failure) for the failure pending.
+  EXPECT_THAT(refused.error().message,
+              ::testing::AnyOf(HasSubstr("replication failed: etcd: fenced"), HasSubstr("rolled back first")));
+  EXPECT_EQ(testing::files_like(dir.path(), "snapshot-").size(), 1u);  // the first one only
+}
+
+TEST_F(ReplicatedStore, AFailedReplicationIsRolledBackToTheLastRecordReplicated) {
   Journal::reset_thread_seq();
   ASSERT_TRUE(state.initialize(0, 4));
   ASSERT_TRUE(write_and_wait());
@@ -203,9 +261,9 @@ TEST(ReplicatedStore, AFailedReplicationIsRolledBackToTheLastRecordReplicated) {
   ASSERT_FALSE(refused);
   EXPECT_EQ(refused.error().code, Errc::journal_failed);
   EXPECT_THAT(refused.error().message, HasSubstr("replication failed: etcd: fenced"));
-  EXPECT_TRUE(store.journal().rollback_pending());
+  EXPECT_TRUE(store->journal().rollback_pending());
 
-  const auto kept = store.settle();
+  const auto kept = store->settle();
   ASSERT_TRUE(kept) << kept.error().message;
   EXPECT_EQ(kept.value(), replicated.seq);
   EXPECT_EQ(state.export_image(), replicated);

@@ -98,12 +98,16 @@ TEST_F(HaEtcdTest, ALeaseLeftUnrenewedLapsesAndAnotherMemberWins) {
   // etcd's own clock decides when the lease expires: this wait is etcd's, bounded by TTL + 3 s.
   const auto give_up = std::chrono::steady_clock::now() + 5s;
   bool b_won = false;
+  TimePoint sent;
   while (!b_won && std::chrono::steady_clock::now() < give_up) {
     std::this_thread::sleep_for(200ms);
+    sent = std::chrono::steady_clock::now();
     b_won = b.campaign().value().won;
   }
   ASSERT_TRUE(b_won);
-  EXPECT_FALSE(a.surely_alive());  // by its own clock, before etcd could have expired it
+  // By its own clock, a stopped counting itself leader before b's winning campaign was even sent:
+  // etcd expired a's lease no earlier than a's last renewal's send time + TTL, and b won after that.
+  EXPECT_FALSE(a.window().surely_alive(sent));
   const auto renewed = a.renew();
   ASSERT_TRUE(renewed);
   EXPECT_FALSE(renewed.value());  // the lease is gone

@@ -1,6 +1,7 @@
 // etcd's JSON gateway as values: the request bodies written, and answers read as etcd 3.4.23 wrote
 // them (the samples below are its answers, captured with curl).
 #include "ha/etcd_codec.hpp"
+#include "ha/etcd_client.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -186,6 +187,15 @@ TEST(EtcdCodecTest, ReadsErrorAnswers) {
   const GatewayError other = decode_error("<html>bad gateway</html>");
   EXPECT_EQ(other.code, 0);
   EXPECT_EQ(other.message, "<html>bad gateway</html>");
+}
+
+TEST(EtcdEndpointsTest, TheListIsCheckedNamingTheBadEntry) {
+  const auto two = parse_etcd_endpoints("http://127.0.0.1:2379/, http://127.0.0.1:2380");
+  ASSERT_TRUE(two) << two.error();
+  EXPECT_THAT(two.value(), ::testing::ElementsAre("http://127.0.0.1:2379", "http://127.0.0.1:2380"));
+  EXPECT_THAT(parse_etcd_endpoints("http://a:1,,http://b:2").error(), HasSubstr("--ha-etcd[1]"));
+  EXPECT_THAT(parse_etcd_endpoints("127.0.0.1:2379").error(), HasSubstr("--ha-etcd"));
+  EXPECT_THAT(parse_etcd_endpoints("https://a:2379").error(), HasSubstr("not an http:// URL"));
 }
 
 }  // namespace

@@ -26,6 +26,7 @@ struct Handed {
   std::vector<std::uint64_t> seqs;
   std::vector<std::string> batches;
   std::string ended;
+  bool needs_snapshot = false;
   std::uint64_t refuse_at = 0;  // an entry with this last seq is refused
 
   LogFollower::Apply apply() {
@@ -39,9 +40,10 @@ struct Handed {
     };
   }
   LogFollower::Ended ended_with() {
-    return [this](std::string why) {
+    return [this](EtcdError why) {
       std::lock_guard lock(mutex);
-      ended = why.empty() ? "(no reason)" : std::move(why);
+      ended = why.message.empty() ? "(no reason)" : std::move(why.message);
+      needs_snapshot = why.needs_snapshot;
       changed.notify_all();
     };
   }
@@ -104,6 +106,7 @@ TEST_F(LogFollowerTest, CatchesUpThenFollowsEveryEntryOnceInOrder) {
   EXPECT_THAT(handed.seqs, ElementsAre(2, 3, 5, 6));
   EXPECT_EQ(handed.batches[2], "batch 5");
   EXPECT_EQ(follower.applied(), 6u);
+  EXPECT_EQ(follower.catch_ups(), 1u);  // one watch all along: it never ended
   EXPECT_TRUE(handed.ended.empty());  // stop() is not an end
 }
 
@@ -147,6 +150,7 @@ TEST_F(LogFollowerTest, AnEntryItCannotApplyEndsFollowingSayingWhy) {
   LogFollower follower(*reader_etcd_, *keys_, 0, handed.apply(), handed.ended_with());
   ASSERT_TRUE(handed.wait([](Handed& h) { return !h.ended.empty(); }));
   EXPECT_THAT(handed.ended, HasSubstr("log entry 2 could not be applied: refused by the test"));
+  EXPECT_FALSE(handed.needs_snapshot);
   EXPECT_THAT(handed.seqs, ElementsAre(1));
   EXPECT_EQ(follower.applied(), 1u);
 }
@@ -159,6 +163,7 @@ TEST_F(LogFollowerTest, ALogCompactedPastItEndsFollowingAsNeedingASnapshot) {
   LogFollower follower(*reader_etcd_, *keys_, 0, handed.apply(), handed.ended_with());
   ASSERT_TRUE(handed.wait([](Handed& h) { return !h.ended.empty(); }));
   EXPECT_THAT(handed.ended, HasSubstr("needs a snapshot"));
+  EXPECT_TRUE(handed.needs_snapshot);
   EXPECT_TRUE(handed.seqs.empty());
 }
 
