@@ -63,9 +63,7 @@ class FakeLog {
       struct : CorruptionReporter {
         void dropped(std::size_t, std::string_view) override { ADD_FAILURE() << "a torn batch"; }
       } reporter;
-      std::uint64_t first = 0;
-      std::memcpy(&first, records.data(), sizeof first);
-      LogReader reader("batch", file, false, first, reporter);
+      LogReader reader("batch", file, false, record_span(records).seq, reporter);
       for (;;) {
         auto next = reader.read();
         EXPECT_TRUE(next) << (next ? "" : next.error().message);
