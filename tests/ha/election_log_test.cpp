@@ -8,7 +8,7 @@
 
 #include "ha/election.hpp"
 #include "ha/log.hpp"
-#include "support/etcd_cluster.hpp"
+#include "support/etcd_suite.hpp"
 
 namespace hf3fs_meta::server::ha {
 namespace {
@@ -31,33 +31,27 @@ TEST(LeaseWindowTest, ALeaseIsSurelyAliveUntilTheRenewalsSendTimePlusTtlLessTheM
   EXPECT_FALSE(window.surely_alive(t0 + 1s));
 }
 
-class HaEtcdTest : public ::testing::Test {
+class HaEtcdTest : public ::hf3fs_meta::testing::EtcdSuite {
  protected:
-  static void SetUpTestSuite() { cluster_ = new ::hf3fs_meta::testing::EtcdCluster(3); }
-  static void TearDownTestSuite() {
-    delete cluster_;
-    cluster_ = nullptr;
-  }
   void SetUp() override {
-    ASSERT_NO_THROW(cluster_->wait_healthy(20s));
+    EtcdSuite::SetUp();
+    if (HasFatalFailure()) return;
     EtcdOptions o;
     o.endpoints = cluster_->client_urls();
     etcd_ = std::make_unique<EtcdClient>(o);
   }
 
   // This test's own cluster name, so that tests do not see each other's keys.
-  static Keys keys() { return Keys(::testing::UnitTest::GetInstance()->current_test_info()->name()); }
+  static Keys keys() { return Keys(test_name()); }
 
   ElectionOptions options(std::string advertise) const {
     return ElectionOptions{keys().leader(), std::move(advertise), 2, 300ms};
   }
 
-  static ::hf3fs_meta::testing::EtcdCluster* cluster_;
   std::unique_ptr<EtcdClient> etcd_;
   SteadyClock real_clock_ = [] { return std::chrono::steady_clock::now(); };
 };
 
-::hf3fs_meta::testing::EtcdCluster* HaEtcdTest::cluster_ = nullptr;
 
 TEST_F(HaEtcdTest, OneMemberWinsAndTheOtherLearnsWhoWithTheFence) {
   Election a(*etcd_, real_clock_, options("http://a"));

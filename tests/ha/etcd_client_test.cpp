@@ -9,7 +9,7 @@
 
 #include "ha/etcd_client.hpp"
 #include "ha/etcd_watch.hpp"
-#include "support/etcd_cluster.hpp"
+#include "support/etcd_suite.hpp"
 
 namespace hf3fs_meta::server::ha {
 namespace {
@@ -21,15 +21,8 @@ using namespace std::chrono_literals;
 // certainly not sent.
 std::string refused_endpoint() { return "http://127.0.0.1:1"; }
 
-class EtcdClientTest : public ::testing::Test {
+class EtcdClientTest : public ::hf3fs_meta::testing::EtcdSuite {
  protected:
-  static void SetUpTestSuite() { cluster_ = new ::hf3fs_meta::testing::EtcdCluster(3); }
-  static void TearDownTestSuite() {
-    delete cluster_;
-    cluster_ = nullptr;
-  }
-  void SetUp() override { ASSERT_NO_THROW(cluster_->wait_healthy(20s)); }
-
   static EtcdOptions options(std::vector<std::string> endpoints = {}) {
     EtcdOptions o;
     o.endpoints = endpoints.empty() ? cluster_->client_urls() : std::move(endpoints);
@@ -37,16 +30,19 @@ class EtcdClientTest : public ::testing::Test {
     return o;
   }
 
-  // A key of this test's own, so the tests do not see each other's.
-  std::string key(std::string_view suffix) const {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    return std::string("/test/").append(info->name()).append("/").append(suffix);
+  // A key of this test's own.
+  std::string key(std::string_view suffix) const { return "/test/" + test_name() + "/" + std::string(suffix); }
+
+  // Two values of key("k"), the history compacted up to the second: the revision of each.
+  std::pair<std::int64_t, std::int64_t> two_values_compacted(EtcdClient& client) {
+    const auto first = client.put({key("k"), "1"});
+    const auto second = client.put({key("k"), "2"});
+    EXPECT_TRUE(first && second);
+    if (!first || !second) return {0, 0};
+    EXPECT_TRUE(client.compact(second.value().revision));
+    return {first.value().revision, second.value().revision};
   }
-
-  static ::hf3fs_meta::testing::EtcdCluster* cluster_;
 };
-
-::hf3fs_meta::testing::EtcdCluster* EtcdClientTest::cluster_ = nullptr;
 
 TEST_F(EtcdClientTest, PutRangeAndDeleteAcrossMembers) {
   const auto urls = cluster_->client_urls();
@@ -142,13 +138,10 @@ TEST_F(EtcdClientTest, NoMemberAnsweringSaysEachOneAndThatNothingWasApplied) {
 
 TEST_F(EtcdClientTest, CompactionDropsOldRevisions) {
   EtcdClient client(options());
-  const auto first = client.put({key("k"), "1"});
-  ASSERT_TRUE(first);
-  const auto second = client.put({key("k"), "2"});
-  ASSERT_TRUE(second);
-  ASSERT_TRUE(client.compact(second.value().revision));
+  const auto [first, second] = two_values_compacted(client);
+  ASSERT_NE(second, 0);
   RangeRequest old{key("k")};
-  old.revision = first.value().revision;
+  old.revision = first;
   const auto read = client.range(old);
   ASSERT_FALSE(read);
   EXPECT_EQ(read.error().code, kGrpcOutOfRange);
@@ -212,16 +205,13 @@ TEST_F(EtcdClientTest, AWatchStreamsPutsAndDeletesFromItsStartRevision) {
 
 TEST_F(EtcdClientTest, AWatchFromACompactedRevisionEndsSayingSo) {
   EtcdClient client(options());
-  const auto first = client.put({key("k"), "1"});
-  ASSERT_TRUE(first);
-  const auto second = client.put({key("k"), "2"});
-  ASSERT_TRUE(second);
-  ASSERT_TRUE(client.compact(second.value().revision));
+  const auto [first, second] = two_values_compacted(client);
+  ASSERT_NE(second, 0);
   WatchLog log;
-  EtcdWatch watch(cluster_->client_urls()[0], key("k"), {}, first.value().revision, log.on_message(), log.on_end());
+  EtcdWatch watch(cluster_->client_urls()[0], key("k"), {}, first, log.on_message(), log.on_end());
   ASSERT_TRUE(log.wait([](WatchLog& l) { return !l.end.empty(); }));
   EXPECT_THAT(log.end, HasSubstr("compacted"));
-  EXPECT_THAT(log.end, HasSubstr(std::to_string(second.value().revision)));
+  EXPECT_THAT(log.end, HasSubstr(std::to_string(second)));
 }
 
 TEST_F(EtcdClientTest, AWatchOnAMemberThatDiesEnds) {

@@ -10,7 +10,7 @@
 #include <mutex>
 
 #include "ha/election.hpp"
-#include "support/etcd_cluster.hpp"
+#include "support/etcd_suite.hpp"
 
 namespace hf3fs_meta::server::ha {
 namespace {
@@ -54,16 +54,12 @@ struct Handed {
   }
 };
 
-class LogFollowerTest : public ::testing::Test {
+class LogFollowerTest : public ::hf3fs_meta::testing::EtcdSuite {
  protected:
-  static void SetUpTestSuite() { cluster_ = new ::hf3fs_meta::testing::EtcdCluster(3); }
-  static void TearDownTestSuite() {
-    delete cluster_;
-    cluster_ = nullptr;
-  }
   void SetUp() override {
-    ASSERT_NO_THROW(cluster_->wait_healthy(20s));
-    keys_ = std::make_unique<Keys>(::testing::UnitTest::GetInstance()->current_test_info()->name());
+    EtcdSuite::SetUp();
+    if (HasFatalFailure()) return;
+    keys_ = std::make_unique<Keys>(test_name());
     // The leader writes through the last two members; the follower reads from the first on.
     const auto urls = cluster_->client_urls();
     writer_etcd_ = std::make_unique<EtcdClient>(EtcdOptions{{urls[1], urls[2]}});
@@ -83,14 +79,12 @@ class LogFollowerTest : public ::testing::Test {
     ASSERT_TRUE(appended) << appended.error().message;
   }
 
-  static ::hf3fs_meta::testing::EtcdCluster* cluster_;
   std::unique_ptr<Keys> keys_;
   std::unique_ptr<EtcdClient> writer_etcd_, reader_etcd_;
   std::unique_ptr<Election> election_;
   std::unique_ptr<LogWriter> writer_;
 };
 
-::hf3fs_meta::testing::EtcdCluster* LogFollowerTest::cluster_ = nullptr;
 
 TEST_F(LogFollowerTest, CatchesUpThenFollowsEveryEntryOnceInOrder) {
   append(2);
