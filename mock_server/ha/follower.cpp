@@ -36,6 +36,22 @@ void LogFollower::fail(EtcdError why) {
   wake_.notify_all();
 }
 
+void LogFollower::watch_while_live() {
+  const auto done = [&] { return stopping_ || watch_ended_ || failed_; };
+  std::unique_lock lock(mutex_);
+  std::uint64_t checked = applied();
+  while (!wake_.wait_for(lock, options_.stall_check, done)) {
+    if (applied() != checked) {  // entries came: live
+      checked = applied();
+      continue;
+    }
+    lock.unlock();
+    const auto tip = read_tip(etcd_, keys_);
+    lock.lock();
+    if (tip && tip.value().seq > applied()) return;  // the log went on without the watch: stalled
+  }
+}
+
 bool LogFollower::deliver(const LogEntry& entry) {
   if (failed_.load()) return false;
   if (entry.last_seq <= applied()) return true;  // a repeat: a catch-up read and the watch overlap
@@ -94,10 +110,11 @@ void LogFollower::run() {
           watch_ended_ = true;
           wake_.notify_all();
         });
-    std::unique_lock lock(mutex_);
-    wake_.wait(lock, [&] { return stopping_ || watch_ended_ || failed_; });
-    lock.unlock();
+    const auto started = std::chrono::steady_clock::now();
+    watch_while_live();
     watch.stop();
+    // A watch that ended at once (a member refusing it, say) is not started again at once.
+    if (std::chrono::steady_clock::now() - started < options_.retry_after && !wait_for(options_.retry_after)) break;
   }
   EtcdError why;
   {

@@ -31,7 +31,11 @@ class LogFollower {
 
   struct Options {
     std::int64_t read_limit = 64;                      // entries per catch-up read
-    std::chrono::milliseconds retry_after{200};        // after a failed read, before the next
+    std::chrono::milliseconds retry_after{200};        // after a failed read, or a watch that ended at once
+    // A watch through a member that lost its quorum stays open and silent. Every this long without
+    // an entry, the tip is read (through any member that answers): past what was applied, the watch
+    // has stalled and is started anew.
+    std::chrono::milliseconds stall_check{2000};
   };
 
   // Follows from the record after `applied_seq` on a thread of its own.
@@ -46,7 +50,7 @@ class LogFollower {
   void stop();
   // The last record applied.
   std::uint64_t applied() const noexcept { return applied_.load(std::memory_order_acquire); }
-  // How many times it read the log to catch up (1 + one per watch that ended).
+  // How many times it read the log to catch up (1 + one per watch that ended or stalled).
   std::uint64_t catch_ups() const noexcept { return catch_ups_.load(std::memory_order_relaxed); }
 
  private:
@@ -58,6 +62,8 @@ class LogFollower {
   bool deliver(const LogEntry& entry);
   void fail(EtcdError why);
   bool wait_for(std::chrono::milliseconds duration);  // false: stopping
+  // Waits while the watch delivers; returns when it ended, stalled, following failed, or stop().
+  void watch_while_live();
 
   EtcdClient& etcd_;
   const Keys& keys_;

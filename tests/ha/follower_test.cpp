@@ -135,6 +135,26 @@ TEST_F(LogFollowerTest, GoesOnThroughAnotherMemberWhenItsWatchsMemberDies) {
   EXPECT_GE(follower.catch_ups(), 2u);
 }
 
+TEST_F(LogFollowerTest, AWatchThatFallsSilentIsStartedAnewThroughAnotherMember) {
+  append(1);
+  Handed handed;
+  // A short stall check, and a request timeout short enough for the stopped member's reads to fail.
+  EtcdClient reader(EtcdOptions{cluster_->client_urls(), std::chrono::milliseconds(500), std::chrono::milliseconds(1000)});
+  LogFollower follower(reader, *keys_, 0, handed.apply(), handed.ended_with(), {64, 200ms, 500ms});
+  ASSERT_TRUE(handed.wait([](Handed& h) { return h.seqs.size() >= 1; }));
+  ASSERT_EQ(reader.current_endpoint(), cluster_->client_url(0));
+  cluster_->stop(0);  // its watch stays open, and says nothing more
+  ASSERT_NO_THROW(cluster_->wait_healthy(20s));  // the others, with a leader among them
+  append(2);
+  const bool caught_up = handed.wait([](Handed& h) { return h.seqs.size() >= 2; });
+  follower.stop();
+  cluster_->cont(0);
+  ASSERT_TRUE(caught_up) << "the follower did not notice its watch had stalled";
+  EXPECT_THAT(handed.seqs, ElementsAre(1, 2));
+  EXPECT_GE(follower.catch_ups(), 2u);
+  EXPECT_NE(reader.current_endpoint(), cluster_->client_url(0));
+}
+
 TEST_F(LogFollowerTest, AnEntryItCannotApplyEndsFollowingSayingWhy) {
   append(1);
   append(2);
