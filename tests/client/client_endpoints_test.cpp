@@ -14,6 +14,7 @@
 #include "client/endpoints.hpp"
 #include "internal/endpoint_url.hpp"
 #include "support/fakes.hpp"
+#include "support/scripted_client.hpp"
 
 namespace hf3fs_meta {
 namespace {
@@ -27,16 +28,6 @@ const std::string kA = "http://127.0.0.1:18001";
 const std::string kB = "http://127.0.0.1:18002";
 const std::string kC = "http://127.0.0.1:18003";
 const std::string kElsewhere = "http://127.0.0.1:18009";
-
-class FixedBackoff final : public BackoffPolicy {
- public:
-  explicit FixedBackoff(std::chrono::nanoseconds d) : d_(d) {}
-  std::unique_ptr<BackoffPolicy> clone() const override { return std::make_unique<FixedBackoff>(*this); }
-  std::chrono::nanoseconds delay(int, double) const override { return d_; }
-
- private:
-  std::chrono::nanoseconds d_;
-};
 
 // A policy under which a 503 may have been applied: an ordinary one repeats only what is safe to.
 class Ambiguous503Policy final : public RetryPolicy {
@@ -52,21 +43,13 @@ class Ambiguous503Policy final : public RetryPolicy {
 TransportResult ok_allocate() { return http_answer(200, R"({"rank":3,"results":[["k",7]]})"); }
 TransportResult ok_exists() { return http_answer(200, R"({"exists":[true]})"); }
 
-class ClientEndpointsTest : public ::testing::Test {
+// The client over three members, unless a test names others.
+class ClientEndpointsTest : public ScriptedClientTest {
  protected:
   std::unique_ptr<Client> make_client(ClientOptions options = {}) {
     if (options.endpoints.empty()) options.endpoints = {kA, kB, kC};
-    options.transport = transport;
-    options.clock = clock;
-    options.sleeper = sleeper;
-    options.observer = observer;
-    return std::make_unique<Client>(std::move(options));
+    return ScriptedClientTest::make_client(std::move(options));
   }
-
-  std::shared_ptr<ScriptedTransport> transport = std::make_shared<ScriptedTransport>();
-  std::shared_ptr<FakeClock> clock = std::make_shared<FakeClock>();
-  std::shared_ptr<FakeSleeper> sleeper = std::make_shared<FakeSleeper>(clock);
-  std::shared_ptr<RecordingObserver> observer = std::make_shared<RecordingObserver>();
 };
 
 // ---- Where the next attempt goes ----

@@ -25,6 +25,7 @@
 #include "client/http_peer.hpp"
 #include "internal/token_file.hpp"
 #include "support/fakes.hpp"
+#include "support/scripted_client.hpp"
 
 namespace hf3fs_meta {
 namespace {
@@ -32,6 +33,7 @@ namespace {
 using namespace std::chrono_literals;
 using testing::FakeClock;
 using testing::FakeSleeper;
+using testing::FixedBackoff;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -424,16 +426,6 @@ TEST(ClientGuardsTest, A401Or403NamesTheTokenAndWhereToSetIt) {
   other.status = 404;
   EXPECT_THAT(other.message(), HasSubstr("check that the base URL points at an HF3FS metadata server"));
 }
-
-class FixedBackoff final : public BackoffPolicy {
- public:
-  explicit FixedBackoff(std::chrono::nanoseconds d) : d_(d) {}
-  std::unique_ptr<BackoffPolicy> clone() const override { return std::make_unique<FixedBackoff>(d_); }
-  std::chrono::nanoseconds delay(int, double) const override { return d_; }
-
- private:
-  std::chrono::nanoseconds d_;
-};
 
 // `--deadline-ms 1500` said "deadline of 1.5 s reached ... in 1.06 s": the loop had stopped early,
 // because the next backoff would pass the deadline. The message now says that.

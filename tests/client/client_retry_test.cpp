@@ -12,6 +12,7 @@
 #include "hf3fs_meta/routes.hpp"
 #include "hf3fs_meta/protocol.hpp"
 #include "support/fakes.hpp"
+#include "support/scripted_client.hpp"
 
 namespace hf3fs_meta {
 namespace {
@@ -27,17 +28,6 @@ constexpr std::string_view kExists = path_of(Route::batch_exists);
 constexpr std::string_view kLocations = path_of(Route::get_locations);
 constexpr std::string_view kClear = path_of(Route::clear);
 
-// Always waits the same: makes the clock arithmetic of deadline tests exact.
-class FixedBackoff final : public BackoffPolicy {
- public:
-  explicit FixedBackoff(std::chrono::nanoseconds d) : d_(d) {}
-  std::unique_ptr<BackoffPolicy> clone() const override { return std::make_unique<FixedBackoff>(*this); }
-  std::chrono::nanoseconds delay(int, double) const override { return d_; }
-
- private:
-  std::chrono::nanoseconds d_;
-};
-
 TransportResult ok_allocate(std::string_view key = "k", Page page = 0) {
   return http_answer(200, R"({"rank":3,"results":[[")" + std::string(key) + "\"," + std::to_string(page) + "]]}");
 }
@@ -52,21 +42,7 @@ TransportResult allocate_not_initialized(Rank rank = 3) {
   return detail_answer(500, "Allocation failed: Rank " + std::to_string(rank) + " not initialized");
 }
 
-class ClientRetryTest : public ::testing::Test {
- protected:
-  std::unique_ptr<Client> make_client(ClientOptions options = {}) {
-    options.transport = transport;
-    options.clock = clock;
-    options.sleeper = sleeper;
-    options.observer = observer;
-    return std::make_unique<Client>(std::move(options));
-  }
-
-  std::shared_ptr<ScriptedTransport> transport = std::make_shared<ScriptedTransport>();
-  std::shared_ptr<FakeClock> clock = std::make_shared<FakeClock>();
-  std::shared_ptr<FakeSleeper> sleeper = std::make_shared<FakeSleeper>(clock);
-  std::shared_ptr<RecordingObserver> observer = std::make_shared<RecordingObserver>();
-};
+class ClientRetryTest : public ScriptedClientTest {};
 
 // ---- Row 1: 503, and failures before the request left, are repeated after backoff, for any call ----
 
