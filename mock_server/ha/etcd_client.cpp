@@ -36,21 +36,21 @@ bool certainly_not_applied(const GatewayError& error) {
   }
 }
 
+// A 200's body decoded, or the call's error. A 200 we cannot read: the request was applied (a
+// write) or answered, and what it said is lost.
 template <class T>
-EtcdResult<T> decoded(Decoded<T> value, std::string_view path) {
+EtcdResult<T> answer(EtcdResult<std::string> body, Decoded<T> (*decode)(std::string_view), std::string_view path) {
+  if (!body) return body.error();
+  auto value = decode(body.value());
   if (value) return std::move(value).value();
-  // A 200 we cannot read: the request was applied (a write) or answered; what it said is lost.
   return EtcdError{EtcdError::Kind::unknown, 0,
                    std::string("etcd's answer to ").append(path).append(" is unreadable: ").append(value.error().message)};
 }
 
 }  // namespace
 
-EtcdClient::EtcdClient(EtcdOptions options) : options_(std::move(options)) {
-  for (const std::string& endpoint : options_.endpoints) {
-    transports_.push_back(make_curl_transport(endpoint, {}, kMaxAnswerBytes));
-  }
-}
+EtcdClient::EtcdClient(EtcdOptions options)
+    : options_(std::move(options)), transport_(make_curl_transport({}, {}, kMaxAnswerBytes)) {}
 
 EtcdClient::~EtcdClient() = default;
 
@@ -63,13 +63,14 @@ EtcdResult<std::string> EtcdClient::call(std::string_view path, std::string body
   request.path = path;
   request.body = std::move(body);
   const AttemptTimeouts timeouts{options_.connect_timeout, options_.request_timeout};
-  const std::size_t n = transports_.size();
+  const std::size_t n = options_.endpoints.size();
   const std::size_t first = current_.load(std::memory_order_relaxed);
   std::string tried;  // what each member did, for the error
   EtcdError last;
   for (std::size_t i = 0; i < n; ++i) {
     const std::size_t at = (first + i) % n;
-    TransportResult result = transports_[at]->post(request, timeouts);
+    request.endpoint = options_.endpoints[at];
+    TransportResult result = transport_->post(request, timeouts);
     bool certain = false;  // the request certainly did not take effect on this member
     if (result && result.value().status == 200) {
       current_.store(at, std::memory_order_relaxed);
@@ -104,40 +105,34 @@ EtcdResult<std::string> EtcdClient::call(std::string_view path, std::string body
 }
 
 EtcdResult<RangeResponse> EtcdClient::range(const RangeRequest& request) {
-  auto body = call("/v3/kv/range", encode(request), Retry::reads);
-  if (!body) return body.error();
-  return decoded(decode_range(body.value()), "/v3/kv/range");
+  constexpr std::string_view kPath = "/v3/kv/range";
+  return answer(call(kPath, encode(request), Retry::reads), decode_range, kPath);
 }
 
 EtcdResult<PutResponse> EtcdClient::put(const PutRequest& request) {
-  auto body = call("/v3/kv/put", encode(request), Retry::writes);
-  if (!body) return body.error();
-  return decoded(decode_put(body.value()), "/v3/kv/put");
+  constexpr std::string_view kPath = "/v3/kv/put";
+  return answer(call(kPath, encode(request), Retry::writes), decode_put, kPath);
 }
 
 EtcdResult<DeleteResponse> EtcdClient::delete_range(const DeleteRequest& request) {
-  auto body = call("/v3/kv/deleterange", encode(request), Retry::writes);
-  if (!body) return body.error();
-  return decoded(decode_delete(body.value()), "/v3/kv/deleterange");
+  constexpr std::string_view kPath = "/v3/kv/deleterange";
+  return answer(call(kPath, encode(request), Retry::writes), decode_delete, kPath);
 }
 
 EtcdResult<TxnResponse> EtcdClient::txn(const TxnRequest& request) {
-  auto body = call("/v3/kv/txn", encode(request), Retry::writes);
-  if (!body) return body.error();
-  return decoded(decode_txn(body.value()), "/v3/kv/txn");
+  constexpr std::string_view kPath = "/v3/kv/txn";
+  return answer(call(kPath, encode(request), Retry::writes), decode_txn, kPath);
 }
 
 EtcdResult<LeaseGrant> EtcdClient::lease_grant(std::int64_t ttl_seconds) {
   // A grant repeated on another member makes a second lease, which nobody renews: it expires.
-  auto body = call("/v3/lease/grant", encode_lease_grant(ttl_seconds), Retry::reads);
-  if (!body) return body.error();
-  return decoded(decode_lease_grant(body.value()), "/v3/lease/grant");
+  constexpr std::string_view kPath = "/v3/lease/grant";
+  return answer(call(kPath, encode_lease_grant(ttl_seconds), Retry::reads), decode_lease_grant, kPath);
 }
 
 EtcdResult<std::int64_t> EtcdClient::lease_keepalive(std::int64_t id) {
-  auto body = call("/v3/lease/keepalive", encode_lease_id(id), Retry::reads);
-  if (!body) return body.error();
-  return decoded(decode_lease_keepalive(body.value()), "/v3/lease/keepalive");
+  constexpr std::string_view kPath = "/v3/lease/keepalive";
+  return answer(call(kPath, encode_lease_id(id), Retry::reads), decode_lease_keepalive, kPath);
 }
 
 EtcdResult<void> EtcdClient::lease_revoke(std::int64_t id) {
@@ -147,15 +142,15 @@ EtcdResult<void> EtcdClient::lease_revoke(std::int64_t id) {
 }
 
 EtcdResult<std::int64_t> EtcdClient::compact(std::int64_t revision) {
-  auto body = call("/v3/kv/compaction", encode_compaction(revision), Retry::reads);
+  constexpr std::string_view kPath = "/v3/kv/compaction";
+  auto body = call(kPath, encode_compaction(revision), Retry::reads);
   // Already compacted there (a repeat of one whose answer was lost, or another's): done. Its
   // answer says no revision: the one asked for stands in.
   if (!body && body.error().code == kGrpcOutOfRange &&
       body.error().message.find("has been compacted") != std::string::npos) {
     return revision;
   }
-  if (!body) return body.error();
-  return decoded(decode_header_revision(body.value()), "/v3/kv/compaction");
+  return answer(std::move(body), decode_header_revision, kPath);
 }
 
 boost::outcome_v2::result<std::vector<std::string>, std::string, boost::outcome_v2::policy::terminate>

@@ -1,5 +1,6 @@
 // EtcdClient: etcd v3's unary calls (range, put, delete, txn, leases, compaction) over its JSON
-// gateway, with the members' client URLs as endpoints; EtcdWatch (etcd_watch.hpp) streams a watch.
+// gateway, with the members' client URLs as endpoints (the SDK's CurlTransport, each request sent to
+// its member by HttpRequest::endpoint); EtcdWatch (etcd_watch.hpp) streams a watch.
 //
 // What a failure means matters more than the failure: a Txn whose answer never came may still
 // commit (etcd applies a proposal once a quorum has it, whether or not the member that took it
@@ -73,6 +74,7 @@ class EtcdClient {
   EtcdResult<std::int64_t> compact(std::int64_t revision);
 
   const std::vector<std::string>& endpoints() const noexcept { return options_.endpoints; }
+  const EtcdOptions& options() const noexcept { return options_; }
   // The endpoint the next call tries first (the last one that answered).
   const std::string& current_endpoint() const noexcept;
 
@@ -82,7 +84,7 @@ class EtcdClient {
   EtcdResult<std::string> call(std::string_view path, std::string body, Retry retry);
 
   EtcdOptions options_;
-  std::vector<std::shared_ptr<Transport>> transports_;  // one per endpoint
+  std::shared_ptr<Transport> transport_;  // one for all members: each request names its endpoint
   std::atomic<std::size_t> current_{0};
 };
 

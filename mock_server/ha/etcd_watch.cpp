@@ -2,6 +2,7 @@
 
 #include <curl/curl.h>
 
+#include <algorithm>
 #include <utility>
 
 namespace hf3fs_meta::server::ha {
@@ -61,8 +62,8 @@ struct EtcdWatch::Stream {
   }
 };
 
-EtcdWatch::EtcdWatch(std::string endpoint, std::string_view key, std::string_view range_end,
-                     std::int64_t start_revision, OnMessage on_message, OnEnd on_end)
+EtcdWatch::EtcdWatch(std::string endpoint, std::chrono::milliseconds connect_timeout, std::string_view key,
+                     std::string_view range_end, std::int64_t start_revision, OnMessage on_message, OnEnd on_end)
     : stream_(std::make_unique<Stream>()) {
   Stream& s = *stream_;
   s.url = std::move(endpoint) + "/v3/watch";
@@ -80,7 +81,7 @@ EtcdWatch::EtcdWatch(std::string endpoint, std::string_view key, std::string_vie
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
     curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
-    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, 1000L);
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(std::max<std::int64_t>(1, connect_timeout.count())));
     curl_easy_setopt(e, CURLOPT_NOPROXY, "127.0.0.1,localhost,::1");
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, &Stream::on_data);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, &s);

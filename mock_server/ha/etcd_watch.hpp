@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -24,8 +25,9 @@ class EtcdWatch {
   // through the member at `endpoint`. Calls `on_message` for each message, in order, and `on_end`
   // once when the stream ends by itself (the member went away, etcd canceled the watch, a message
   // could not be read), saying why; both on the watch's thread. stop() ends it without on_end.
-  EtcdWatch(std::string endpoint, std::string_view key, std::string_view range_end, std::int64_t start_revision,
-            OnMessage on_message, OnEnd on_end);
+  // `connect_timeout`: the client's (EtcdOptions::connect_timeout); once connected, no time limit.
+  EtcdWatch(std::string endpoint, std::chrono::milliseconds connect_timeout, std::string_view key,
+            std::string_view range_end, std::int64_t start_revision, OnMessage on_message, OnEnd on_end);
   ~EtcdWatch();  // stop()
   EtcdWatch(const EtcdWatch&) = delete;
   EtcdWatch& operator=(const EtcdWatch&) = delete;

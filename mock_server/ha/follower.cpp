@@ -97,7 +97,7 @@ void LogFollower::run() {
       continue;
     }
     EtcdWatch watch(
-        etcd_.current_endpoint(), keys_.log_prefix(), prefix_end(keys_.log_prefix()), *revision + 1,
+        etcd_.current_endpoint(), etcd_.options().connect_timeout, keys_.log_prefix(), prefix_end(keys_.log_prefix()), *revision + 1,
         [this](WatchResponse&& message) {
           for (WatchEvent& event : message.events) {
             if (event.type != WatchEvent::Type::put) continue;  // a compaction's deletes

@@ -148,6 +148,22 @@ TEST_F(EtcdClientTest, CompactionDropsOldRevisions) {
   EXPECT_THAT(read.error().message, HasSubstr("compacted"));
 }
 
+TEST_F(EtcdClientTest, ACompactionAlreadyDoneCountsAsDone) {
+  EtcdClient client(options());
+  const auto [first, second] = two_values_compacted(client);
+  ASSERT_NE(second, 0);
+  // A repeat (its first answer lost), or an older revision another member compacted past.
+  const auto again = client.compact(second);
+  ASSERT_TRUE(again) << again.error().message;
+  EXPECT_EQ(again.value(), second);
+  EXPECT_TRUE(client.compact(first));
+  // A revision not yet written is still refused.
+  const auto future = client.compact(second + 1000);
+  ASSERT_FALSE(future);
+  EXPECT_EQ(future.error().code, kGrpcOutOfRange);
+  EXPECT_THAT(future.error().message, HasSubstr("future revision"));
+}
+
 // Collects a watch's messages and its end, for a test thread to wait on.
 struct WatchLog {
   std::mutex mutex;
@@ -183,7 +199,7 @@ TEST_F(EtcdClientTest, AWatchStreamsPutsAndDeletesFromItsStartRevision) {
   const auto before = client.put({key("w/1"), "x"});  // before the watch starts, after its start revision
   ASSERT_TRUE(before);
   WatchLog log;
-  EtcdWatch watch(cluster_->client_urls()[1], key("w/"), prefix_end(key("w/")), before.value().revision,
+  EtcdWatch watch(cluster_->client_urls()[1], 500ms, key("w/"), prefix_end(key("w/")), before.value().revision,
                   log.on_message(), log.on_end());
   ASSERT_TRUE(client.delete_range({key("w/1")}));
   ASSERT_TRUE(client.put({key("other"), "not watched"}));
@@ -208,7 +224,7 @@ TEST_F(EtcdClientTest, AWatchFromACompactedRevisionEndsSayingSo) {
   const auto [first, second] = two_values_compacted(client);
   ASSERT_NE(second, 0);
   WatchLog log;
-  EtcdWatch watch(cluster_->client_urls()[0], key("k"), {}, first, log.on_message(), log.on_end());
+  EtcdWatch watch(cluster_->client_urls()[0], 500ms, key("k"), {}, first, log.on_message(), log.on_end());
   ASSERT_TRUE(log.wait([](WatchLog& l) { return !l.end.empty(); }));
   EXPECT_THAT(log.end, HasSubstr("compacted"));
   EXPECT_THAT(log.end, HasSubstr(std::to_string(second)));
@@ -216,7 +232,7 @@ TEST_F(EtcdClientTest, AWatchFromACompactedRevisionEndsSayingSo) {
 
 TEST_F(EtcdClientTest, AWatchOnAMemberThatDiesEnds) {
   WatchLog log;
-  EtcdWatch watch(cluster_->client_urls()[2], key("k"), {}, 0, log.on_message(), log.on_end());
+  EtcdWatch watch(cluster_->client_urls()[2], 500ms, key("k"), {}, 0, log.on_message(), log.on_end());
   ASSERT_TRUE(log.wait([](WatchLog& l) { return !l.messages.empty(); }));  // created
   cluster_->kill(2);
   EXPECT_TRUE(log.wait([](WatchLog& l) { return !l.end.empty(); }));
