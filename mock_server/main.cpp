@@ -13,6 +13,7 @@
 
 #include "durable/data_dir.hpp"
 #include "durable/store.hpp"
+#include "ha/member.hpp"
 #include "hf3fs_meta/protocol.hpp"
 #include "hf3fs_meta/service.hpp"
 #include "hf3fs_meta/state.hpp"
@@ -112,13 +113,25 @@ int main(int argc, char** argv) {
 
   try {
     MetadataState state(state_options(options));
+    // --ha-etcd: the member's journal appends to the replicated log (ha/member.hpp).
+    std::unique_ptr<ha::Member> member;
+    if (!options.ha_etcd.empty()) {
+      member = std::make_unique<ha::Member>(
+          ha::MemberOptions{options.ha_etcd, options.ha_cluster, options.ha_name, options.ha_advertise,
+                            options.ha_lease.count()},
+          state);
+    }
     std::unique_ptr<durable::Store> store;
     if (!options.data_dir.empty()) {
+      durable::Store::Options store_options{options.data_dir, options.fsync, options.snapshot_after_bytes,
+                                            options.dedup_max_bytes};
+      if (member) {
+        store_options.replicate = [m = member.get()](std::string_view records, std::uint64_t last_seq) {
+          return m->replicate(records, last_seq);
+        };
+      }
       // A data dir that cannot be read exactly stops the server: never a silently partial state.
-      auto opened = durable::Store::open(
-          durable::Store::Options{options.data_dir, options.fsync, options.snapshot_after_bytes,
-                                  options.dedup_max_bytes},
-          state);
+      auto opened = durable::Store::open(std::move(store_options), state);
       if (!opened) {
         std::fprintf(stderr, "hf3fs-meta-server: %s\n", opened.error().message.c_str());
         return 2;
@@ -132,6 +145,7 @@ int main(int argc, char** argv) {
     const unsigned threads = options.threads ? options.threads : std::max(1u, std::thread::hardware_concurrency());
     Metrics metrics(threads);
     Router router(options, state, metrics, store.get());
+    if (member) router.set_role(&member->role());
     if (store) {
       const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                               std::chrono::system_clock::now().time_since_epoch()).count();
@@ -188,20 +202,32 @@ int main(int argc, char** argv) {
     if (const auto ttl = state.options().allocation_ttl.count(); ttl > 0) {
       lifecycle += ", allocation ttl " + std::to_string(ttl) + " ms";
     }
-    const std::string durability =
-        store ? ", data dir " + options.data_dir + ", fsync " + std::string(durable::to_string(options.fsync))
-              : ", memory only";
+    const std::string acknowledged = member ? std::string(", acknowledged once in the replicated log")
+                                            : ", fsync " + std::string(durable::to_string(options.fsync));
+    const std::string durability = store ? ", data dir " + options.data_dir + acknowledged : ", memory only";
+    const std::string ha_note = member ? ", ha member " + options.ha_name + " of cluster " + options.ha_cluster +
+                                             " (lease " + std::to_string(options.ha_lease.count()) + " s)"
+                                       : std::string();
     const std::string tenants_note =
         router.tenants() ? ", tenants " + std::to_string(router.tenants()->table()->tokens())
                          : options.auth_token.empty() ? std::string() : std::string(", bearer token required");
     // "listening on URL" is said once, on stdout (the line scripts and tests read); stderr, often the
     // same log, gets the settings without repeating it.
     std::fprintf(stderr,
-                 "hf3fs-meta-server: ready (threads %u, max pages %lld, max connections %zu%s%s%s%s)\n",
+                 "hf3fs-meta-server: ready (threads %u, max pages %lld, max connections %zu%s%s%s%s%s)\n",
                  threads, static_cast<long long>(options.max_pages), server.max_connections(),
-                 durability.c_str(),
+                 durability.c_str(), ha_note.c_str(),
                  tenants_note.c_str(),
                  options.enable_fault_injection ? ", fault injection on" : "", lifecycle.c_str());
+    if (member) {
+      member->start(*store,
+                    [&router](std::vector<durable::DedupEntry>& answers) {
+                      const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                              std::chrono::system_clock::now().time_since_epoch()).count();
+                      for (const auto& e : answers) router.dedup().restore(e, now_ms);
+                    },
+                    options.ha_advertise.empty() ? std::string(scheme) + "://" + address : options.ha_advertise);
+    }
     std::printf("listening on %s://%s\n", scheme, address.c_str());
     std::fflush(stdout);
 
@@ -209,6 +235,8 @@ int main(int argc, char** argv) {
     signals.cancel();
     if (hangups) hangups->cancel();
     signal_thread.join();
+    // A leader resigns (another member takes over at once) before the shutdown snapshot.
+    if (member) member->stop();
     if (store) {
       // Clean shutdown: a snapshot, so the next start reads one file and replays nothing.
       auto snapshot = store->shutdown();

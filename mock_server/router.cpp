@@ -6,6 +6,7 @@
 
 #include "admission.hpp"
 #include "hf3fs_meta/protocol_server.hpp"
+#include "internal/json.hpp"
 
 namespace hf3fs_meta::server {
 namespace {
@@ -88,10 +89,24 @@ std::string nothing_applied(const std::string& error) {
   return protocol::encode_detail("the data dir cannot be written (" + error + "): nothing applied");
 }
 
-// The 503 body of a change whose journal record could not be written (rolled back since).
-std::string not_acknowledged(const std::string& error) {
+// The 503 body of a change whose journal record could not be written, or replicated (--ha-etcd,
+// whose error says whether the change may yet be applied): rolled back here since.
+std::string not_acknowledged(const std::string& error, bool replicated) {
+  if (replicated) return protocol::encode_detail(error + "; rolled back on this member");
   return protocol::encode_detail("the change could not be written to the data dir (" + error +
                                  "): not acknowledged, and rolled back");
+}
+
+// /healthz of an HA member: its role, the leader it knows and the last change it applied.
+void append_ha_health(std::string& body, const ha::Role& role, std::uint64_t applied_seq) {
+  body.pop_back();  // the closing brace
+  body += R"(,"role":")";
+  body += ha::to_string(role.name());
+  body += R"(","leader":)";
+  internal::append_json_string(body, role.leader());
+  body += R"(,"applied_seq":)";
+  body += std::to_string(applied_seq);
+  body += '}';
 }
 
 }  // namespace
@@ -123,6 +138,11 @@ bool Router::settle(Reply& reply) {
   return false;
 }
 
+void Router::refuse_not_leader(Reply& reply) const {
+  reply.set_json(503, protocol::encode_detail(std::string(kNotLeaderDetailPrefix) + ": nothing applied"));
+  reply.leader = role_->leader();
+}
+
 void Router::await_durable(Exchange& exchange, std::function<void()> wake) {
   store_->journal().when_durable(exchange.durable_seq,
                                  [&exchange, wake = std::move(wake)](const durable::Result<void>& durable) {
@@ -147,6 +167,7 @@ bool Router::serve_server_route(const Request& request, std::string_view path, E
         } else {
           reply.set_json(200, R"({"status":"ok"})");
         }
+        if (role_) append_ha_health(reply.body, *role_, service_.state().seq());
         return true;
       case ServerRoute::metrics:
         if (request.method != "GET") break;
@@ -211,7 +232,7 @@ void Router::serve_faults(const Request& request, Exchange& exchange) {
     }
     if (!written) {
       // As for any change whose record failed (serve_protocol): rolled back, not acknowledged.
-      if (settle(reply)) reply.set_json(503, not_acknowledged(written.error().message));
+      if (settle(reply)) reply.set_json(503, not_acknowledged(written.error().message, store_->journal().replicates()));
       return;
     }
     dedup_.clear();
@@ -252,6 +273,12 @@ Router::Served Router::handle_gated(const Request& request, Exchange& exchange) 
   if (auto writable = store_->journal().writable(); !writable) {
     return Served{unavailable(nothing_applied(writable.error().message)), 0};
   }
+  // Asked again under the gate: a member stepping down waits for the gates held (Store::barrier),
+  // and a change that takes one after that must not reach the state.
+  if (role_ && !role_->leading()) {
+    refuse_not_leader(exchange.reply);
+    return Served{unavailable(std::move(exchange.reply.body)), 0};
+  }
   return handle_journaled(request, exchange);
 }
 
@@ -274,7 +301,7 @@ Router::Served Router::handle_journaled(const Request& request, Exchange& exchan
                 durable::Journal::thread_seq()};
   if (served.seq == 0) return served;  // no record appended: nothing to write
   if (auto written = store_->journal().write_through(served.seq); !written) {
-    served.answer = unavailable(not_acknowledged(written.error().message));
+    served.answer = unavailable(not_acknowledged(written.error().message, store_->journal().replicates()));
     served.seq = 0;
   }
   return served;  // (the one object returned: constructed in the caller's place)
@@ -360,6 +387,11 @@ Router::Outcome Router::admit(const Request& request, Exchange& exchange) {
   } else if (!options_.auth_token.empty() && path != route_info(ServerRoute::healthz).name &&
              !bearer_matches(request.authorization, options_.auth_token)) {
     refuse_unauthenticated(request, exchange);
+    return Next::reply;
+  }
+  if (role_ && !role_->leading() && path != route_info(ServerRoute::healthz).name &&
+      path != route_info(ServerRoute::metrics).name) {
+    refuse_not_leader(reply);
     return Next::reply;
   }
   if (serve_server_route(request, path, exchange)) return Next::reply;

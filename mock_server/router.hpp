@@ -13,6 +13,7 @@
 #include "dedup_cache.hpp"
 #include "durable/store.hpp"
 #include "fault_injector.hpp"
+#include "ha/role.hpp"
 #include "hf3fs_meta/service.hpp"
 #include "metrics.hpp"
 #include "request_parser.hpp"
@@ -28,6 +29,7 @@ struct Reply {
   std::string location;  // absolute, for 307
   std::string allow;     // for 405
   std::string retry_after;  // seconds, for a 503 of the server's own limits
+  std::string leader;       // kLeaderHeader, for an HA member's 503 "not the leader"
 
   // An answer with a JSON body (the router's, and admission's refusals).
   void set_json(int status_, std::string body_) {
@@ -87,6 +89,7 @@ struct Exchange {
     claim.reset();
     wait_entry.reset();
     reply.retry_after.clear();
+    reply.leader.clear();
   }
 };
 
@@ -111,6 +114,9 @@ class Router {
   Next step(const Request& request, Exchange& exchange);
 
   void set_default_host(std::string host_port) { default_host_ = std::move(host_port); }
+  // --ha-etcd: the member's role (which must outlive the router). Without one the server serves as
+  // a single one; with one, only while it leads (every route but /healthz and /metrics).
+  void set_role(const ha::Role* role) noexcept { role_ = role; }
 
   DedupCache& dedup() noexcept { return dedup_; }
   Metrics& metrics() noexcept { return metrics_; }
@@ -161,6 +167,9 @@ class Router {
   durable::Store* store_ = nullptr;
   std::string default_host_;
   std::unique_ptr<Tenants> tenants_;  // from options.tenants
+  const ha::Role* role_ = nullptr;
+  // 503 "not the leader: nothing applied", naming the leader when known.
+  void refuse_not_leader(Reply& reply) const;
 };
 
 }  // namespace hf3fs_meta::server

@@ -404,6 +404,12 @@ class Session : public std::enable_shared_from_this<Session> {
       header_ += reply.retry_after;
       header_ += "\r\n";
     }
+    if (!reply.leader.empty()) {
+      header_ += kLeaderHeader;
+      header_ += ": ";
+      header_ += reply.leader;
+      header_ += "\r\n";
+    }
     header_ += router_.dedup_header();
     // The echo (docs/protocol.md, "Namespaces"): the answer comes from the namespace the request
     // named. A value that is no namespace name was refused (400) and is never echoed.

@@ -9,6 +9,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "ha/etcd_client.hpp"
 #include "internal/token_file.hpp"
 
 namespace hf3fs_meta::server {
@@ -23,6 +24,38 @@ SIGINT/SIGTERM stop accepting, finish the requests in flight, and exit 0.)";
 // An option whose value must not be empty (CLI11 accepts `--host ""`).
 CLI::Validator not_empty(const char* value_name) {
   return CLI::Validator([](std::string& value) { return value.empty() ? "must not be empty" : ""; }, value_name);
+}
+
+// A name that goes into an etcd key as one path part.
+CLI::Validator key_part(const char* value_name) {
+  return CLI::Validator(
+      [](std::string& value) {
+        const bool fits = !value.empty() && value.size() <= 128 &&
+                          value.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") ==
+                              std::string::npos;
+        return fits ? "" : "must be 1-128 of the characters A-Z a-z 0-9 . _ -";
+      },
+      value_name);
+}
+
+// --ha-*: what the flags need of each other, once all are in. Empty: they fit.
+std::string check_ha(const CLI::App& app, ServerOptions& o) {
+  if (o.ha_etcd.empty()) {
+    for (const char* flag : {"--ha-cluster", "--ha-name", "--ha-advertise", "--ha-lease-ms"}) {
+      if (app.count(flag) > 0) return std::string(flag) + " needs --ha-etcd";
+    }
+    return {};
+  }
+  if (o.data_dir.empty()) return "--ha-etcd needs --data-dir (a member keeps its snapshots there)";
+  if (o.ha_cluster.empty()) return "--ha-etcd needs --ha-cluster";
+  if (o.ha_name.empty()) return "--ha-etcd needs --ha-name";
+  if (app.count("--max-body-bytes") == 0) {
+    o.max_body_bytes = kHaMaxBodyBytes;
+  } else if (o.max_body_bytes > kHaMaxBodyBytes) {
+    return "--max-body-bytes " + std::to_string(o.max_body_bytes) + " is above " + std::to_string(kHaMaxBodyBytes) +
+           ", the most --ha-etcd allows (etcd refuses requests above 1.5 MiB)";
+  }
+  return {};
 }
 
 // A duration given in milliseconds.
@@ -164,6 +197,35 @@ void define(CLI::App& app, ServerOptions& o) {
                  "check this data dir offline (without its lock, writing nothing), print a summary ('sound', or "
                  "'cut N bytes after change S' for a torn end a start would cut), and exit: 0 if it recovers, 2 if not")
       ->check(not_empty("DIR"));
+  // High availability (docs/design.md "High availability on etcd").
+  app.add_option_function<std::string>(
+         "--ha-etcd", [&o](const std::string& list) { o.ha_etcd = ha::parse_etcd_endpoints(list).value(); },
+         "run as a member of an HA cluster on these etcd client URLs (http, comma separated): one member "
+         "leads and answers; the others follow its log and answer 503 'not the leader' with the "
+         "X-Hf3fs-Leader header. Needs --data-dir, --ha-cluster and --ha-name; --max-body-bytes is then at "
+         "most (and by default) 1048576")
+      ->check(CLI::Validator(
+          [](std::string& list) {
+            auto parsed = ha::parse_etcd_endpoints(list);
+            return parsed ? std::string() : parsed.error();
+          },
+          "URL[,URL...]"));
+  app.add_option("--ha-cluster", o.ha_cluster, "with --ha-etcd: the cluster's name, its keys under /hf3fs-meta/NAME/")
+      ->check(key_part("NAME"));
+  app.add_option("--ha-name", o.ha_name, "with --ha-etcd: this member's name, unique in the cluster")
+      ->check(key_part("NAME"));
+  app.add_option("--ha-advertise", o.ha_advertise,
+                 "with --ha-etcd: the URL clients reach this member at, given to them by the others "
+                 "(default: the URL it listens on)")
+      ->check(not_empty("URL"));
+  app.add_option_function<std::int64_t>(
+         "--ha-lease-ms",
+         [&o](const std::int64_t& ms) { o.ha_lease = std::chrono::seconds((ms + 999) / 1000); },
+         "with --ha-etcd: the leader's etcd lease, rounded up to whole seconds (etcd's unit; at least 2 "
+         "seconds with etcd's default timing). The leader answers only while its lease surely lives; a "
+         "failover takes about this long plus a second")
+      ->default_str(std::to_string(std::chrono::milliseconds(o.ha_lease).count()))
+      ->check(CLI::Range(std::int64_t{2000}, std::int64_t{3600000}));
   app.add_flag("--enable-fault-injection", o.enable_fault_injection, "serve the fault-injection route (tests only)");
   app.add_flag("--log-requests", o.log_requests, "log every request on stderr");
   app.footer(kFooter);
@@ -186,6 +248,9 @@ ParsedOptions parse_options(const std::vector<std::string>& args) {
   } catch (const CLI::ParseError& e) {
     // CLI11's own exit codes are 100 and up; every usage error exits 2.
     return ParsedOptions{std::nullopt, 2, "hf3fs-meta-server: " + std::string(e.what()) + "\n(see --help)\n"};
+  }
+  if (auto ha = check_ha(app, options); !ha.empty()) {
+    return ParsedOptions{std::nullopt, 2, "hf3fs-meta-server: " + ha + "\n(see --help)\n"};
   }
   if (!options.tenants_file.empty()) {
     // Read once all flags are in: --auth-token-file's token joins the table as an operator.

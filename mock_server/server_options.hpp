@@ -54,7 +54,18 @@ struct ServerOptions {
   durable::FsyncMode fsync = durable::FsyncMode::everysec;
   std::uint64_t snapshot_after_bytes = std::uint64_t{64} << 20;
   std::string verify_data_dir;  // check this data dir offline, print a summary, exit
+  // High availability on etcd (issue 21; docs/design.md "High availability"): empty ha_etcd, a
+  // single server. The lease is whole seconds (etcd's), at least 2.
+  std::vector<std::string> ha_etcd;
+  std::string ha_cluster;
+  std::string ha_name;
+  std::string ha_advertise;  // empty: the URL the server listens on
+  std::chrono::seconds ha_lease{3};
 };
+
+// --ha-etcd: the request bodies' limit (and its default), so that a record and its batch stay
+// below etcd's request limit (1.5 MiB by default) once base64 has grown them by a third.
+inline constexpr std::size_t kHaMaxBodyBytes = std::size_t{1} << 20;
 
 // The state model's options these make.
 StateOptions state_options(const ServerOptions& options);

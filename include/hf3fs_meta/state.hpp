@@ -371,8 +371,9 @@ class MetadataState {
   void set_change_sink(ChangeSink sink);
   // Applies a recorded change, checking that it fits (the page taken is the pool's front, a confirmed
   // page is allocated or orphaned...): an error means the record does not belong after this state.
-  // The change's seq must follow the state's. Not handed to the sink.
-  StateResult<void> apply(const Change& change);
+  // The change's seq must follow the state's. Not handed to the sink, unless `to_sink` (an HA
+  // standby applying the replicated log keeps a journal of it, as the leader did).
+  StateResult<void> apply(const Change& change, bool to_sink = false);
   // The image at one instant. `at_instant` runs under the exclusive lock at that instant (a journal
   // switches files there); the key names are copied afterwards in chunks, so writers wait only for
   // the page tables to be copied.

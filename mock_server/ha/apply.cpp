@@ -6,7 +6,8 @@
 
 namespace hf3fs_meta::server::ha {
 
-durable::Result<void> apply_entry(MetadataState& state, const LogEntry& entry, durable::Recovered& out) {
+durable::Result<void> apply_entry(MetadataState& state, const LogEntry& entry, durable::Recovered& out,
+                                  bool to_sink) {
   const std::string name = "etcd log entry " + std::to_string(entry.last_seq);
   if (entry.last_seq <= out.seq) return boost::outcome_v2::success();
   if (entry.batch.size() < durable::kRecordHeaderSize) {
@@ -26,7 +27,7 @@ durable::Result<void> apply_entry(MetadataState& state, const LogEntry& entry, d
   auto journal = std::move(out.journal);
   const auto valid_bytes = out.journal_valid_bytes;
   const auto journal_bytes = out.journal_bytes;
-  auto replayed = durable::replay_journal(name, file, /*last=*/false, state, out, first);
+  auto replayed = durable::replay_journal(name, file, /*last=*/false, state, out, first, to_sink);
   out.journal = std::move(journal);
   out.journal_valid_bytes = valid_bytes;
   out.journal_bytes = journal_bytes;

@@ -21,34 +21,9 @@
 #include <string>
 
 #include "ha/etcd_client.hpp"
+#include "ha/lease_window.hpp"
 
 namespace hf3fs_meta::server::ha {
-
-using SteadyClock = std::function<std::chrono::steady_clock::time_point()>;
-
-// When a lease is surely alive. Thread-safe: renewals on one thread, readers on any.
-class LeaseWindow {
- public:
-  explicit LeaseWindow(std::chrono::milliseconds margin) : margin_(margin) {}
-
-  // A grant or renewal sent at `sent` answered that the lease lives `ttl` more.
-  void renewed(std::chrono::steady_clock::time_point sent, std::chrono::seconds ttl) {
-    until_.store((sent + ttl - margin_).time_since_epoch().count(), std::memory_order_release);
-  }
-  void lost() { until_.store(kNever, std::memory_order_release); }
-  bool surely_alive(std::chrono::steady_clock::time_point now) const {
-    return now.time_since_epoch().count() < until_.load(std::memory_order_acquire);
-  }
-  // How long it surely lives from `now` (zero or less: not surely).
-  std::chrono::steady_clock::duration left(std::chrono::steady_clock::time_point now) const {
-    return std::chrono::steady_clock::duration(until_.load(std::memory_order_acquire)) - now.time_since_epoch();
-  }
-
- private:
-  static constexpr std::chrono::steady_clock::rep kNever = std::numeric_limits<std::chrono::steady_clock::rep>::min();
-  std::chrono::milliseconds margin_;
-  std::atomic<std::chrono::steady_clock::rep> until_{kNever};
-};
 
 struct ElectionOptions {
   std::string leader_key;    // Keys::leader()
@@ -77,6 +52,9 @@ class Election {
   EtcdResult<bool> renew();
   // Revokes the lease: the leader key and everything else under it go at once.
   void resign();
+
+  // Before the first campaign (a server knows its URL once it listens).
+  void set_advertise(std::string advertise) { options_.advertise = std::move(advertise); }
 
   bool surely_alive() const { return window_.surely_alive(clock_()); }
   const LeaseWindow& window() const noexcept { return window_; }

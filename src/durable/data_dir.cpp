@@ -16,7 +16,10 @@
 #include <system_error>
 #include <utility>
 
+#include "durable/journal.hpp"
+#include "durable/log_format.hpp"
 #include "durable/log_reader.hpp"
+#include "durable/log_writer.hpp"
 #include "durable/snapshot.hpp"
 
 namespace hf3fs_meta::durable {
@@ -163,7 +166,7 @@ class CutReporter final : public CorruptionReporter {
 }  // namespace
 
 Result<void> replay_journal(const fs::path& path, std::string_view all, bool last, MetadataState& state,
-                            Recovered& out, std::uint64_t first_seq) {
+                            Recovered& out, std::uint64_t first_seq, bool to_sink) {
   CutReporter cut(out);
   LogReader reader(path, all, last, first_seq == 0 ? out.seq + 1 : first_seq, cut);
   Record record;  // decoded in place, into storage reused from record to record
@@ -177,7 +180,16 @@ Result<void> replay_journal(const fs::path& path, std::string_view all, bool las
       return Error{decoded.error().code, reader.where(r.offset) + ": " + decoded.error().message};
     }
     const Change& change = record.change();
-    if (auto applied = state.apply(change); !applied) {
+    // The sink's journal keeps the tag's answer with its namespace's name, which the bytes lack.
+    std::optional<DedupTag> named;
+    if (to_sink && record.tag()) {
+      named = *record.tag();
+      named->ns = change.kind == ChangeKind::namespace_created
+                      ? std::string(change.ns_name)
+                      : change.ns == 0 ? std::string() : state.namespace_name(change.ns).value_or(std::string());
+    }
+    const TagScope tagged(named ? &*named : nullptr);
+    if (auto applied = state.apply(change, to_sink); !applied) {
       return Error{Errc::inconsistent, reader.where(r.offset) + ": " + applied.error().message};
     }
     // A tagged record (a request-id answer) is kept in the compact form the dedup cache keeps, with
@@ -256,6 +268,30 @@ Result<void> sync_dir(const fs::path& dir) {
   ::close(fd);
   if (rc != 0) return Error{Errc::io, "fsync " + dir.string() + ": " + errno_text(err)};
   return boost::outcome_v2::success();
+}
+
+Result<std::uint64_t> cut_journal_after_snapshot(const fs::path& dir) {
+  auto listing = list(dir);
+  if (!listing) return std::move(listing).error();
+  const auto& snapshots = listing.value().snapshots;
+  const std::uint64_t seq = snapshots.empty() ? 0 : snapshots.rbegin()->first;
+  const std::size_t header = file_header(kJournalMagic).size();
+  bool kept = false;  // the first file after the snapshot stays (the snapshot names it), empty
+  for (const auto& [first, path] : listing.value().journals) {
+    if (first <= seq) continue;
+    if (kept) {
+      if (::unlink(path.c_str()) != 0) return Error{Errc::io, "unlink " + path.string() + ": " + errno_text(errno)};
+      continue;
+    }
+    kept = true;
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    const bool cut = fd >= 0 && ::ftruncate(fd, static_cast<off_t>(header)) == 0 && ::fdatasync(fd) == 0;
+    const int err = errno;
+    if (fd >= 0) ::close(fd);
+    if (!cut) return Error{Errc::io, "cutting " + path.string() + " back to its header: " + errno_text(err)};
+  }
+  if (auto synced = sync_dir(dir); !synced) return std::move(synced).error();
+  return seq;
 }
 
 void remove_before(const fs::path& dir, std::uint64_t seq) {

@@ -61,8 +61,17 @@ Result<Recovered> recover(const std::filesystem::path& dir, MetadataState& state
 // out (reported in out.cut); anything else wrong is an error naming the file and the offset.
 // `first_seq` (0: out.seq + 1) is the number of the bytes' first record; records up to out.seq are
 // skipped (a replicated log's entry may begin before what a member already has, ha/apply.hpp).
+// `to_sink`: each record also goes to the state's change sink, with its request-id tag, so that an
+// HA standby's journal holds the log's records as the leader wrote them (MetadataState::apply).
 Result<void> replay_journal(const std::filesystem::path& path, std::string_view bytes, bool last,
-                            MetadataState& state, Recovered& out, std::uint64_t first_seq = 0);
+                            MetadataState& state, Recovered& out, std::uint64_t first_seq = 0,
+                            bool to_sink = false);
+
+// An HA member trusts its data dir only up to its newest snapshot (every snapshot it wrote holds
+// only changes the replicated log has): its journal after that may hold records the log never
+// took. Cuts every journal file after the newest snapshot back to its header, so that recovery ends
+// at the snapshot; returns the snapshot's seq (0: none, and every journal file is cut).
+Result<std::uint64_t> cut_journal_after_snapshot(const std::filesystem::path& dir);
 
 // Removes the snapshots older than `seq` and the journal files whose records all come before it.
 void remove_before(const std::filesystem::path& dir, std::uint64_t seq);

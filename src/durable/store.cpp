@@ -21,6 +21,11 @@ Result<std::unique_ptr<Store>> Store::open(Options options, MetadataState& state
   std::unique_ptr<Store> store(new Store(options, state, std::move(lock).value()));
   // A snapshot a crash interrupted never became one (rename is its last step): only its bytes remain.
   auto removed = remove_temporaries(options.dir);
+  if (options.replicate) {
+    // The journal's tail may hold records the replicated log never took (a leader's last batch):
+    // only the snapshot is trusted, and the log brings the rest (ha/member.hpp).
+    if (auto cut = cut_journal_after_snapshot(options.dir); !cut) return std::move(cut).error();
+  }
   const auto start = std::chrono::steady_clock::now();
   auto recovered = recover(options.dir, state);
   if (!recovered) return std::move(recovered).error();

@@ -45,6 +45,7 @@ class Store {
   };
 
   // `state` must be empty and outlive the Store. The recovered dedup records are in recovered().
+  // With options.replicate, recovery stops at the newest snapshot (cut_journal_after_snapshot).
   static Result<std::unique_ptr<Store>> open(Options options, MetadataState& state);
   ~Store();  // unsubscribes; takes no snapshot (shutdown() does)
 
@@ -55,6 +56,9 @@ class Store {
 
   // Held (shared) by every call into the state, from the journal-failure check to its write_through.
   std::shared_lock<std::shared_mutex> gate() { return std::shared_lock(gate_); }
+  // Returns once every call that held a Gate when it was called has let it go (an HA member stepping
+  // down: every change admitted as leader has appended its record).
+  void barrier() { std::unique_lock wait(gate_); }
   // If a journal failure left changes that were not acknowledged: waits for every Gate, rolls them
   // back (Journal::roll_back, then recovery into the state) and returns the seq kept; an error
   // leaves it pending (the caller answers 503 and the next call tries again). Without a failure,

@@ -20,7 +20,7 @@ std::string rank_text(const Change& change) { return "rank " + std::to_string(ch
 }  // namespace
 
 // The namespaces' own kinds are the core's; every other kind acts in the namespace it names.
-StateResult<void> MetadataState::apply(const Change& change) {
+StateResult<void> MetadataState::apply(const Change& change, bool to_sink) {
   std::unique_ptr<Impl> gone;  // a dropped namespace, freed after the lock
   std::unique_lock lock(core_->mutex);
   if (change.seq != core_->seq + 1) {
@@ -41,7 +41,9 @@ StateResult<void> MetadataState::apply(const Change& change) {
   } else {
     applied = space->apply_change(change);
   }
-  if (applied) core_->seq = change.seq;
+  if (!applied) return applied;
+  core_->seq = change.seq;
+  if (to_sink && core_->sink) core_->sink(change);
   return applied;
 }
 

@@ -1,0 +1,125 @@
+// ha::Member: one server of an HA cluster (issue 21, --ha-etcd). It campaigns for the leader key;
+// the winner catches up with the replicated log, then its journal appends to the log (the Store's
+// replicate hook, Journal::Options::replicate) and it answers; the others follow the log into
+// their state and answer 503 "not the leader" (the Router asks Role).
+//
+// One Store for the member's life, whatever its role: a standby's records enter its state from the
+// log and go to its journal as the leader wrote them (apply_entry with to_sink), so its data dir and
+// snapshots are those of the leader at the same seq, and a promotion starts its journal where the
+// log ends. What replicate() does with a batch depends on where its records came from, which the
+// mode says; every mode change waits until the journal has nothing pending, so that no batch holds
+// records of two modes:
+//   following  records from the log: already there, acknowledged as they come
+//   leading    records of the leader's answers: appended to the log, acknowledged once it has them
+//   closed     records of a leader that stepped down: refused (the journal rolls them back)
+//
+// Stepping down (a lease that lapsed, a failed or fenced append, an append whose answer was lost):
+// the Router stops answering at once; every change admitted meanwhile is refused or waited for
+// (Store::barrier); what the log did not take is rolled back (Store::settle) and the member
+// follows the log from there, which brings back a lost-answer batch if etcd did take it.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "durable/record.hpp"
+#include "durable/store.hpp"
+#include "ha/election.hpp"
+#include "ha/etcd_client.hpp"
+#include "ha/follower.hpp"
+#include "ha/keys.hpp"
+#include "ha/log.hpp"
+#include "ha/role.hpp"
+#include "hf3fs_meta/state.hpp"
+
+namespace hf3fs_meta::server::ha {
+
+struct MemberOptions {
+  std::vector<std::string> etcd;  // client URLs
+  std::string cluster;            // keys under /hf3fs-meta/<cluster>/
+  std::string name;               // this member's, unique in the cluster
+  std::string advertise;          // how clients reach this member (or given to start())
+  std::int64_t ttl_seconds = 3;   // the lease
+  // How often a member that does not lead asks who does (a campaign): a failover takes the lease
+  // plus up to this, plus the new leader's catching up.
+  std::chrono::milliseconds poll{200};
+  // etcd's own leader election (about 1-2 s on loopback with its defaults) must fit in one call, or
+  // an etcd failover deposes ours needlessly.
+  std::chrono::milliseconds etcd_timeout{3000};
+};
+
+class Member {
+ public:
+  // The request-id answers of the entries applied (for the Router's dedup cache).
+  using Answers = std::function<void(std::vector<durable::DedupEntry>& answers)>;
+
+  Member(MemberOptions options, MetadataState& state);
+  ~Member();  // stop()
+  Member(const Member&) = delete;
+  Member& operator=(const Member&) = delete;
+
+  // Store::Options::replicate of the member's store (see the top).
+  durable::Result<void> replicate(std::string_view records, std::uint64_t last_seq);
+
+  // Starts following the log, then campaigning, on a thread of its own. `store` was opened on
+  // `state` with replicate() after cut_journal_after_snapshot (a member trusts its data dir only up to
+  // its snapshot); both outlive the member's stop().
+  void start(durable::Store& store, Answers answers, std::string advertise);
+  // Stops leading (the lease revoked: another member takes over at once) and following. What was
+  // acknowledged is in the log; the store may then take its shutdown snapshot.
+  void stop();
+
+  const Role& role() const noexcept { return role_; }
+  const MemberOptions& options() const noexcept { return options_; }
+
+ private:
+  enum class Mode : std::uint8_t { closed, following, leading };
+
+  void run();
+  // A campaign; leads if it won. False when etcd did not answer.
+  bool campaign();
+  // Catches up with the log under `fence`, then leads. An error: it does not lead (and resigned).
+  EtcdResult<void> lead(std::int64_t fence);
+  // Leading ends (or never began, at start): mode closed, what the log did not take rolled back,
+  // then following from there.
+  void stand_down(const std::string& why);
+  // Waits until every record appended so far is acknowledged or refused, then sets the mode.
+  void switch_mode(Mode mode);
+  void start_following();
+  EtcdResult<void> apply(const LogEntry& entry);
+  void log(const std::string& line) const;
+
+  MemberOptions options_;
+  MetadataState& state_;
+  Keys keys_;
+  EtcdClient etcd_;
+  Election election_;
+  Role role_;
+  durable::Store* store_ = nullptr;
+  Answers answers_;
+  durable::Recovered applied_;  // apply_entry's accumulator (its seq: the state's)
+
+  std::mutex mode_mutex_;  // held through an append: a mode change waits for it
+  Mode mode_ = Mode::closed;
+  std::optional<LogWriter> writer_;  // while leading
+
+  std::unique_ptr<LogFollower> follower_;  // while following; the member's thread only
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stopping_ = false;          // under mutex_
+  std::string lost_;               // under mutex_: why leading must end (a failed append)
+  std::optional<EtcdError> ended_;  // under mutex_: why following ended
+  std::thread thread_;
+};
+
+}  // namespace hf3fs_meta::server::ha

@@ -1,0 +1,72 @@
+// Role: what the server's front knows of an HA member (issue 21), written by ha::Member and read by
+// the Router on every request: whether it may answer as the leader at this instant, and who leads.
+// Without --ha-etcd there is none, and the Router serves as it always did.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+#include "ha/lease_window.hpp"
+
+namespace hf3fs_meta::server::ha {
+
+enum class RoleName : std::uint8_t {
+  candidate,  // neither: starting, stepping down, or etcd does not answer who leads
+  standby,    // another member leads; this one follows its log
+  leader,     // this member won, caught up with the log, and appends to it
+};
+
+constexpr std::string_view to_string(RoleName role) noexcept {
+  switch (role) {
+    case RoleName::candidate: return "candidate";
+    case RoleName::standby: return "standby";
+    case RoleName::leader: return "leader";
+  }
+  return "candidate";
+}
+
+class Role {
+ public:
+  // `lease`: the member's own lease, which must outlive this.
+  explicit Role(const LeaseWindow& lease) : lease_(lease) {}
+
+  // The leader answers only while its lease is surely alive: past it another member may lead.
+  bool leading() const noexcept {
+    return name_.load(std::memory_order_acquire) == RoleName::leader &&
+           lease_.surely_alive(std::chrono::steady_clock::now());
+  }
+  RoleName name() const noexcept { return name_.load(std::memory_order_acquire); }
+  // The leader's advertised URL; empty when not known.
+  std::string leader() const {
+    std::lock_guard lock(mutex_);
+    return leader_;
+  }
+  std::uint64_t leader_changes() const noexcept { return changes_.load(std::memory_order_relaxed); }
+
+  // A change of leader counts when a leader is named other than the last one named.
+  void set(RoleName name, std::string_view leader) {
+    std::lock_guard lock(mutex_);
+    if (!leader.empty() && leader != last_named_) {
+      if (!last_named_.empty()) changes_.fetch_add(1, std::memory_order_relaxed);
+      last_named_.assign(leader);
+    }
+    leader_.assign(leader);
+    name_.store(name, std::memory_order_release);
+  }
+  // Stops answering as the leader at once; nobody is named until etcd says who leads.
+  void demote() { set(RoleName::candidate, {}); }
+
+ private:
+  const LeaseWindow& lease_;
+  std::atomic<RoleName> name_{RoleName::candidate};
+  mutable std::mutex mutex_;
+  std::string leader_;      // under mutex_
+  std::string last_named_;  // under mutex_
+  std::atomic<std::uint64_t> changes_{0};
+};
+
+}  // namespace hf3fs_meta::server::ha
