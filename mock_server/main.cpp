@@ -126,6 +126,15 @@ int main(int argc, char** argv) {
       durable::Store::Options store_options{options.data_dir, options.fsync, options.snapshot_after_bytes,
                                             options.dedup_max_bytes};
       if (member) {
+        // A data dir the compacted log no longer continues starts from the leader's snapshot.
+        auto fetched = member->fetch_snapshot_if_behind(options.data_dir, ha::SnapshotFetchOptions{options.auth_token});
+        if (!fetched) {
+          std::fprintf(stderr, "hf3fs-meta-server: ha %s: %s\n", options.ha_name.c_str(), fetched.error().message.c_str());
+        } else if (fetched.value() != 0) {
+          std::fprintf(stderr, "hf3fs-meta-server: ha %s: the leader's snapshot of change %llu installed in %s\n",
+                       options.ha_name.c_str(), static_cast<unsigned long long>(fetched.value()),
+                       options.data_dir.c_str());
+        }
         store_options.replicate = [m = member.get()](std::string_view records, std::uint64_t last_seq) {
           return m->replicate(records, last_seq);
         };

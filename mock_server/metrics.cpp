@@ -251,4 +251,38 @@ std::vector<MetricFamily> durability_families(const durable::StoreStats& store, 
   return out;
 }
 
+std::vector<MetricFamily> ha_families(const ha::Role& role, std::uint64_t applied_seq) {
+  const auto counter = MetricType::Counter;
+  const auto gauge = MetricType::Gauge;
+  const ha::HaCounters& c = role.counters();
+  std::vector<MetricFamily> out;
+  MetricFamily roles = family("hf3fs_meta_ha_role", "1 for this member's role (leader, standby, candidate).", gauge);
+  for (const auto name : {ha::RoleName::leader, ha::RoleName::standby, ha::RoleName::candidate}) {
+    add(roles, role.name() == name ? 1.0 : 0.0, {{"role", std::string(ha::to_string(name))}});
+  }
+  out.push_back(std::move(roles));
+  out.push_back(single("hf3fs_meta_ha_leader_changes_total", "Times another leader was named than the last one.",
+                       counter, static_cast<double>(role.leader_changes())));
+  out.push_back(single("hf3fs_meta_ha_appends_total", "Batches appended to the replicated log as leader (etcd Txns).",
+                       counter, value_of(c.appends)));
+  out.push_back(single("hf3fs_meta_ha_append_seconds_total", "Time in those Txns.", counter,
+                       value_of(c.append_ns_total) / 1e9));
+  out.push_back(single("hf3fs_meta_ha_append_seconds_max", "The longest of them.", gauge,
+                       value_of(c.append_ns_max) / 1e9));
+  out.push_back(single("hf3fs_meta_ha_batch_bytes_total", "Journal record bytes in those batches.", counter,
+                       value_of(c.batch_bytes_total)));
+  const auto tip = c.tip.load(std::memory_order_relaxed);
+  out.push_back(single("hf3fs_meta_ha_log_tip", "The last record in the replicated log, as this member saw it.",
+                       gauge, static_cast<double>(tip)));
+  out.push_back(single("hf3fs_meta_ha_applied_seq", "The last change this member applied.", gauge,
+                       static_cast<double>(applied_seq)));
+  out.push_back(single("hf3fs_meta_ha_replication_lag", "Records in the log this member has not applied.", gauge,
+                       tip > applied_seq ? static_cast<double>(tip - applied_seq) : 0.0));
+  out.push_back(single("hf3fs_meta_ha_compactions_total", "Log compactions done as leader.", counter,
+                       value_of(c.compactions)));
+  out.push_back(single("hf3fs_meta_ha_snapshot_fetches_total", "Snapshots fetched from the leader.", counter,
+                       value_of(c.snapshot_fetches)));
+  return out;
+}
+
 }  // namespace hf3fs_meta::server

@@ -22,12 +22,13 @@
 #include "dedup_cache.hpp"
 #include "hf3fs_meta/routes.hpp"
 #include "durable/store.hpp"
+#include "ha/role.hpp"
 #include "hf3fs_meta/state.hpp"
 
 namespace hf3fs_meta::server {
 
 // The server's own routes, beside the protocol's (routes.hpp).
-enum class ServerRoute : std::uint8_t { healthz, metrics, faults, bad_request, unauthorized };
+enum class ServerRoute : std::uint8_t { healthz, metrics, faults, ha_snapshot, bad_request, unauthorized };
 struct ServerRouteInfo {
   ServerRoute route;
   std::string_view name;   // the path, or for bad_request the label
@@ -40,6 +41,8 @@ inline constexpr ServerRouteInfo kServerRoutes[] = {
     {ServerRoute::healthz, "/healthz", "GET"},
     {ServerRoute::metrics, "/metrics", "GET", true},
     {ServerRoute::faults, "/_faults", "DELETE, POST", true},
+    // --ha-etcd: the newest snapshot, for a member behind the compacted log (ha/snapshot_fetch.hpp).
+    {ServerRoute::ha_snapshot, "/_ha/snapshot", "GET", true},
     {ServerRoute::bad_request, "bad_request", ""},
     {ServerRoute::unauthorized, "unauthorized", ""},
 };
@@ -77,6 +80,10 @@ struct LimitCounters {
   std::atomic<std::uint64_t> accept_failures{0};       // accept() errors (EMFILE...), each survived
   std::atomic<std::uint64_t> session_failures{0};      // exceptions that closed one connection
 };
+// The figures of an HA member (--ha-etcd; given to Metrics::render after its own): `applied_seq`
+// is the state's last change.
+std::vector<prometheus::MetricFamily> ha_families(const ha::Role& role, std::uint64_t applied_seq);
+
 // The figures of a durable server's data dir (given to Metrics::render after its own).
 std::vector<prometheus::MetricFamily> durability_families(const durable::StoreStats& store,
                                                           const durable::JournalStats& journal, bool failed);

@@ -138,6 +138,18 @@ bool Router::settle(Reply& reply) {
   return false;
 }
 
+void Router::serve_snapshot(Reply& reply) const {
+  auto bytes = store_->newest_snapshot();
+  if (!bytes) {
+    reply.set_json(503, protocol::encode_detail("the snapshot cannot be read: " + bytes.error().message));
+  } else if (bytes.value().empty()) {
+    reply.set_json(503, protocol::encode_detail("no snapshot yet"));
+  } else {
+    reply.set_json(200, std::move(bytes).value());
+    reply.content_type = "application/octet-stream";
+  }
+}
+
 void Router::refuse_not_leader(Reply& reply) const {
   reply.set_json(503, protocol::encode_detail(std::string(kNotLeaderDetailPrefix) + ": nothing applied"));
   reply.leader = role_->leader();
@@ -154,7 +166,10 @@ void Router::await_durable(Exchange& exchange, std::function<void()> wake) {
 bool Router::serve_server_route(const Request& request, std::string_view path, Exchange& exchange) {
   auto& reply = exchange.reply;
   for (const auto& row : kServerRoutes) {
-    if (path != row.name || (row.route == ServerRoute::faults && !options_.enable_fault_injection)) continue;
+    if (path != row.name || (row.route == ServerRoute::faults && !options_.enable_fault_injection) ||
+        (row.route == ServerRoute::ha_snapshot && !role_)) {
+      continue;
+    }
     exchange.label = row.route;
     switch (row.route) {
       case ServerRoute::healthz:
@@ -173,15 +188,24 @@ bool Router::serve_server_route(const Request& request, std::string_view path, E
         if (request.method != "GET") break;
         reply.status = 200;
         reply.content_type = "text/plain; version=0.0.4; charset=utf-8";
-        reply.body = metrics_.render(service_.state(), dedup_.stats(),
-                                     store_ ? durability_families(store_->stats(), store_->journal().stats(),
-                                                                  !store_->journal().writable())
-                                            : std::vector<prometheus::MetricFamily>{});
+      {
+        auto more = store_ ? durability_families(store_->stats(), store_->journal().stats(), !store_->journal().writable())
+                           : std::vector<prometheus::MetricFamily>{};
+        if (role_) {
+          auto ha = ha_families(*role_, service_.state().seq());
+          more.insert(more.end(), std::make_move_iterator(ha.begin()), std::make_move_iterator(ha.end()));
+        }
+        reply.body = metrics_.render(service_.state(), dedup_.stats(), std::move(more));
+      }
         reply.location.clear();
         reply.allow.clear();
         return true;
       case ServerRoute::faults:
         serve_faults(request, exchange);
+        return true;
+      case ServerRoute::ha_snapshot:
+        if (request.method != "GET") break;
+        serve_snapshot(reply);
         return true;
       case ServerRoute::bad_request:
       case ServerRoute::unauthorized:

@@ -170,6 +170,8 @@ class Router {
   const ha::Role* role_ = nullptr;
   // 503 "not the leader: nothing applied", naming the leader when known.
   void refuse_not_leader(Reply& reply) const;
+  // GET /_ha/snapshot (--ha-etcd): the newest snapshot file, whole.
+  void serve_snapshot(Reply& reply) const;
 };
 
 }  // namespace hf3fs_meta::server

@@ -2,6 +2,9 @@
 
 #include <charconv>
 
+#include "durable/log_format.hpp"
+#include "durable/log_reader.hpp"
+
 namespace hf3fs_meta::server::ha {
 
 namespace {
@@ -45,7 +48,11 @@ EtcdResult<LogRead> read_log(EtcdClient& etcd, const Keys& keys, std::uint64_t a
     if (last_seq == 0) return broken_log("the log holds " + kv.key + ", which is not an entry's key");
     out.entries.push_back({last_seq, std::move(kv.value), kv.mod_revision});
   }
-  if (out.entries.empty()) {
+  // The entry holding record after_seq + 1 was compacted away when none is left, or when the first
+  // left begins after it (its records' framing says where: durable::record_span).
+  const bool compacted = out.entries.empty() || (out.entries.front().batch.size() >= durable::kRecordHeaderSize &&
+                                                  durable::record_span(out.entries.front().batch).seq > after_seq + 1);
+  if (compacted) {
     return EtcdError{EtcdError::Kind::not_applied, 0,
                      "the log's tip is record " + std::to_string(tip.value().seq) + " but no entry holds record " +
                          std::to_string(after_seq + 1) + ": it was compacted away, so this member needs a snapshot",

@@ -1,5 +1,7 @@
 #include "ha/member.hpp"
 
+#include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <future>
 #include <utility>
@@ -57,8 +59,13 @@ durable::Result<void> Member::replicate(std::string_view records, std::uint64_t 
     case Mode::leading:
       break;
   }
+  const auto sent = std::chrono::steady_clock::now();
   auto appended = writer_->append(records, last_seq);
-  if (appended) return boost::outcome_v2::success();
+  if (appended) {
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - sent);
+    role_.counters().appended(records.size(), static_cast<std::uint64_t>(ns.count()), last_seq);
+    return boost::outcome_v2::success();
+  }
   // Nothing more is acknowledged as leader: the Router stops answering now, the member's thread
   // stands down.
   role_.demote();
@@ -75,6 +82,13 @@ durable::Result<void> Member::replicate(std::string_view records, std::uint64_t 
   }
   wake_.notify_all();
   return durable::Error{durable::Errc::journal_failed, why};
+}
+
+EtcdResult<std::uint64_t> Member::fetch_snapshot_if_behind(const std::filesystem::path& dir,
+                                                             const SnapshotFetchOptions& options) {
+  auto fetched = ha::fetch_snapshot_if_behind(etcd_, keys_, dir, options);
+  if (fetched && fetched.value() != 0) role_.counters().snapshot_fetches.fetch_add(1, std::memory_order_relaxed);
+  return fetched;
 }
 
 void Member::start(durable::Store& store, Answers answers, std::string advertise) {
@@ -123,6 +137,7 @@ void Member::switch_mode(Mode mode) {
 void Member::run() {
   stand_down("starting");
   auto next_renewal = std::chrono::steady_clock::now();
+  auto next_compaction = next_renewal + options_.compact_interval;
   for (;;) {
     std::string lost;
     std::optional<EtcdError> ended;
@@ -139,7 +154,10 @@ void Member::run() {
       stand_down(lost);
       continue;
     }
-    if (ended) {
+    if (ended && ended->needs_snapshot) {
+      log(ended->message + "; restart this member to fetch the leader's snapshot");
+      behind_ = true;
+    } else if (ended) {
       log("following the log ended: " + ended->message);
       stand_down("following again");
     }
@@ -152,10 +170,47 @@ void Member::run() {
         continue;
       }
     }
-    if (role_.name() != RoleName::leader && campaign()) {
+    if (role_.name() != RoleName::leader && !behind_ && campaign()) {
       next_renewal = std::chrono::steady_clock::now() + std::chrono::milliseconds(election_.ttl_seconds() * 1000 / 3);
     }
+    publish_applied();
+    if (role_.name() == RoleName::leader && std::chrono::steady_clock::now() >= next_compaction) {
+      next_compaction = std::chrono::steady_clock::now() + options_.compact_interval;
+      if (auto compacted = compact(); !compacted) log("compacting the log: " + compacted.error().message);
+    }
   }
+}
+
+void Member::publish_applied() {
+  const std::int64_t lease = election_.lease_id();
+  const std::uint64_t applied = state_.seq();
+  if (lease == 0 || (applied == published_ && lease == published_lease_)) return;
+  if (etcd_.put({keys_.member(options_.name), std::to_string(applied), lease})) {
+    published_ = applied;
+    published_lease_ = lease;
+  }
+}
+
+EtcdResult<void> Member::compact() {
+  // A member that is down has no key (its lease lapsed): it catches up through a snapshot.
+  const std::string members = keys_.members_prefix();
+  auto live = etcd_.range({members, prefix_end(members)});
+  if (!live) return live.error();
+  std::uint64_t upto = std::min(state_.seq(), store_->stats().last_snapshot_seq);
+  for (const KeyValue& kv : live.value().kvs) {
+    std::uint64_t applied = 0;
+    const auto [end, ec] = std::from_chars(kv.value.data(), kv.value.data() + kv.value.size(), applied);
+    if (ec != std::errc() || end != kv.value.data() + kv.value.size()) continue;  // not ours: ignored
+    upto = std::min(upto, applied);
+  }
+  if (upto <= compacted_) return boost::outcome_v2::success();
+  // Entries are keyed by their last record: those up to `upto` hold nothing anyone needs.
+  auto deleted = etcd_.delete_range({keys_.log_prefix(), keys_.entry(upto + 1)});
+  if (!deleted) return deleted.error();
+  if (auto compacted = etcd_.compact(deleted.value().revision); !compacted) return compacted.error();
+  compacted_ = upto;
+  role_.counters().compactions.fetch_add(1, std::memory_order_relaxed);
+  return boost::outcome_v2::success();
 }
 
 bool Member::campaign() {
@@ -241,6 +296,7 @@ EtcdResult<void> Member::apply(const LogEntry& entry) {
   auto applied = apply_entry(state_, entry, applied_, /*to_sink=*/true);
   if (applied) applied = store_->journal().write_through(state_.seq());
   if (!applied) return EtcdError{EtcdError::Kind::not_applied, 0, applied.error().message};
+  role_.counters().saw_tip(entry.last_seq);
   if (!applied_.dedup.empty()) {
     if (answers_) answers_(applied_.dedup);
     applied_.dedup.clear();

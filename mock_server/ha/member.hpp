@@ -22,6 +22,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -39,6 +40,7 @@
 #include "ha/keys.hpp"
 #include "ha/log.hpp"
 #include "ha/role.hpp"
+#include "ha/snapshot_fetch.hpp"
 #include "hf3fs_meta/state.hpp"
 
 namespace hf3fs_meta::server::ha {
@@ -55,6 +57,9 @@ struct MemberOptions {
   // etcd's own leader election (about 1-2 s on loopback with its defaults) must fit in one call, or
   // an etcd failover deposes ours needlessly.
   std::chrono::milliseconds etcd_timeout{3000};
+  // How often the leader deletes the log entries every live member has applied and its own last
+  // snapshot holds, and compacts etcd's history (etcd 3.4 keeps every old revision unless asked).
+  std::chrono::milliseconds compact_interval{5000};
 };
 
 class Member {
@@ -74,6 +79,10 @@ class Member {
   // `state` with replicate() after cut_journal_after_snapshot (a member trusts its data dir only up to
   // its snapshot); both outlive the member's stop().
   void start(durable::Store& store, Answers answers, std::string advertise);
+  // Before the store opens: the leader's snapshot into `dir` if the log no longer continues it
+  // (snapshot_fetch.hpp). The seq installed; 0 when none was needed.
+  EtcdResult<std::uint64_t> fetch_snapshot_if_behind(const std::filesystem::path& dir,
+                                                     const SnapshotFetchOptions& options);
   // Stops leading (the lease revoked: another member takes over at once) and following. What was
   // acknowledged is in the log; the store may then take its shutdown snapshot.
   void stop();
@@ -96,6 +105,10 @@ class Member {
   void switch_mode(Mode mode);
   void start_following();
   EtcdResult<void> apply(const LogEntry& entry);
+  // Puts this member's applied seq under its lease (members/<name>), when it changed.
+  void publish_applied();
+  // As leader: drops the entries below what every live member applied and the last snapshot holds.
+  EtcdResult<void> compact();
   void log(const std::string& line) const;
 
   MemberOptions options_;
@@ -113,12 +126,18 @@ class Member {
   std::optional<LogWriter> writer_;  // while leading
 
   std::unique_ptr<LogFollower> follower_;  // while following; the member's thread only
+  std::uint64_t published_ = 0;           // the applied seq last put under members/<name>
+  std::int64_t published_lease_ = 0;      // the lease it was put under
+  std::uint64_t compacted_ = 0;           // entries up to this record are gone from the log
 
   std::mutex mutex_;
   std::condition_variable wake_;
   bool stopping_ = false;          // under mutex_
   std::string lost_;               // under mutex_: why leading must end (a failed append)
   std::optional<EtcdError> ended_;  // under mutex_: why following ended
+  // The log was compacted past this member's state while it ran: it follows nothing and never
+  // leads until restarted (which fetches a snapshot). The member's thread only.
+  bool behind_ = false;
   std::thread thread_;
 };
 

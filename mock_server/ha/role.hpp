@@ -29,6 +29,28 @@ constexpr std::string_view to_string(RoleName role) noexcept {
   return "candidate";
 }
 
+// The member's figures for /metrics (ha_families, metrics.hpp), kept where the front can read them.
+struct HaCounters {
+  std::atomic<std::uint64_t> appends{0};            // batches appended to the log as leader
+  std::atomic<std::uint64_t> append_ns_total{0};    // time in those Txns
+  std::atomic<std::uint64_t> append_ns_max{0};
+  std::atomic<std::uint64_t> batch_bytes_total{0};  // their records' bytes
+  std::atomic<std::uint64_t> tip{0};                // the last record in the log, as this member saw it
+  std::atomic<std::uint64_t> compactions{0};        // log compactions done as leader
+  std::atomic<std::uint64_t> snapshot_fetches{0};   // snapshots fetched from the leader
+
+  void appended(std::uint64_t bytes, std::uint64_t ns, std::uint64_t last_seq) {
+    appends.fetch_add(1, std::memory_order_relaxed);
+    append_ns_total.fetch_add(ns, std::memory_order_relaxed);
+    batch_bytes_total.fetch_add(bytes, std::memory_order_relaxed);
+    if (ns > append_ns_max.load(std::memory_order_relaxed)) append_ns_max.store(ns, std::memory_order_relaxed);
+    saw_tip(last_seq);
+  }
+  void saw_tip(std::uint64_t seq) {
+    if (seq > tip.load(std::memory_order_relaxed)) tip.store(seq, std::memory_order_relaxed);
+  }
+};
+
 class Role {
  public:
   // `lease`: the member's own lease, which must outlive this.
@@ -46,6 +68,8 @@ class Role {
     return leader_;
   }
   std::uint64_t leader_changes() const noexcept { return changes_.load(std::memory_order_relaxed); }
+  HaCounters& counters() noexcept { return counters_; }
+  const HaCounters& counters() const noexcept { return counters_; }
 
   // A change of leader counts when a leader is named other than the last one named.
   void set(RoleName name, std::string_view leader) {
@@ -67,6 +91,7 @@ class Role {
   std::string leader_;      // under mutex_
   std::string last_named_;  // under mutex_
   std::atomic<std::uint64_t> changes_{0};
+  HaCounters counters_;
 };
 
 }  // namespace hf3fs_meta::server::ha

@@ -294,6 +294,50 @@ Result<std::uint64_t> cut_journal_after_snapshot(const fs::path& dir) {
   return seq;
 }
 
+Result<std::string> read_newest_snapshot(const fs::path& dir) {
+  auto listing = list(dir);
+  if (!listing) return std::move(listing).error();
+  if (listing.value().snapshots.empty()) return std::string();
+  auto bytes = read_file(listing.value().snapshots.rbegin()->second);
+  if (!bytes) return std::move(bytes).error();
+  return std::string(bytes.value().bytes());
+}
+
+std::uint64_t newest_snapshot_seq(const fs::path& dir) {
+  auto listing = list(dir);
+  return listing && !listing.value().snapshots.empty() ? listing.value().snapshots.rbegin()->first : 0;
+}
+
+Result<std::uint64_t> install_snapshot(const fs::path& dir, std::string_view bytes) {
+  auto loaded = read_snapshot("the fetched snapshot", bytes);
+  if (!loaded) return std::move(loaded).error();
+  const std::uint64_t seq = loaded.value().image.seq;
+  std::error_code ec;
+  fs::create_directories(dir, ec);  // a member's first start
+  if (ec) return Error{Errc::io, dir.string() + ": " + ec.message()};
+  // The journal the snapshot names exists before the snapshot does (as Store::snapshot makes them).
+  const std::string next = journal_name(seq + 1);
+  const fs::path journal = dir / next;
+  const int fd = ::open(journal.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Error{Errc::io, journal.string() + ": " + errno_text(errno)};
+  const int write_error = write_all(fd, file_header(kJournalMagic));
+  const bool written = write_error == 0 && ::fsync(fd) == 0;
+  const int err = write_error != 0 ? write_error : errno;
+  ::close(fd);
+  if (!written) return Error{Errc::io, journal.string() + ": " + errno_text(err)};
+  auto snapshot = write_snapshot(dir, loaded.value().image, loaded.value().dedup, next);
+  if (!snapshot) return std::move(snapshot).error();
+  // Everything else goes: older files, and any newer journal of a history the cluster left behind.
+  remove_before(dir, seq);
+  if (auto listing = list(dir)) {
+    for (const auto& [first, path] : listing.value().journals) {
+      if (first > seq + 1) ::unlink(path.c_str());
+    }
+  }
+  if (auto synced = sync_dir(dir); !synced) return std::move(synced).error();
+  return seq;
+}
+
 void remove_before(const fs::path& dir, std::uint64_t seq) {
   auto listing = list(dir);
   if (!listing) return;

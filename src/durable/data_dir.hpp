@@ -73,6 +73,17 @@ Result<void> replay_journal(const std::filesystem::path& path, std::string_view 
 // at the snapshot; returns the snapshot's seq (0: none, and every journal file is cut).
 Result<std::uint64_t> cut_journal_after_snapshot(const std::filesystem::path& dir);
 
+// The newest snapshot file's bytes, as written (an HA leader serves them, GET /_ha/snapshot); an
+// empty string when there is none.
+Result<std::string> read_newest_snapshot(const std::filesystem::path& dir);
+// The seq of the newest snapshot in `dir` (0: none, or no such directory).
+std::uint64_t newest_snapshot_seq(const std::filesystem::path& dir);
+// An HA member behind its cluster's compacted log, before its Store opens: `bytes` (a snapshot file,
+// read_newest_snapshot's) become the data dir's newest snapshot, with an empty journal after it, and
+// what came before goes. Returns the snapshot's seq. The bytes are checked first: nothing changes
+// when they are not a whole snapshot.
+Result<std::uint64_t> install_snapshot(const std::filesystem::path& dir, std::string_view bytes);
+
 // Removes the snapshots older than `seq` and the journal files whose records all come before it.
 void remove_before(const std::filesystem::path& dir, std::uint64_t seq);
 

@@ -35,6 +35,7 @@ Result<std::unique_ptr<Store>> Store::open(Options options, MetadataState& state
   if (!journal) return std::move(journal).error();
   store->journal_ = std::move(journal).value();
   store->stats_.recovery_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  store->stats_.last_snapshot_seq = store->recovered_.snapshot_seq;
   state.set_change_sink([j = store->journal_.get()](const Change& change) { j->append(change); });
   state.restarted();  // leases and recency were not recorded: the restart rule (state.hpp)
   store->thread_ = std::thread([s = store.get()] { s->background(); });
@@ -99,6 +100,7 @@ Result<std::uint64_t> Store::snapshot() {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ++stats_.snapshots;
   stats_.last_snapshot_bytes = written.value();
+  stats_.last_snapshot_seq = image.seq;
   stats_.last_snapshot_seconds = seconds;
   stats_.snapshot_seconds_total += seconds;
   return written;
@@ -163,6 +165,11 @@ void Store::background() {
     if (auto settled = settle()) [[maybe_unused]] auto result = snapshot();
     lock.lock();
   }
+}
+
+Result<std::string> Store::newest_snapshot() const {
+  std::lock_guard one(snapshot_mutex_);
+  return read_newest_snapshot(options_.dir);
 }
 
 StoreStats Store::stats() const {

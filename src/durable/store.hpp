@@ -29,6 +29,7 @@ struct StoreStats {
   std::uint64_t snapshot_failures = 0;
   std::uint64_t rollbacks = 0;  // journal failures rolled back (settle)
   std::uint64_t last_snapshot_bytes = 0;
+  std::uint64_t last_snapshot_seq = 0;  // the change the newest snapshot in the data dir holds up to
   double last_snapshot_seconds = 0;
   double snapshot_seconds_total = 0;
   double recovery_seconds = 0;
@@ -65,6 +66,9 @@ class Store {
   // at once. Not under a Gate.
   Result<std::uint64_t> settle();
 
+  // The newest snapshot's bytes (read_newest_snapshot), never while one is being written or removed.
+  Result<std::string> newest_snapshot() const;
+
   Recovered& recovered() noexcept { return recovered_; }
   Journal& journal() noexcept { return *journal_; }
   StoreStats stats() const;
@@ -80,7 +84,7 @@ class Store {
   Recovered recovered_;
   std::unique_ptr<Journal> journal_;
   std::shared_mutex gate_;     // see gate(); taken before snapshot_mutex_
-  std::mutex snapshot_mutex_;  // one snapshot (or rollback) at a time
+  mutable std::mutex snapshot_mutex_;  // one snapshot (or rollback) at a time
   mutable std::mutex mutex_;
   StoreStats stats_;
   bool stopping_ = false;
