@@ -139,6 +139,10 @@ bool Router::settle(Reply& reply) {
 }
 
 void Router::serve_snapshot(Reply& reply) const {
+  if (!store_) {
+    reply.set_json(503, protocol::encode_detail("no data dir: no snapshot"));
+    return;
+  }
   auto bytes = store_->newest_snapshot();
   if (!bytes) {
     reply.set_json(503, protocol::encode_detail("the snapshot cannot be read: " + bytes.error().message));

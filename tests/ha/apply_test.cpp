@@ -6,7 +6,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
+
+#include "durable/data_dir.hpp"
+#include "durable/journal.hpp"
+#include "durable/log_format.hpp"
 #include "durable/record.hpp"
+#include "support/temp_dir.hpp"
 
 namespace hf3fs_meta::server::ha {
 namespace {
@@ -122,6 +129,42 @@ TEST(HaApplyTest, ADamagedOrMislabelledEntryIsRefusedNamingIt) {
     ASSERT_FALSE(refused);
     EXPECT_THAT(refused.error().message, HasSubstr("etcd log entry 1: 4 bytes hold no record"));
   }
+}
+
+// A standby keeps a journal of what it applies (apply_entry to_sink, ha/member.hpp): its journal
+// then holds the leader's records byte for byte, request-id tags included, so that its data dir
+// and snapshots are the leader's at the same seq.
+TEST(HaApplyTest, ToTheSinkAMembersJournalHoldsTheLeadersRecordsAsWritten) {
+  Leader leader;
+  ASSERT_NO_FATAL_FAILURE(make_history(leader));
+  const std::uint64_t n = leader.records.size();
+  testing::TempDir dir;
+  durable::Journal::Options options;
+  options.dir = dir.path();
+  options.mode = durable::FsyncMode::no;
+  auto journal = durable::Journal::open(options, durable::Recovered{});
+  ASSERT_TRUE(journal) << journal.error().message;
+  MetadataState follower;
+  follower.set_change_sink([j = journal.value().get()](const Change& change) { j->append(change); });
+  durable::Recovered out;
+  ASSERT_TRUE(apply_entry(follower, leader.entry(1, 3), out, /*to_sink=*/true));
+  ASSERT_TRUE(apply_entry(follower, leader.entry(2, n), out, /*to_sink=*/true));  // overlapping: once each
+  ASSERT_TRUE(journal.value()->write_through(n));
+  follower.set_change_sink({});
+  journal.value().reset();
+
+  std::ifstream file(dir.path() / durable::journal_name(1), std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  ASSERT_GE(bytes.size(), durable::kFileHeaderSize);
+  EXPECT_EQ(bytes.substr(durable::kFileHeaderSize), leader.entry(1, n).batch);
+  // Without to_sink (recovery's own replay) nothing reaches a sink.
+  MetadataState quiet;
+  int sunk = 0;
+  quiet.set_change_sink([&sunk](const Change&) { ++sunk; });
+  durable::Recovered again;
+  ASSERT_TRUE(apply_entry(quiet, leader.entry(1, n), again));
+  EXPECT_EQ(sunk, 0);
+  EXPECT_EQ(quiet.seq(), n);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <thread>
 
+#include "durable/log_writer.hpp"
 #include "ha/election.hpp"
 #include "ha/log.hpp"
 #include "support/etcd_suite.hpp"
@@ -223,6 +224,35 @@ TEST_F(HaEtcdTest, AReaderBehindACompactedLogIsToldItNeedsASnapshot) {
   EXPECT_THAT(behind.error().message, HasSubstr("the log's tip is record 2 but no entry holds record 1"));
   EXPECT_THAT(behind.error().message, HasSubstr("needs a snapshot"));
   EXPECT_TRUE(read_log(*etcd_, k, 2).value().entries.empty());
+  a.resign();
+}
+
+// Framed records (their payloads do not matter here): the entry's first record says where it begins.
+std::string records(std::uint64_t first, std::uint64_t last) {
+  std::string out;
+  durable::LogWriter writer(out);
+  for (std::uint64_t seq = first; seq <= last; ++seq) writer.add_record_encoded(seq, [](std::string& p) { p += 'x'; });
+  return out;
+}
+
+TEST_F(HaEtcdTest, AReaderWhoseNextRecordWasCompactedAwayNeedsASnapshotThoughLaterEntriesAreLeft) {
+  Election a(*etcd_, real_clock_, options("http://a"));
+  const auto won = a.campaign();
+  const Keys k = keys();
+  LogWriter writer(*etcd_, k, won.value().fence, read_tip(*etcd_, k).value());
+  ASSERT_TRUE(writer.append(records(1, 2), 2));
+  ASSERT_TRUE(writer.append(records(3, 4), 4));
+  ASSERT_TRUE(etcd_->delete_range({k.entry(1), k.entry(3)}));  // records 1-2 compacted away
+  for (const std::uint64_t after : {0u, 1u}) {
+    const auto behind = read_log(*etcd_, k, after);
+    ASSERT_FALSE(behind) << after;
+    EXPECT_TRUE(behind.error().needs_snapshot);
+    EXPECT_THAT(behind.error().message, HasSubstr("no entry holds record " + std::to_string(after + 1)));
+  }
+  const auto next = read_log(*etcd_, k, 2);
+  ASSERT_TRUE(next) << next.error().message;
+  ASSERT_EQ(next.value().entries.size(), 1u);
+  EXPECT_EQ(next.value().entries.front().last_seq, 4u);
   a.resign();
 }
 

@@ -1,0 +1,135 @@
+// The data dir's side of an HA member (issue 21, ha/member.hpp): a replicated store trusts its data
+// dir only up to its newest snapshot (cut_journal_after_snapshot), a leader serves its newest
+// snapshot's bytes (read_newest_snapshot) and a member behind the compacted log installs them
+// (install_snapshot) before its store opens.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "durable/data_dir.hpp"
+#include "durable/store.hpp"
+#include "support/temp_dir.hpp"
+
+namespace hf3fs_meta::durable {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::TempDir;
+
+Store::Options options_for(const std::filesystem::path& dir) {
+  Store::Options options;
+  options.dir = dir;
+  options.mode = FsyncMode::no;
+  options.snapshot_after_bytes = 0;
+  return options;
+}
+
+// Rank 0 with `pages` pages, then one allocate per key of `keys`; a snapshot after the first
+// `snapshot_after` of them (none if negative). Returns the seq of the snapshot (0: none).
+std::uint64_t build(const std::filesystem::path& dir, int keys, int snapshot_after) {
+  MetadataState state;
+  auto store = Store::open(options_for(dir), state);
+  EXPECT_TRUE(store) << store.error().message;
+  if (!store) return 0;
+  EXPECT_TRUE(state.initialize(0, 64));
+  std::uint64_t snapshot_seq = 0;
+  for (int i = 0; i < keys; ++i) {
+    if (i == snapshot_after) {
+      EXPECT_TRUE(store.value()->snapshot());
+      snapshot_seq = state.seq();
+    }
+    const std::vector<BlockKey> key = {BlockKey("k" + std::to_string(i))};
+    EXPECT_TRUE(state.allocate(0, key));
+    EXPECT_TRUE(store.value()->journal().write_through(state.seq()));
+  }
+  return snapshot_seq;  // the store goes without a shutdown snapshot
+}
+
+std::uint64_t recovered_seq(const std::filesystem::path& dir, MetadataState& state) {
+  auto recovered = recover(dir, state);
+  EXPECT_TRUE(recovered) << recovered.error().message;
+  return recovered ? recovered.value().seq : 0;
+}
+
+TEST(DurableHaFilesTest, TheJournalAfterTheNewestSnapshotIsCutAway) {
+  TempDir dir;
+  const std::uint64_t snapshot_seq = build(dir.path(), 6, 3);
+  ASSERT_EQ(snapshot_seq, 4u);  // the initialize and three allocates
+  {
+    MetadataState whole;
+    EXPECT_EQ(recovered_seq(dir.path(), whole), 7u);
+  }
+  auto cut = cut_journal_after_snapshot(dir.path());
+  ASSERT_TRUE(cut) << cut.error().message;
+  EXPECT_EQ(cut.value(), snapshot_seq);
+  MetadataState state;
+  EXPECT_EQ(recovered_seq(dir.path(), state), snapshot_seq);
+  ASSERT_TRUE(state.rank_stats(0));
+  EXPECT_EQ(state.rank_stats(0)->allocated, 3);  // the allocates before the snapshot
+}
+
+TEST(DurableHaFilesTest, WithoutASnapshotEveryJournalIsCut) {
+  TempDir dir;
+  ASSERT_EQ(build(dir.path(), 4, -1), 0u);
+  auto cut = cut_journal_after_snapshot(dir.path());
+  ASSERT_TRUE(cut) << cut.error().message;
+  EXPECT_EQ(cut.value(), 0u);
+  MetadataState state;
+  EXPECT_EQ(recovered_seq(dir.path(), state), 0u);
+  EXPECT_EQ(state.rank_count(), 0u);
+}
+
+TEST(DurableHaFilesTest, AnInstalledSnapshotIsWhatANewMemberRecovers) {
+  TempDir leader;
+  const std::uint64_t snapshot_seq = build(leader.path(), 5, 4);
+  auto bytes = read_newest_snapshot(leader.path());
+  ASSERT_TRUE(bytes) << bytes.error().message;
+  ASSERT_FALSE(bytes.value().empty());
+  EXPECT_EQ(newest_snapshot_seq(leader.path()), snapshot_seq);
+
+  TempDir root;
+  const auto member = root.path() / "new-member";  // a first start: no directory yet
+  EXPECT_EQ(newest_snapshot_seq(member), 0u);
+  auto installed = install_snapshot(member, bytes.value());
+  ASSERT_TRUE(installed) << installed.error().message;
+  EXPECT_EQ(installed.value(), snapshot_seq);
+  MetadataState state;
+  auto store = Store::open(options_for(member), state);
+  ASSERT_TRUE(store) << store.error().message;
+  EXPECT_EQ(state.seq(), snapshot_seq);
+  ASSERT_TRUE(state.rank_stats(0));
+  EXPECT_EQ(state.rank_stats(0)->allocated, 4);
+  // The journal goes on after the snapshot.
+  const std::vector<BlockKey> key = {BlockKey("after")};
+  ASSERT_TRUE(state.allocate(0, key));
+  EXPECT_TRUE(store.value()->journal().write_through(state.seq()));
+}
+
+TEST(DurableHaFilesTest, DamagedBytesInstallNothing) {
+  TempDir leader;
+  build(leader.path(), 2, 1);
+  auto bytes = read_newest_snapshot(leader.path());
+  ASSERT_TRUE(bytes);
+  std::string damaged = bytes.value();
+  damaged[damaged.size() / 2] ^= 0x40;
+  TempDir member;
+  const std::uint64_t had = build(member.path(), 3, 2);
+  const auto listing = [&] {
+    std::vector<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator(member.path())) names.push_back(e.path().filename());
+    std::sort(names.begin(), names.end());
+    return names;
+  };
+  const auto before = listing();
+  for (const std::string& bad : {damaged, bytes.value().substr(0, bytes.value().size() - 1), std::string()}) {
+    auto installed = install_snapshot(member.path(), bad);
+    ASSERT_FALSE(installed);
+    EXPECT_THAT(installed.error().message, HasSubstr("the fetched snapshot"));
+  }
+  EXPECT_EQ(listing(), before);
+  EXPECT_EQ(newest_snapshot_seq(member.path()), had);
+}
+
+}  // namespace
+}  // namespace hf3fs_meta::durable

@@ -1,0 +1,122 @@
+// An HA member's front (issue 21): the Router with a Role (ha/role.hpp) answers as the leader only
+// while the role is leader and its lease surely lives; otherwise every route but /healthz and
+// /metrics is 503 "not the leader: nothing applied", naming the leader when known, and nothing is
+// applied. /healthz and /metrics say the role. No sockets, no etcd: the test sets the role.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+
+#include "hf3fs_meta/routes.hpp"
+#include "hf3fs_meta/state.hpp"
+#include "metrics.hpp"
+#include "router.hpp"
+#include "server_options.hpp"
+
+namespace hf3fs_meta::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+class RouterRoleTest : public ::testing::Test {
+ protected:
+  RouterRoleTest() { router_.set_role(&role_); }
+
+  Exchange& send(std::string method, std::string target, std::string body = {}) {
+    Request request;
+    request.method = std::move(method);
+    request.target = std::move(target);
+    request.body = std::move(body);
+    exchange_.reset();
+    EXPECT_EQ(router_.step(request, exchange_), Router::Next::reply);
+    return exchange_;
+  }
+  Exchange& initialize() { return send("POST", "/rank/0/initialize", R"({"num_pages":4})"); }
+  void lease_for(std::chrono::seconds ttl) { lease_.renewed(std::chrono::steady_clock::now(), ttl); }
+
+  ServerOptions options_;
+  Metrics metrics_{1};
+  MetadataState state_;
+  Router router_{options_, state_, metrics_};
+  ha::LeaseWindow lease_{std::chrono::milliseconds(0)};
+  ha::Role role_{lease_};
+  Exchange exchange_;
+};
+
+TEST_F(RouterRoleTest, ACandidateAppliesNothingAndNamesNoLeader) {
+  const Exchange& answer = initialize();
+  EXPECT_EQ(answer.reply.status, 503);
+  EXPECT_EQ(answer.reply.body, R"({"detail":"not the leader: nothing applied"})");
+  EXPECT_THAT(answer.reply.body, HasSubstr(kNotLeaderDetailPrefix));
+  EXPECT_EQ(answer.reply.leader, "");
+  EXPECT_EQ(state_.rank_count(), 0u);
+}
+
+TEST_F(RouterRoleTest, AStandbyNamesTheLeaderOnEveryRouteButHealthAndMetrics) {
+  role_.set(ha::RoleName::standby, "http://127.0.0.1:18001");
+  for (const auto& [method, target] : {std::pair{"POST", "/rank/0/initialize"}, std::pair{"POST", "/keys/batch_exists"},
+                                       std::pair{"GET", "/nothing/here"}, std::pair{"GET", "/_ha/snapshot"}}) {
+    const Exchange& answer = send(method, target, "{}");
+    EXPECT_EQ(answer.reply.status, 503) << target;
+    EXPECT_EQ(answer.reply.leader, "http://127.0.0.1:18001") << target;
+  }
+  EXPECT_EQ(state_.rank_count(), 0u);
+  const Exchange& health = send("GET", "/healthz");
+  EXPECT_EQ(health.reply.status, 200);
+  EXPECT_EQ(health.reply.body,
+            R"({"status":"ok","role":"standby","leader":"http://127.0.0.1:18001","applied_seq":0})");
+  const Exchange& metrics = send("GET", "/metrics");
+  EXPECT_EQ(metrics.reply.status, 200);
+  EXPECT_THAT(metrics.reply.body, HasSubstr(R"(hf3fs_meta_ha_role{role="standby"} 1)"));
+  EXPECT_THAT(metrics.reply.body, HasSubstr(R"(hf3fs_meta_ha_role{role="leader"} 0)"));
+}
+
+TEST_F(RouterRoleTest, TheLeaderAnswersOnlyWhileItsLeaseSurelyLives) {
+  role_.set(ha::RoleName::leader, "http://127.0.0.1:18002");
+  // Won, but no lease renewed yet: nothing.
+  EXPECT_EQ(initialize().reply.status, 503);
+  lease_for(std::chrono::seconds(60));
+  EXPECT_EQ(initialize().reply.status, 200);
+  EXPECT_EQ(state_.rank_count(), 1u);
+  EXPECT_EQ(send("POST", "/keys/batch_exists", R"({"keys":["a"]})").reply.status, 200);  // reads too
+  const std::uint64_t seq = state_.seq();
+  lease_.lost();  // the lease lapsed: reads and changes stop at once
+  EXPECT_EQ(send("POST", "/keys/batch_exists", R"({"keys":["a"]})").reply.status, 503);
+  EXPECT_EQ(send("POST", "/rank/1/initialize", R"({"num_pages":4})").reply.status, 503);
+  EXPECT_EQ(state_.seq(), seq);
+  lease_for(std::chrono::seconds(60));
+  const Exchange& health = send("GET", "/healthz");
+  EXPECT_EQ(health.reply.body, R"({"status":"ok","role":"leader","leader":"http://127.0.0.1:18002","applied_seq":)" +
+                                   std::to_string(seq) + "}");
+}
+
+TEST_F(RouterRoleTest, LeaderChangesCountOnlyNewLeaders) {
+  role_.set(ha::RoleName::standby, "http://a");
+  role_.demote();
+  role_.set(ha::RoleName::standby, "http://a");  // the same one again after not knowing
+  EXPECT_EQ(role_.leader_changes(), 0u);
+  role_.set(ha::RoleName::leader, "http://b");
+  EXPECT_EQ(role_.leader_changes(), 1u);
+  EXPECT_EQ(role_.leader(), "http://b");
+  role_.demote();
+  EXPECT_EQ(role_.leader(), "");
+  EXPECT_EQ(role_.name(), ha::RoleName::candidate);
+}
+
+TEST(RouterWithoutRoleTest, TheSnapshotRouteIsNoRouteOfASingleServer) {
+  ServerOptions options;
+  Metrics metrics{1};
+  MetadataState state;
+  Router router{options, state, metrics};
+  Request request;
+  request.method = "GET";
+  request.target = "/_ha/snapshot";
+  Exchange exchange;
+  ASSERT_EQ(router.step(request, exchange), Router::Next::reply);
+  EXPECT_EQ(exchange.reply.status, 404);
+  EXPECT_EQ(exchange.reply.leader, "");
+}
+
+}  // namespace
+}  // namespace hf3fs_meta::server
