@@ -162,17 +162,17 @@ void Member::run() {
       stand_down("following again");
     }
     const auto now = std::chrono::steady_clock::now();
+    // Every member renews a third of a TTL after the last renewal (or grant), whatever its role: a
+    // standby's lease is the one it campaigns with, and a lease that lapsed must be granted anew.
     if (now >= next_renewal) {
-      next_renewal = now + std::chrono::milliseconds(election_.ttl_seconds() * 1000 / 3);
+      next_renewal = now + renewal_interval();
       auto renewed = election_.renew();
       if (role_.name() == RoleName::leader && (!renewed ? !election_.surely_alive() : !renewed.value())) {
         stand_down(renewed ? std::string("the lease is gone") : "the lease could not be renewed: " + renewed.error().message);
         continue;
       }
     }
-    if (role_.name() != RoleName::leader && !behind_ && campaign()) {
-      next_renewal = std::chrono::steady_clock::now() + std::chrono::milliseconds(election_.ttl_seconds() * 1000 / 3);
-    }
+    if (role_.name() != RoleName::leader && !behind_) campaign();
     publish_applied();
     if (role_.name() == RoleName::leader && std::chrono::steady_clock::now() >= next_compaction) {
       next_compaction = std::chrono::steady_clock::now() + options_.compact_interval;
@@ -213,6 +213,10 @@ EtcdResult<void> Member::compact() {
   return boost::outcome_v2::success();
 }
 
+std::chrono::milliseconds Member::renewal_interval() const {
+  return std::chrono::milliseconds(std::max<std::int64_t>(election_.ttl_seconds(), 1) * 1000 / 3);
+}
+
 bool Member::campaign() {
   auto outcome = election_.campaign();
   if (!outcome) {
@@ -249,6 +253,11 @@ EtcdResult<void> Member::lead(std::int64_t fence) {
                          ", past the log's tip " + std::to_string(tip.value().seq) +
                          ": it was not written by this cluster"};
   }
+  // The lease the campaign won with may be near its end: renewed, so that the new leader answers at
+  // once and for a whole lease.
+  auto renewed = election_.renew();
+  if (!renewed) return renewed.error();
+  if (!renewed.value()) return EtcdError{EtcdError::Kind::not_applied, 0, "the lease lapsed while catching up"};
   switch_mode(Mode::following);  // the log's records acknowledged
   {
     std::lock_guard lock(mode_mutex_);

@@ -96,6 +96,7 @@ class Member {
   void run();
   // A campaign; leads if it won. False when etcd did not answer.
   bool campaign();
+  std::chrono::milliseconds renewal_interval() const;  // a third of the lease etcd granted
   // Catches up with the log under `fence`, then leads. An error: it does not lead (and resigned).
   EtcdResult<void> lead(std::int64_t fence);
   // Leading ends (or never began, at start): mode closed, what the log did not take rolled back,
