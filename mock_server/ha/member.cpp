@@ -159,6 +159,10 @@ void Member::run() {
       behind_ = true;
     } else if (ended) {
       log("following the log ended: " + ended->message);
+      // An entry that cannot be applied fails again at once: not more than once a second.
+      std::unique_lock lock(mutex_);
+      if (wake_.wait_for(lock, std::chrono::seconds(1), [&] { return stopping_; })) return;
+      lock.unlock();
       stand_down("following again");
     }
     const auto now = std::chrono::steady_clock::now();
