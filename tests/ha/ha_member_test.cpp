@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -34,6 +35,7 @@ namespace hf3fs_meta::testing {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 using Headers = std::vector<std::pair<std::string, std::string>>;
@@ -272,6 +274,32 @@ class HaMemberTest : public EtcdSuite {
   TempDir logs_;
   std::vector<std::unique_ptr<Member>> members_;
 };
+
+// The HA flags the spec bounds are refused before the member starts, each naming its flag.
+TEST_F(HaMemberTest, RefusesHaFlagsOutsideTheirBounds) {
+  TempDir data;
+  const std::vector<std::string> ha{"--port", "0", "--ha-cluster", test_name(), "--ha-name", "m0"};
+  const std::string etcd = cluster_->endpoints();
+  struct Case {
+    std::vector<std::string> extra;
+    std::string flag;  // what the refusal names
+  };
+  const std::vector<Case> cases{
+      {{"--ha-etcd", etcd}, "--data-dir"},  // HA needs a data dir
+      {{"--ha-etcd", etcd, "--data-dir", data.str(), "--ha-lease-ms", "1000"}, "--ha-lease-ms"},
+      {{"--ha-etcd", "https://127.0.0.1:1", "--data-dir", data.str()}, "https://127.0.0.1:1"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args = ha;
+    args.insert(args.end(), c.extra.begin(), c.extra.end());
+    const auto ran = ServerProcess::run_to_exit(args);
+    SCOPED_TRACE(c.flag);
+    EXPECT_NE(ran.exit_code, 0) << ran.output;
+    EXPECT_THAT(ran.output, HasSubstr(c.flag));
+    EXPECT_THAT(ran.output, Not(HasSubstr("listening on")));
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(data.path())) << "a refused start wrote into its data dir";
+}
 
 TEST_F(HaMemberTest, OneLeaderAndStandbysThatRefuseNamingItAndFollowItsLog) {
   ASSERT_NO_THROW(start_members());
