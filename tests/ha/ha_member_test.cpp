@@ -64,7 +64,7 @@ Health parse_health(const HttpAnswer& answer) {
   h.status = answer.status;
   h.body = answer.status != 0 ? answer.body : answer.error;
   rapidjson::Document d;
-  d.Parse(answer.body.c_str());
+  d.Parse(answer.body.data(), answer.body.size());  // bounded: RapidJSON's SSE2 scan of a C string reads past its end
   if (d.HasParseError() || !d.IsObject()) return h;
   const auto text = [&](const char* name) {
     const auto it = d.FindMember(name);
@@ -119,7 +119,7 @@ std::string confirm_body(Rank rank, const std::vector<std::string>& keys, const 
 // The pages of an allocate answer {"rank":R,"results":[[key,page],...]}; empty if it is not one.
 std::vector<Page> parse_pages(const std::string& body) {
   rapidjson::Document d;
-  d.Parse(body.c_str());
+  d.Parse(body.data(), body.size());
   std::vector<Page> out;
   if (d.HasParseError() || !d.IsObject() || !d.HasMember("results") || !d["results"].IsArray()) return out;
   for (const auto& pair : d["results"].GetArray()) {
@@ -132,7 +132,7 @@ std::vector<Page> parse_pages(const std::string& body) {
 // {"exists":[bool,...]} -> how many are true; -1 if it is not such an answer.
 int count_exists(const std::string& body) {
   rapidjson::Document d;
-  d.Parse(body.c_str());
+  d.Parse(body.data(), body.size());
   if (d.HasParseError() || !d.IsObject() || !d.HasMember("exists") || !d["exists"].IsArray()) return -1;
   int n = 0;
   for (const auto& v : d["exists"].GetArray()) n += v.IsBool() && v.GetBool() ? 1 : 0;
@@ -142,7 +142,7 @@ int count_exists(const std::string& body) {
 // {"locations":[page or null,...]} -> the pages, kNoPage for null; empty if it is not one.
 std::vector<Page> parse_locations(const std::string& body) {
   rapidjson::Document d;
-  d.Parse(body.c_str());
+  d.Parse(body.data(), body.size());
   std::vector<Page> out;
   if (d.HasParseError() || !d.IsObject() || !d.HasMember("locations") || !d["locations"].IsArray()) return out;
   for (const auto& v : d["locations"].GetArray()) out.push_back(v.IsInt64() ? v.GetInt64() : kNoPage);
