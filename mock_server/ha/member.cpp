@@ -245,7 +245,7 @@ EtcdResult<void> Member::lead(std::int64_t fence) {
   auto tip = read_tip(etcd_, keys_);
   if (!tip) return tip.error();
   while (state_.seq() < tip.value().seq) {
-    auto read = read_log(etcd_, keys_, state_.seq());
+    auto read = read_log(etcd_, keys_, state_.seq(), LogFollower::Options{}.read_limit);  // a bounded answer
     if (!read) return read.error();
     for (const LogEntry& entry : read.value().entries) {
       if (auto applied = apply(entry); !applied) return applied;
