@@ -218,13 +218,7 @@ TEST_F(HaFaultTest, MemberWithAnEmptyDataDirCatchesUpThroughTheLog) {
   ASSERT_GE(leader_health.applied_seq, 41u) << leader_health.body;  // initialize + 2 per key
 
   const std::size_t joined = members.add();
-  const auto deadline = Clock::now() + kWait;
-  HaHealth h;
-  do {
-    h = members.health(joined);
-    if (h.applied_seq == leader_health.applied_seq && h.role == "standby") break;
-    std::this_thread::sleep_for(50ms);
-  } while (Clock::now() < deadline);
+  const auto h = members.wait_standby_at(joined, members.url(leader), leader_health.applied_seq, kWait);
   EXPECT_EQ(h.applied_seq, leader_health.applied_seq) << h.body << "\n" << members.logs();
   EXPECT_EQ(h.role, "standby") << h.body;
   EXPECT_EQ(h.leader, members.url(leader)) << h.body;
@@ -351,6 +345,15 @@ class HaQuorumTest : public EtcdSuite {
     std::string failure;
     EXPECT_TRUE(write_key(members.process(leader), "after-recovery", &failure)) << failure;
     if (!refusals.empty()) std::cout << "(before a member served:\n" << refusals << ")\n";
+    // Whatever the refused change became (its outcome was unknown), every member ends with the log:
+    // the one that stepped down rolled back what the log did not take.
+    const auto led = members.health(leader);
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      if (i == leader) continue;
+      const auto h = members.wait_standby_at(i, members.url(leader), led.applied_seq, kWait);
+      EXPECT_EQ(h.role, "standby") << members.name(i) << ": " << h.body << "\n" << members.logs();
+      EXPECT_EQ(h.applied_seq, led.applied_seq) << members.name(i) << ": " << h.body << " against " << led.body;
+    }
     return leader;
   }
 };

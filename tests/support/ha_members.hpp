@@ -139,6 +139,19 @@ class HaMembers {
     }
   }
 
+  // Waits up to `timeout` until member i is a standby of `leader` that has applied `seq`; what it
+  // said last.
+  HaHealth wait_standby_at(std::size_t i, const std::string& leader, std::uint64_t seq,
+                           std::chrono::milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      HaHealth h = health(i);
+      if (h.role == "standby" && h.leader == leader && h.applied_seq == seq) return h;
+      if (std::chrono::steady_clock::now() >= deadline) return h;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+
   // Every member's stderr, the last `lines` lines of each: for a failure's message.
   std::string logs(std::size_t lines = 40) const {
     std::string out;
