@@ -190,13 +190,14 @@ TEST_F(HaFaultTest, LeaderStoppedPastItsLeaseRefusesItsHeldChangeAndFollows) {
   ASSERT_TRUE(write_key(leader, "after", &failure)) << failure;
   // The resumed member leads once the others are gone: its state is the log's, without the held
   // change and with the one written while it was a standby.
-  const std::size_t third = all_but(3, old_leader)[new_leader == others[0] ? 1 : 0];
+  const std::size_t third = others[new_leader == others[0] ? 1 : 0];
   EXPECT_EQ(members.process(third).terminate(), 0);
   EXPECT_EQ(leader.terminate(), 0);
   ASSERT_EQ(members.wait_leader(kWait, {old_leader}), old_leader) << members.logs();
   const auto after = post(stopped, "/keys/status", keys_body({"held", "before", "after"}));
   ASSERT_EQ(after.status, 200) << after.body;
   EXPECT_EQ(key_states(after.body), (std::vector<std::string>{"unknown", "complete", "complete"})) << after.body;
+  EXPECT_EQ(members.stop_all(), "") << members.logs();
 }
 
 // A member whose data dir is empty joins a cluster with changes and reaches the leader's seq through
@@ -229,6 +230,7 @@ TEST_F(HaFaultTest, MemberWithAnEmptyDataDirCatchesUpThroughTheLog) {
   const auto exists = post(members.process(joined), "/keys/batch_exists", keys_body(keys));
   ASSERT_EQ(exists.status, 200) << exists.body;
   EXPECT_EQ(count_exists(exists.body), 20) << exists.body;
+  EXPECT_EQ(members.stop_all(), "") << members.logs();
 }
 
 // Without --max-body-bytes a member takes bodies up to 1 MiB (etcd refuses requests above 1.5 MiB).
@@ -246,6 +248,7 @@ TEST_F(HaFaultTest, BodyAboveOneMebibyteIsRefusedWith413) {
   EXPECT_EQ(at_limit.status, 200) << at_limit.body;
   const auto above = post(members.process(leader), "/keys/batch_exists", body_of((std::size_t{1} << 20) + 1));
   EXPECT_EQ(above.status, 413) << above.body;
+  EXPECT_EQ(members.stop_all(), "") << members.logs();
 }
 
 // ---- etcd losing its quorum ---------------------------------------------------------------------
@@ -400,6 +403,7 @@ TEST_F(HaQuorumTest, ChangesStopWithTheQuorumAndNothingAcknowledgedIsLost) {
   }
 
   recover(members, acknowledged);
+  EXPECT_EQ(members.stop_all(), "") << members.logs();
 }
 
 // Two etcd members down and no change sent: the leader's reads stop once its lease lapses, measured
@@ -450,6 +454,7 @@ TEST_F(HaQuorumTest, ReadsStopOnceTheLeaseLapses) {
   }
 
   recover(members, acknowledged);
+  EXPECT_EQ(members.stop_all(), "") << members.logs();
 }
 
 // ---- flags --------------------------------------------------------------------------------------

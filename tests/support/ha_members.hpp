@@ -69,13 +69,7 @@ class HaMembers {
   // `lease` (--ha-lease-ms).
   HaMembers(std::string etcd, std::string cluster, std::chrono::milliseconds lease)
       : etcd_(std::move(etcd)), cluster_(std::move(cluster)), lease_(lease) {}
-  ~HaMembers() {
-    for (auto& m : members_) {
-      if (!m->process || !m->process->running()) continue;
-      ::kill(m->process->pid(), SIGCONT);
-      m->process->terminate();
-    }
-  }
+  ~HaMembers() { stop_all(); }
   HaMembers(const HaMembers&) = delete;
   HaMembers& operator=(const HaMembers&) = delete;
 
@@ -150,6 +144,21 @@ class HaMembers {
       if (std::chrono::steady_clock::now() >= deadline) return h;
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
+  }
+
+  // SIGTERM to every member still running (continued first, should it be stopped); the members that
+  // did not exit with 0 (a sanitizer's report, a crash, a hang), with what they ended with. Empty:
+  // each exited cleanly.
+  std::string stop_all() {
+    std::string unclean;
+    for (auto& m : members_) {
+      if (!m->process || !m->process->running()) continue;
+      ::kill(m->process->pid(), SIGCONT);
+      if (const int code = m->process->terminate(); code != 0) {
+        unclean.append(m->name).append(" ended with ").append(std::to_string(code)).append("\n");
+      }
+    }
+    return unclean;
   }
 
   // Every member's stderr, the last `lines` lines of each: for a failure's message.
