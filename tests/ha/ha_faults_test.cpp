@@ -462,10 +462,10 @@ TEST_F(HaQuorumTest, ReadsStopOnceTheLeaseLapses) {
 // The HA flags that do not fit together: exit 2 before anything starts, the message naming the flag.
 TEST(HaFlagsTest, MisfitsExitTwoNamingTheFlag) {
   TempDir data;
-  const std::vector<std::string> member{"--ha-etcd", "http://127.0.0.1:1", "--data-dir", data.str()};
-  const auto with = [&member](std::vector<std::string> extra, bool data_dir = true) {
-    std::vector<std::string> args{"--port", "0", "--host", "127.0.0.1", "--ha-etcd", member[1]};
-    if (data_dir) args.insert(args.end(), {member[2], member[3]});
+  // A member's flags and `extra`; its etcd is never asked (port 1: nothing listens there).
+  const auto with = [&data](const std::vector<std::string>& extra, bool data_dir = true) {
+    std::vector<std::string> args{"--port", "0", "--host", "127.0.0.1", "--ha-etcd", "http://127.0.0.1:1"};
+    if (data_dir) args.insert(args.end(), {"--data-dir", data.str()});
     args.insert(args.end(), extra.begin(), extra.end());
     return args;
   };
@@ -487,9 +487,29 @@ TEST(HaFlagsTest, MisfitsExitTwoNamingTheFlag) {
     for (const auto& a : c.args) line.append(a).append(" ");
     const auto finished = ServerProcess::run_to_exit(c.args, 10s);
     EXPECT_EQ(finished.exit_code, 2) << line << "\n" << finished.output;
-    EXPECT_THAT(finished.output, HasSubstr(c.flag)) << line;
+    // The first line is the reason (the rest points at --help).
+    const std::string first = finished.output.substr(0, finished.output.find('\n'));
+    EXPECT_THAT(first, HasSubstr(c.flag)) << line << "\n" << finished.output;
     EXPECT_THAT(finished.output, Not(HasSubstr("listening on"))) << line;
   }
+}
+
+// The same flags made to fit start a member (the refusals above are the flags'), which, with no
+// etcd to ask, is a candidate that knows no leader: it refuses without naming one.
+TEST(HaFlagsTest, FittingFlagsStartACandidateWhileEtcdIsAway) {
+  TempDir data;
+  ServerProcess member({"--ha-etcd", "http://127.0.0.1:1", "--data-dir", data.str(), "--ha-cluster", "c",
+                        "--ha-name", "n", "--ha-lease-ms", "2000"});
+  const auto health = parse_ha_health(http_call(member.base_url() + "/healthz", "", 2000ms));
+  EXPECT_EQ(health.status, 200) << health.body;
+  EXPECT_EQ(health.role, "candidate") << health.body;
+  EXPECT_EQ(health.leader, "") << health.body;
+  EXPECT_EQ(health.applied_seq, 0u) << health.body;
+  const auto refused = post(member, "/keys/batch_exists", keys_body({"k"}));
+  EXPECT_EQ(refused.status, 503) << refused.body;
+  EXPECT_THAT(refused.body, HasSubstr(kNotLeaderDetail));
+  EXPECT_EQ(refused.header_count("x-hf3fs-leader"), 0u);
+  EXPECT_EQ(member.terminate(), 0);
 }
 
 }  // namespace
