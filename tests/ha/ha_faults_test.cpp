@@ -19,6 +19,8 @@
 
 #include <rapidjson/document.h>
 
+#include "ha/etcd_client.hpp"
+#include "ha/keys.hpp"
 #include "support/etcd_suite.hpp"
 #include "support/ha_members.hpp"
 #include "support/raw_http.hpp"
@@ -197,6 +199,44 @@ TEST_F(HaFaultTest, LeaderStoppedPastItsLeaseRefusesItsHeldChangeAndFollows) {
   const auto after = post(stopped, "/keys/status", keys_body({"held", "before", "after"}));
   ASSERT_EQ(after.status, 200) << after.body;
   EXPECT_EQ(key_states(after.body), (std::vector<std::string>{"unknown", "complete", "complete"})) << after.body;
+  EXPECT_EQ(members.stop_all(), "") << members.logs();
+}
+
+// The leader key goes (an operator's delete) and another member wins it, with a newer create
+// revision, while the old leader's lease lives on: the old leader's next change is fenced in etcd. It
+// is answered 503, is not on the new leader, and the old leader steps down to follow the new one.
+TEST_F(HaFaultTest, AppendFencedByANewerLeaderIsRefusedAndTheLeaderFollows) {
+  HaMembers members(cluster_->endpoints(), test_name(), kLease);
+  for (int i = 0; i < 3; ++i) members.add();
+  const std::size_t old_leader = members.wait_leader(kWait);
+  ASSERT_NE(old_leader, kNone) << members.logs();
+  ServerProcess& fenced = members.process(old_leader);
+  initialize(fenced);
+  std::string failure;
+  ASSERT_TRUE(write_key(fenced, "before", &failure)) << failure;
+
+  server::ha::EtcdOptions options;
+  options.endpoints = cluster_->client_urls();
+  server::ha::EtcdClient etcd(options);
+  const auto deleted = etcd.delete_range({server::ha::Keys(test_name()).leader()});
+  ASSERT_TRUE(deleted) << deleted.error().message;
+  const std::size_t new_leader = members.wait_leader(kWait, all_but(3, old_leader));
+  ASSERT_NE(new_leader, kNone) << "no member took the leader key\n" << members.logs();
+
+  const auto change = post(fenced, "/keys/batch_allocate", allocate_body("fenced"));
+  EXPECT_EQ(change.status, 503) << "a change past a newer leader was answered: " << change.body << "\n"
+                                << members.logs();
+  ServerProcess& leader = members.process(new_leader);
+  const auto status = post(leader, "/keys/status", keys_body({"fenced", "before"}));
+  ASSERT_EQ(status.status, 200) << status.body;
+  EXPECT_EQ(key_states(status.body), (std::vector<std::string>{"unknown", "complete"})) << status.body;
+
+  const auto stepped_down = members.wait_role(old_leader, "standby", members.url(new_leader), kWait);
+  EXPECT_EQ(stepped_down.role, "standby") << stepped_down.body << "\n" << members.logs();
+  ASSERT_TRUE(write_key(leader, "after", &failure)) << failure;
+  const auto led = members.health(new_leader);
+  const auto follows = members.wait_standby_at(old_leader, members.url(new_leader), led.applied_seq, kWait);
+  EXPECT_EQ(follows.applied_seq, led.applied_seq) << follows.body << " against " << led.body;
   EXPECT_EQ(members.stop_all(), "") << members.logs();
 }
 
