@@ -73,8 +73,7 @@ std::string keys_body(const std::vector<std::string>& keys) {
 
 // The page of a one-key allocate answer {"rank":0,"results":[[key,page]]}; -1 if it is not one.
 long long allocated_page(const std::string& body) {
-  rapidjson::Document d;
-  d.Parse(body.c_str());
+  const rapidjson::Document d = parse_json(body);
   if (d.HasParseError() || !d.IsObject() || !d.HasMember("results") || !d["results"].IsArray()) return -1;
   const auto& results = d["results"];
   if (results.Size() != 1 || !results[0].IsArray() || results[0].Size() != 2 || !results[0][1].IsInt64()) return -1;
@@ -84,8 +83,7 @@ long long allocated_page(const std::string& body) {
 // Per key of a /keys/status answer: "unknown" (null), "complete" or "incomplete"; empty if the
 // answer is not one.
 std::vector<std::string> key_states(const std::string& body) {
-  rapidjson::Document d;
-  d.Parse(body.c_str());
+  const rapidjson::Document d = parse_json(body);
   std::vector<std::string> out;
   if (d.HasParseError() || !d.IsObject() || !d.HasMember("status") || !d["status"].IsArray()) return out;
   for (const auto& s : d["status"].GetArray()) {
@@ -102,8 +100,7 @@ std::vector<std::string> key_states(const std::string& body) {
 
 // {"exists":[bool,...]} -> how many are true; -1 if it is not such an answer.
 int count_exists(const std::string& body) {
-  rapidjson::Document d;
-  d.Parse(body.c_str());
+  const rapidjson::Document d = parse_json(body);
   if (d.HasParseError() || !d.IsObject() || !d.HasMember("exists") || !d["exists"].IsArray()) return -1;
   int n = 0;
   for (const auto& v : d["exists"].GetArray()) n += v.IsBool() && v.GetBool() ? 1 : 0;
@@ -297,8 +294,7 @@ TEST_F(HaFaultTest, BodyAboveOneMebibyteIsRefusedWith413) {
 // empty strings when it does not answer.
 std::pair<std::string, std::string> etcd_status(const EtcdCluster& cluster, std::size_t i) {
   const auto answer = http_call(cluster.client_url(i) + "/v3/maintenance/status", "{}", 2000ms);
-  rapidjson::Document d;
-  d.Parse(answer.body.c_str());
+  const rapidjson::Document d = parse_json(answer.body);
   if (answer.status != 200 || d.HasParseError() || !d.IsObject()) return {};
   // The gateway writes 64-bit ids as strings; accepted as numbers too.
   const auto id = [](const rapidjson::Value& v) {

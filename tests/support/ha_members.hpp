@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -36,12 +37,19 @@ struct HaHealth {
   std::uint64_t applied_seq = 0;
 };
 
+// An answer's JSON body as a DOM (HasParseError() when it is none). Parsed by size: RapidJSON's SSE2
+// scanner reads whole 16-byte blocks, past the end of a NUL-terminated string.
+inline rapidjson::Document parse_json(std::string_view text) {
+  rapidjson::Document d;
+  d.Parse(text.data(), text.size());
+  return d;
+}
+
 inline HaHealth parse_ha_health(const HttpAnswer& answer) {
   HaHealth h;
   h.status = answer.status;
   h.body = answer.status != 0 ? answer.body : answer.error;
-  rapidjson::Document d;
-  d.Parse(answer.body.c_str());
+  const rapidjson::Document d = parse_json(answer.body);
   if (d.HasParseError() || !d.IsObject()) return h;
   if (auto it = d.FindMember("role"); it != d.MemberEnd() && it->value.IsString()) h.role = it->value.GetString();
   if (auto it = d.FindMember("leader"); it != d.MemberEnd() && it->value.IsString()) h.leader = it->value.GetString();
