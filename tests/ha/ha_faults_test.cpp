@@ -1,0 +1,554 @@
+// hf3fs-meta-server's --ha-* members (issue 21) under faults, as processes on a real 3-member etcd:
+// a leader that hangs past its lease answers its held change 503 and comes back as a standby
+// without it; etcd losing its quorum stops changes at once and reads once the lease lapses, and
+// nothing acknowledged is lost when it recovers; the HA flags that do not fit are refused, each
+// named; a member with an empty data dir catches up with a running cluster through the log.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <signal.h>
+
+#include <chrono>
+#include <cstddef>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include <rapidjson/document.h>
+
+#include "ha/etcd_client.hpp"
+#include "ha/keys.hpp"
+#include "support/etcd_suite.hpp"
+#include "support/ha_members.hpp"
+#include "support/raw_http.hpp"
+#include "support/server_process.hpp"
+
+namespace hf3fs_meta::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kLease = 2000ms;
+// Every wait for a role, a catch-up or a recovery: well past a lease and an election on two busy
+// cores.
+constexpr auto kWait = 20s;
+// A change sent while etcd has no quorum waits at most the member's etcd call timeout (3 s,
+// ha::MemberOptions::etcd_timeout) for its append; 4 s more for a loaded machine.
+constexpr auto kRefusalBound = 7s;
+// Reads stop by the last keepalive sent + the lease; a poll's period and a loaded machine on top.
+constexpr auto kReadStopSlack = 1500ms;
+constexpr std::size_t kNone = HaMembers::kNone;
+constexpr std::string_view kNotLeaderDetail = "not the leader: nothing applied";
+
+long long ms(Clock::duration d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); }
+
+// ---- requests and their answers -----------------------------------------------------------------
+
+RawResponse post(ServerProcess& server, std::string_view target, std::string_view body) {
+  return raw_request(server.host(), server.port(), "POST", target, body);
+}
+
+std::string json_strings(const std::vector<std::string>& keys) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    if (i > 0) out.append(",");
+    out.append("\"").append(keys[i]).append("\"");
+  }
+  return out.append("]");
+}
+
+std::string allocate_body(const std::string& key) {
+  return std::string(R"({"rank":0,"keys":[[")").append(key).append(R"(",""]]})");
+}
+
+std::string keys_body(const std::vector<std::string>& keys) {
+  return std::string(R"({"keys":)").append(json_strings(keys)).append("}");
+}
+
+// The page of a one-key allocate answer {"rank":0,"results":[[key,page]]}; -1 if it is not one.
+long long allocated_page(const std::string& body) {
+  const rapidjson::Document d = parse_json(body);
+  if (d.HasParseError() || !d.IsObject() || !d.HasMember("results") || !d["results"].IsArray()) return -1;
+  const auto& results = d["results"];
+  if (results.Size() != 1 || !results[0].IsArray() || results[0].Size() != 2 || !results[0][1].IsInt64()) return -1;
+  return results[0][1].GetInt64();
+}
+
+// Per key of a /keys/status answer: "unknown" (null), "complete" or "incomplete"; empty if the
+// answer is not one.
+std::vector<std::string> key_states(const std::string& body) {
+  const rapidjson::Document d = parse_json(body);
+  std::vector<std::string> out;
+  if (d.HasParseError() || !d.IsObject() || !d.HasMember("status") || !d["status"].IsArray()) return out;
+  for (const auto& s : d["status"].GetArray()) {
+    if (s.IsNull()) {
+      out.emplace_back("unknown");
+    } else if (s.IsObject() && s.HasMember("complete") && s["complete"].IsBool()) {
+      out.emplace_back(s["complete"].GetBool() ? "complete" : "incomplete");
+    } else {
+      out.emplace_back("unreadable");
+    }
+  }
+  return out;
+}
+
+// {"exists":[bool,...]} -> how many are true; -1 if it is not such an answer.
+int count_exists(const std::string& body) {
+  const rapidjson::Document d = parse_json(body);
+  if (d.HasParseError() || !d.IsObject() || !d.HasMember("exists") || !d["exists"].IsArray()) return -1;
+  int n = 0;
+  for (const auto& v : d["exists"].GetArray()) n += v.IsBool() && v.GetBool() ? 1 : 0;
+  return n;
+}
+
+// Rank 0 with room for every key of a test.
+void initialize(ServerProcess& leader) {
+  const auto r = post(leader, "/rank/0/initialize", R"({"num_pages":256})");
+  ASSERT_EQ(r.status, 200) << r.body;
+}
+
+// A key made complete (allocated, then confirmed). True when both steps were acknowledged; a step
+// refused says why in `failure`.
+bool write_key(ServerProcess& leader, const std::string& key, std::string* failure = nullptr) {
+  const auto allocated = post(leader, "/keys/batch_allocate", allocate_body(key));
+  const long long page = allocated.status == 200 ? allocated_page(allocated.body) : -1;
+  if (page < 0) {
+    if (failure) *failure = "allocate " + key + ": " + std::to_string(allocated.status) + " " + allocated.body;
+    return false;
+  }
+  std::string confirm = R"({"rank":0,"confirmations":[[")";
+  confirm.append(key).append("\",").append(std::to_string(page)).append(R"(]],"pages_to_release":[]})");
+  const auto confirmed = post(leader, "/keys/confirm_write", confirm);
+  if (confirmed.status != 204) {
+    if (failure) *failure = "confirm " + key + ": " + std::to_string(confirmed.status) + " " + confirmed.body;
+    return false;
+  }
+  return true;
+}
+
+std::vector<std::size_t> all_but(std::size_t n, std::size_t except) {
+  std::vector<std::size_t> out;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i != except) out.push_back(i);
+  }
+  return out;
+}
+
+// ---- a leader hung past its lease ---------------------------------------------------------------
+
+class HaFaultTest : public EtcdSuite {};
+
+// The leader is SIGSTOPped past its lease while a connection of its is open; another member takes
+// over; a change sent on that connection waits in the kernel until SIGCONT. The resumed member must
+// not acknowledge it (its lease lapsed: another member may have written since), must come back as a
+// standby of the new leader, and what the log holds must be what it holds once it leads again.
+TEST_F(HaFaultTest, LeaderStoppedPastItsLeaseRefusesItsHeldChangeAndFollows) {
+  HaMembers members(cluster_->endpoints(), test_name(), kLease);
+  for (int i = 0; i < 3; ++i) members.add();
+  const std::size_t old_leader = members.wait_leader(kWait);
+  ASSERT_NE(old_leader, kNone) << members.logs();
+  ServerProcess& stopped = members.process(old_leader);
+  initialize(stopped);
+  std::string failure;
+  ASSERT_TRUE(write_key(stopped, "before", &failure)) << failure;
+
+  // Accepted by the server (it answered on it) before it stops.
+  RawConnection held(stopped.host(), stopped.port(), 15s);
+  ASSERT_EQ(held.request("GET", "/healthz").status, 200);
+  ASSERT_EQ(::kill(stopped.pid(), SIGSTOP), 0);
+  const auto others = all_but(3, old_leader);
+  const std::size_t new_leader = members.wait_leader(kWait, others);
+  ASSERT_NE(new_leader, kNone) << "no member took over from the stopped leader\n" << members.logs();
+
+  held.send(format_request("POST", "/keys/batch_allocate", held.host_header(), allocate_body("held")));
+  ASSERT_EQ(::kill(stopped.pid(), SIGCONT), 0);
+  const auto answer = held.read_response();
+  EXPECT_EQ(answer.status, 503) << "the change held past the lease was answered: " << answer.body << "\n"
+                                << members.logs();
+  EXPECT_THAT(answer.body, HasSubstr(kNotLeaderDetail));
+
+  ServerProcess& leader = members.process(new_leader);
+  const auto status = post(leader, "/keys/status", keys_body({"held", "before"}));
+  ASSERT_EQ(status.status, 200) << status.body;
+  EXPECT_EQ(key_states(status.body), (std::vector<std::string>{"unknown", "complete"})) << status.body;
+
+  const auto resumed = members.wait_role(old_leader, "standby", members.url(new_leader), kWait);
+  EXPECT_EQ(resumed.role, "standby") << resumed.body << "\n" << members.logs();
+  EXPECT_EQ(resumed.leader, members.url(new_leader)) << resumed.body;
+  // A standby refuses, naming the leader.
+  const auto refused = post(stopped, "/keys/batch_exists", keys_body({"before"}));
+  EXPECT_EQ(refused.status, 503) << refused.body;
+  EXPECT_EQ(refused.header("x-hf3fs-leader").value_or("(none)"), members.url(new_leader));
+
+  ASSERT_TRUE(write_key(leader, "after", &failure)) << failure;
+  // The resumed member leads once the others are gone: its state is the log's, without the held
+  // change and with the one written while it was a standby.
+  const std::size_t third = others[new_leader == others[0] ? 1 : 0];
+  EXPECT_EQ(members.process(third).terminate(), 0);
+  EXPECT_EQ(leader.terminate(), 0);
+  ASSERT_EQ(members.wait_leader(kWait, {old_leader}), old_leader) << members.logs();
+  const auto after = post(stopped, "/keys/status", keys_body({"held", "before", "after"}));
+  ASSERT_EQ(after.status, 200) << after.body;
+  EXPECT_EQ(key_states(after.body), (std::vector<std::string>{"unknown", "complete", "complete"})) << after.body;
+  EXPECT_EQ(members.stop_all(), "") << members.logs();
+}
+
+// The leader key goes (an operator's delete) and another member wins it, with a newer create
+// revision, while the old leader's lease lives on: the old leader's next change is fenced in etcd. It
+// is answered 503, is not on the new leader, and the old leader steps down to follow the new one.
+TEST_F(HaFaultTest, AppendFencedByANewerLeaderIsRefusedAndTheLeaderFollows) {
+  HaMembers members(cluster_->endpoints(), test_name(), kLease);
+  for (int i = 0; i < 3; ++i) members.add();
+  const std::size_t old_leader = members.wait_leader(kWait);
+  ASSERT_NE(old_leader, kNone) << members.logs();
+  ServerProcess& fenced = members.process(old_leader);
+  initialize(fenced);
+  std::string failure;
+  ASSERT_TRUE(write_key(fenced, "before", &failure)) << failure;
+
+  server::ha::EtcdOptions options;
+  options.endpoints = cluster_->client_urls();
+  server::ha::EtcdClient etcd(options);
+  const auto deleted = etcd.delete_range({server::ha::Keys(test_name()).leader()});
+  ASSERT_TRUE(deleted) << deleted.error().message;
+  const std::size_t new_leader = members.wait_leader(kWait, all_but(3, old_leader));
+  ASSERT_NE(new_leader, kNone) << "no member took the leader key\n" << members.logs();
+
+  const auto change = post(fenced, "/keys/batch_allocate", allocate_body("fenced"));
+  EXPECT_EQ(change.status, 503) << "a change past a newer leader was answered: " << change.body << "\n"
+                                << members.logs();
+  ServerProcess& leader = members.process(new_leader);
+  const auto status = post(leader, "/keys/status", keys_body({"fenced", "before"}));
+  ASSERT_EQ(status.status, 200) << status.body;
+  EXPECT_EQ(key_states(status.body), (std::vector<std::string>{"unknown", "complete"})) << status.body;
+
+  const auto stepped_down = members.wait_role(old_leader, "standby", members.url(new_leader), kWait);
+  EXPECT_EQ(stepped_down.role, "standby") << stepped_down.body << "\n" << members.logs();
+  ASSERT_TRUE(write_key(leader, "after", &failure)) << failure;
+  const auto led = members.health(new_leader);
+  const auto follows = members.wait_standby_at(old_leader, members.url(new_leader), led.applied_seq, kWait);
+  EXPECT_EQ(follows.applied_seq, led.applied_seq) << follows.body << " against " << led.body;
+  EXPECT_EQ(members.stop_all(), "") << members.logs();
+}
+
+// A member whose data dir is empty joins a cluster with changes and reaches the leader's seq through
+// the log; once it leads, every change is in its state.
+TEST_F(HaFaultTest, MemberWithAnEmptyDataDirCatchesUpThroughTheLog) {
+  HaMembers members(cluster_->endpoints(), test_name(), kLease);
+  members.add();
+  members.add();
+  const std::size_t leader = members.wait_leader(kWait);
+  ASSERT_NE(leader, kNone) << members.logs();
+  initialize(members.process(leader));
+  std::vector<std::string> keys;
+  for (int i = 0; i < 20; ++i) {
+    keys.push_back(std::string("key-").append(std::to_string(i)));
+    std::string failure;
+    ASSERT_TRUE(write_key(members.process(leader), keys.back(), &failure)) << failure;
+  }
+  const auto leader_health = members.health(leader);
+  ASSERT_GE(leader_health.applied_seq, 41u) << leader_health.body;  // initialize + 2 per key
+
+  const std::size_t joined = members.add();
+  const auto h = members.wait_standby_at(joined, members.url(leader), leader_health.applied_seq, kWait);
+  EXPECT_EQ(h.applied_seq, leader_health.applied_seq) << h.body << "\n" << members.logs();
+  EXPECT_EQ(h.role, "standby") << h.body;
+  EXPECT_EQ(h.leader, members.url(leader)) << h.body;
+
+  for (std::size_t i : all_but(2, leader)) EXPECT_EQ(members.process(i).terminate(), 0);
+  EXPECT_EQ(members.process(leader).terminate(), 0);
+  ASSERT_EQ(members.wait_leader(kWait, {joined}), joined) << members.logs();
+  const auto exists = post(members.process(joined), "/keys/batch_exists", keys_body(keys));
+  ASSERT_EQ(exists.status, 200) << exists.body;
+  EXPECT_EQ(count_exists(exists.body), 20) << exists.body;
+  EXPECT_EQ(members.stop_all(), "") << members.logs();
+}
+
+// Without --max-body-bytes a member takes bodies up to 1 MiB (etcd refuses requests above 1.5 MiB).
+TEST_F(HaFaultTest, BodyAboveOneMebibyteIsRefusedWith413) {
+  HaMembers members(cluster_->endpoints(), test_name(), kLease);
+  const std::size_t leader = members.add();
+  ASSERT_EQ(members.wait_leader(kWait), leader) << members.logs();
+  // Trailing whitespace is JSON: a batch_exists body of exactly the size wanted.
+  const auto body_of = [](std::size_t size) {
+    std::string body = keys_body({"k"});
+    body.append(size - body.size(), ' ');
+    return body;
+  };
+  const auto at_limit = post(members.process(leader), "/keys/batch_exists", body_of(std::size_t{1} << 20));
+  EXPECT_EQ(at_limit.status, 200) << at_limit.body;
+  const auto above = post(members.process(leader), "/keys/batch_exists", body_of((std::size_t{1} << 20) + 1));
+  EXPECT_EQ(above.status, 413) << above.body;
+  EXPECT_EQ(members.stop_all(), "") << members.logs();
+}
+
+// ---- etcd losing its quorum ---------------------------------------------------------------------
+
+// The member id of etcd member i and the id of the leader it knows (POST /v3/maintenance/status);
+// empty strings when it does not answer.
+std::pair<std::string, std::string> etcd_status(const EtcdCluster& cluster, std::size_t i) {
+  const auto answer = http_call(cluster.client_url(i) + "/v3/maintenance/status", "{}", 2000ms);
+  const rapidjson::Document d = parse_json(answer.body);
+  if (answer.status != 200 || d.HasParseError() || !d.IsObject()) return {};
+  // The gateway writes 64-bit ids as strings; accepted as numbers too.
+  const auto id = [](const rapidjson::Value& v) {
+    if (v.IsString()) return std::string(v.GetString());
+    if (v.IsUint64()) return std::to_string(v.GetUint64());
+    return std::string();
+  };
+  if (!d.HasMember("header") || !d["header"].IsObject() || !d["header"].HasMember("member_id") ||
+      !d.HasMember("leader")) {
+    return {};
+  }
+  return {id(d["header"]["member_id"]), id(d["leader"])};
+}
+
+// An etcd member that is not etcd's leader; kNone if none can be told.
+std::size_t etcd_follower(const EtcdCluster& cluster) {
+  for (std::size_t i = 0; i < cluster.size(); ++i) {
+    const auto [self, leader] = etcd_status(cluster, i);
+    if (!self.empty() && !leader.empty() && self != leader && cluster.running(i)) return i;
+  }
+  return kNone;
+}
+
+// The etcd member that says it leads; kNone if none does.
+std::size_t etcd_leader(const EtcdCluster& cluster) {
+  for (std::size_t i = 0; i < cluster.size(); ++i) {
+    if (!cluster.running(i)) continue;
+    const auto [self, leader] = etcd_status(cluster, i);
+    if (!self.empty() && self == leader) return i;
+  }
+  return kNone;
+}
+
+class HaQuorumTest : public EtcdSuite {
+ protected:
+  // Every etcd member killed by a test runs again after it, whatever the test's outcome.
+  void TearDown() override {
+    for (std::size_t i = 0; i < cluster_->size(); ++i) {
+      if (!cluster_->running(i)) cluster_->restart(i);
+    }
+  }
+
+  // Kills an etcd member that follows: the quorum stands.
+  void kill_etcd_follower() {
+    const std::size_t follower = etcd_follower(*cluster_);
+    ASSERT_NE(follower, kNone) << "no etcd member says it follows another";
+    cluster_->kill(follower);
+  }
+
+  // Kills etcd's leader, once a follower is gone: no quorum, and the member left is a follower. (A
+  // leader left alone renews leases until it notices, an election timeout later, that it has no
+  // quorum: etcd renews a lease on its leader without consensus.) When the kill returned.
+  Clock::time_point kill_etcd_leader() {
+    const std::size_t leader = etcd_leader(*cluster_);
+    EXPECT_NE(leader, kNone) << "no etcd member says it leads";
+    cluster_->kill(leader == kNone ? 0 : leader);
+    return Clock::now();
+  }
+
+  // Restarts the killed etcd members; a member leads again and serves (its index), holding every key
+  // of `acknowledged`.
+  std::size_t recover(HaMembers& members, const std::vector<std::string>& acknowledged) {
+    for (std::size_t i = 0; i < cluster_->size(); ++i) {
+      if (!cluster_->running(i)) cluster_->restart(i);
+    }
+    EXPECT_NO_THROW(cluster_->wait_healthy(kWait));
+    // Service resumes: a member that says it leads answers a read and takes a change. Until then a
+    // member may say "leader" while it no longer serves (its lease lapsed, its thread not yet stood
+    // down), or lose a lease just won while etcd settles: each such refusal is shown, and retried.
+    const auto deadline = Clock::now() + kWait;
+    std::size_t leader = kNone;
+    RawResponse exists;
+    std::string refusals;
+    for (int attempt = 0; leader == kNone && Clock::now() < deadline; ++attempt) {
+      const std::size_t said = members.leader();
+      if (said != kNone) {
+        exists = post(members.process(said), "/keys/batch_exists", keys_body(acknowledged));
+        std::string failure = std::to_string(exists.status).append(" ").append(exists.body);
+        if (exists.status == 200 &&
+            write_key(members.process(said), std::string("after-recovery-").append(std::to_string(attempt)), &failure)) {
+          leader = said;
+          break;
+        }
+        refusals.append(members.name(said)).append(" said leader: ").append(failure).append("\n");
+      }
+      std::this_thread::sleep_for(50ms);
+    }
+    EXPECT_NE(leader, kNone) << "no member serves once etcd has its quorum again\n" << refusals << members.logs();
+    if (leader == kNone) return kNone;
+    EXPECT_EQ(count_exists(exists.body), static_cast<int>(acknowledged.size())) << exists.body;
+    if (!refusals.empty()) std::cout << "(before a member served:\n" << refusals << ")\n";
+    // Whatever the refused change became (its outcome was unknown), every member ends with the log:
+    // the one that stepped down rolled back what the log did not take.
+    const auto led = members.health(leader);
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      if (i == leader) continue;
+      const auto h = members.wait_standby_at(i, members.url(leader), led.applied_seq, kWait);
+      EXPECT_EQ(h.role, "standby") << members.name(i) << ": " << h.body << "\n" << members.logs();
+      EXPECT_EQ(h.applied_seq, led.applied_seq) << members.name(i) << ": " << h.body << " against " << led.body;
+    }
+    return leader;
+  }
+};
+
+// One etcd member down: the quorum stands and the leader acknowledges changes. Two down: a change
+// is answered 503 within the etcd call's timeout, never 200; reads stop; nothing acknowledged is
+// lost once etcd recovers.
+TEST_F(HaQuorumTest, ChangesStopWithTheQuorumAndNothingAcknowledgedIsLost) {
+  HaMembers members(cluster_->endpoints(), test_name(), kLease);
+  for (int i = 0; i < 3; ++i) members.add();
+  const std::size_t leader = members.wait_leader(kWait);
+  ASSERT_NE(leader, kNone) << members.logs();
+  ServerProcess& server = members.process(leader);
+  initialize(server);
+  std::vector<std::string> acknowledged;
+  std::string failure;
+  for (int i = 0; i < 3; ++i) {
+    acknowledged.push_back(std::string("before-").append(std::to_string(i)));
+    ASSERT_TRUE(write_key(server, acknowledged.back(), &failure)) << failure;
+  }
+
+  ASSERT_NO_FATAL_FAILURE(kill_etcd_follower());
+  for (int i = 0; i < 5; ++i) {
+    acknowledged.push_back(std::string("one-down-").append(std::to_string(i)));
+    EXPECT_TRUE(write_key(server, acknowledged.back(), &failure)) << failure << "\n" << members.logs();
+  }
+
+  kill_etcd_leader();
+  const auto sent = Clock::now();
+  RawConnection connection(server.host(), server.port(), 15s);
+  const auto change = connection.request("POST", "/keys/batch_allocate", allocate_body("no-quorum"));
+  const auto took = Clock::now() - sent;
+  EXPECT_EQ(change.status, 503) << change.body << "\n" << members.logs();
+  EXPECT_THAT(change.body, HasSubstr("replicated log")) << "a refusal that does not say why";
+  EXPECT_LT(took, kRefusalBound) << "the refusal took " << ms(took) << " ms";
+  // Whoever is asked, while etcd has no quorum: no change acknowledged, and no read once the lease
+  // has lapsed (a real lease on real time: waited for).
+  std::this_thread::sleep_until(sent + kLease);
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    const auto read = post(members.process(i), "/keys/batch_exists", keys_body(acknowledged));
+    EXPECT_EQ(read.status, 503) << members.name(i) << ": " << read.body;
+    const auto write = post(members.process(i), "/keys/batch_allocate", allocate_body("no-quorum-2"));
+    EXPECT_EQ(write.status, 503) << members.name(i) << ": " << write.body;
+  }
+
+  recover(members, acknowledged);
+  EXPECT_EQ(members.stop_all(), "") << members.logs();
+}
+
+// Two etcd members down and no change sent: the leader's reads stop once its lease lapses, measured
+// from the last kill (a read answered 200 must have been sent before then + the lease), and they
+// stay stopped; nothing acknowledged is lost once etcd recovers.
+TEST_F(HaQuorumTest, ReadsStopOnceTheLeaseLapses) {
+  HaMembers members(cluster_->endpoints(), test_name(), kLease);
+  members.add();
+  members.add();
+  const std::size_t leader = members.wait_leader(kWait);
+  ASSERT_NE(leader, kNone) << members.logs();
+  ServerProcess& server = members.process(leader);
+  initialize(server);
+  const std::vector<std::string> acknowledged{"kept"};
+  std::string failure;
+  ASSERT_TRUE(write_key(server, "kept", &failure)) << failure;
+
+  ASSERT_NO_FATAL_FAILURE(kill_etcd_follower());
+  const auto lost = kill_etcd_leader();
+  std::optional<Clock::time_point> last_served;  // when the last read answered 200 was sent
+  std::optional<Clock::time_point> stopped;
+  RawResponse refusal;
+  while (Clock::now() < lost + kLease + kReadStopSlack + 3s) {
+    const auto sent = Clock::now();
+    const auto read = post(server, "/keys/batch_exists", keys_body(acknowledged));
+    if (read.status == 200) {
+      last_served = sent;
+      continue;
+    }
+    stopped = Clock::now();
+    refusal = read;
+    break;
+  }
+  ASSERT_TRUE(stopped.has_value()) << "reads still answered 200 long after the quorum was lost\n" << members.logs();
+  EXPECT_EQ(refusal.status, 503) << refusal.body;
+  if (last_served) {
+    EXPECT_LT(*last_served, lost + kLease) << "a read was answered from a lease that may have lapsed: sent "
+                                           << ms(*last_served - lost) << " ms after the quorum was lost";
+  }
+  EXPECT_LT(*stopped, lost + kLease + kReadStopSlack)
+      << "reads stopped " << ms(*stopped - lost) << " ms after the quorum was lost";
+  for (int round = 0; round < 5; ++round) {
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      const auto read = post(members.process(i), "/keys/batch_exists", keys_body(acknowledged));
+      EXPECT_EQ(read.status, 503) << members.name(i) << ": " << read.body;
+    }
+    std::this_thread::sleep_for(200ms);
+  }
+
+  recover(members, acknowledged);
+  EXPECT_EQ(members.stop_all(), "") << members.logs();
+}
+
+// ---- flags --------------------------------------------------------------------------------------
+
+// The HA flags that do not fit together: exit 2 before anything starts, the message naming the flag.
+TEST(HaFlagsTest, MisfitsExitTwoNamingTheFlag) {
+  TempDir data;
+  // A member's flags and `extra`; its etcd is never asked (port 1: nothing listens there).
+  const auto with = [&data](const std::vector<std::string>& extra, bool data_dir = true) {
+    std::vector<std::string> args{"--port", "0", "--host", "127.0.0.1", "--ha-etcd", "http://127.0.0.1:1"};
+    if (data_dir) args.insert(args.end(), {"--data-dir", data.str()});
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  };
+  struct Case {
+    std::vector<std::string> args;
+    std::string flag;
+  };
+  const std::vector<Case> cases{
+      {with({"--ha-cluster", "c", "--ha-name", "n"}, false), "--data-dir"},
+      {with({"--ha-name", "n"}), "--ha-cluster"},
+      {with({"--ha-cluster", "c"}), "--ha-name"},
+      {with({"--ha-cluster", "a/b", "--ha-name", "n"}), "--ha-cluster"},
+      {with({"--ha-cluster", "c", "--ha-name", "n", "--ha-lease-ms", "1000"}), "--ha-lease-ms"},
+      {{"--port", "0", "--host", "127.0.0.1", "--data-dir", data.str(), "--ha-name", "n"}, "--ha-name"},
+      {with({"--ha-cluster", "c", "--ha-name", "n", "--max-body-bytes", "2000000"}), "--max-body-bytes"},
+  };
+  for (const auto& c : cases) {
+    std::string line;
+    for (const auto& a : c.args) line.append(a).append(" ");
+    const auto finished = ServerProcess::run_to_exit(c.args, 10s);
+    EXPECT_EQ(finished.exit_code, 2) << line << "\n" << finished.output;
+    // The first line is the reason (the rest points at --help).
+    const std::string first = finished.output.substr(0, finished.output.find('\n'));
+    EXPECT_THAT(first, HasSubstr(c.flag)) << line << "\n" << finished.output;
+    EXPECT_THAT(finished.output, Not(HasSubstr("listening on"))) << line;
+  }
+}
+
+// The same flags made to fit start a member (the refusals above are the flags'), which, with no
+// etcd to ask, is a candidate that knows no leader: it refuses without naming one.
+TEST(HaFlagsTest, FittingFlagsStartACandidateWhileEtcdIsAway) {
+  TempDir data;
+  ServerProcess member({"--ha-etcd", "http://127.0.0.1:1", "--data-dir", data.str(), "--ha-cluster", "c",
+                        "--ha-name", "n", "--ha-lease-ms", "2000"});
+  const auto health = parse_ha_health(http_call(member.base_url() + "/healthz", "", 2000ms));
+  EXPECT_EQ(health.status, 200) << health.body;
+  EXPECT_EQ(health.role, "candidate") << health.body;
+  EXPECT_EQ(health.leader, "") << health.body;
+  EXPECT_EQ(health.applied_seq, 0u) << health.body;
+  const auto refused = post(member, "/keys/batch_exists", keys_body({"k"}));
+  EXPECT_EQ(refused.status, 503) << refused.body;
+  EXPECT_THAT(refused.body, HasSubstr(kNotLeaderDetail));
+  EXPECT_EQ(refused.header_count("x-hf3fs-leader"), 0u);
+  EXPECT_EQ(member.terminate(), 0);
+}
+
+}  // namespace
+}  // namespace hf3fs_meta::testing

@@ -1,0 +1,194 @@
+// HaMembers: hf3fs-meta-server processes run as the members of one HA cluster (--ha-etcd, issue 21)
+// on a test's etcd, each with a data dir and a stderr log of its own, and what a test asks of them:
+// a member's GET /healthz, the one member that leads, a wait for a role. Every wait is bounded; the
+// destructor stops every member still running (by its PID, through ServerProcess), a stopped one
+// continued first so that it can take its SIGTERM.
+#pragma once
+
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <rapidjson/document.h>
+
+#include "support/etcd_cluster.hpp"
+#include "support/server_process.hpp"
+#include "support/temp_dir.hpp"
+
+namespace hf3fs_meta::testing {
+
+// What GET /healthz said. status 0: no answer in time (`body` then says why).
+struct HaHealth {
+  long status = 0;
+  std::string body;
+  std::string role;    // "leader", "standby", "candidate"; empty when not said
+  std::string leader;  // the leader's URL the member names; empty when none
+  std::uint64_t applied_seq = 0;
+};
+
+// An answer's JSON body as a DOM (HasParseError() when it is none). Parsed by size: RapidJSON's SSE2
+// scanner reads whole 16-byte blocks, past the end of a NUL-terminated string.
+inline rapidjson::Document parse_json(std::string_view text) {
+  rapidjson::Document d;
+  d.Parse(text.data(), text.size());
+  return d;
+}
+
+inline HaHealth parse_ha_health(const HttpAnswer& answer) {
+  HaHealth h;
+  h.status = answer.status;
+  h.body = answer.status != 0 ? answer.body : answer.error;
+  const rapidjson::Document d = parse_json(answer.body);
+  if (d.HasParseError() || !d.IsObject()) return h;
+  if (auto it = d.FindMember("role"); it != d.MemberEnd() && it->value.IsString()) h.role = it->value.GetString();
+  if (auto it = d.FindMember("leader"); it != d.MemberEnd() && it->value.IsString()) h.leader = it->value.GetString();
+  if (auto it = d.FindMember("applied_seq"); it != d.MemberEnd() && it->value.IsUint64()) {
+    h.applied_seq = it->value.GetUint64();
+  }
+  return h;
+}
+
+// The last `lines` lines of a text file.
+inline std::string file_tail(const std::string& path, std::size_t lines) {
+  std::ifstream in(path);
+  std::vector<std::string> all;
+  for (std::string line; std::getline(in, line);) all.push_back(line);
+  std::string out;
+  for (std::size_t i = all.size() > lines ? all.size() - lines : 0; i < all.size(); ++i) out.append(all[i]).append("\n");
+  return out;
+}
+
+class HaMembers {
+ public:
+  static constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+
+  // Members of cluster `cluster` on the etcd client URLs `etcd` (comma separated), with a lease of
+  // `lease` (--ha-lease-ms).
+  HaMembers(std::string etcd, std::string cluster, std::chrono::milliseconds lease)
+      : etcd_(std::move(etcd)), cluster_(std::move(cluster)), lease_(lease) {}
+  ~HaMembers() { stop_all(); }
+  HaMembers(const HaMembers&) = delete;
+  HaMembers& operator=(const HaMembers&) = delete;
+
+  // Starts a member with an empty data dir of its own and `extra` arguments; its index.
+  std::size_t add(const std::vector<std::string>& extra = {}) {
+    auto m = std::make_unique<Member>();
+    m->name = std::string("m").append(std::to_string(members_.size()));
+    m->log = (logs_.path() / std::string(m->name).append(".log")).string();
+    std::vector<std::string> args{"--data-dir",  m->data.str(), "--ha-etcd",     etcd_,
+                                  "--ha-cluster", cluster_,     "--ha-name",     m->name,
+                                  "--ha-lease-ms", std::to_string(lease_.count())};
+    args.insert(args.end(), extra.begin(), extra.end());
+    // Kept before it starts, so that logs() shows the stderr of a member that would not start.
+    members_.push_back(std::move(m));
+    members_.back()->process = std::make_unique<ServerProcess>(std::move(args), members_.back()->log);
+    return members_.size() - 1;
+  }
+
+  std::size_t size() const noexcept { return members_.size(); }
+  ServerProcess& process(std::size_t i) { return *members_.at(i)->process; }
+  std::string url(std::size_t i) { return process(i).base_url(); }
+  const std::string& name(std::size_t i) const { return members_.at(i)->name; }
+
+  HaHealth health(std::size_t i, std::chrono::milliseconds timeout = std::chrono::milliseconds(1000)) {
+    return parse_ha_health(http_call(url(i) + "/healthz", "", timeout));
+  }
+
+  // The one running member that says it leads, of those `among` (every member when empty); kNone if
+  // none does, or more than one.
+  std::size_t leader(const std::vector<std::size_t>& among = {}) {
+    std::size_t found = kNone;
+    for (std::size_t i = 0; i < members_.size(); ++i) {
+      if (!among.empty() && std::find(among.begin(), among.end(), i) == among.end()) continue;
+      if (!process(i).running() || health(i).role != "leader") continue;
+      if (found != kNone) return kNone;
+      found = i;
+    }
+    return found;
+  }
+
+  // Waits up to `timeout` until exactly one member of `among` leads; its index, or kNone.
+  std::size_t wait_leader(std::chrono::milliseconds timeout, const std::vector<std::size_t>& among = {}) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      if (const auto found = leader(among); found != kNone) return found;
+      if (std::chrono::steady_clock::now() >= deadline) return kNone;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+
+  // Waits up to `timeout` until member i says `role` (and names `leader`, unless empty); what it
+  // said last.
+  HaHealth wait_role(std::size_t i, const std::string& role, const std::string& leader,
+                     std::chrono::milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      HaHealth h = health(i);
+      if (h.role == role && (leader.empty() || h.leader == leader)) return h;
+      if (std::chrono::steady_clock::now() >= deadline) return h;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+
+  // Waits up to `timeout` until member i is a standby of `leader` that has applied `seq`; what it
+  // said last.
+  HaHealth wait_standby_at(std::size_t i, const std::string& leader, std::uint64_t seq,
+                           std::chrono::milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      HaHealth h = health(i);
+      if (h.role == "standby" && h.leader == leader && h.applied_seq == seq) return h;
+      if (std::chrono::steady_clock::now() >= deadline) return h;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+
+  // SIGTERM to every member still running (continued first, should it be stopped); the members that
+  // did not exit with 0 (a sanitizer's report, a crash, a hang), with what they ended with. Empty:
+  // each exited cleanly.
+  std::string stop_all() {
+    std::string unclean;
+    for (auto& m : members_) {
+      if (!m->process || !m->process->running()) continue;
+      ::kill(m->process->pid(), SIGCONT);
+      if (const int code = m->process->terminate(); code != 0) {
+        unclean.append(m->name).append(" ended with ").append(std::to_string(code)).append("\n");
+      }
+    }
+    return unclean;
+  }
+
+  // Every member's stderr, the last `lines` lines of each: for a failure's message.
+  std::string logs(std::size_t lines = 40) const {
+    std::string out;
+    for (const auto& m : members_) out.append("---- ").append(m->name).append("'s stderr:\n").append(file_tail(m->log, lines));
+    return out;
+  }
+
+ private:
+  struct Member {
+    std::string name;
+    TempDir data;
+    std::string log;
+    std::unique_ptr<ServerProcess> process;
+  };
+
+  std::string etcd_;
+  std::string cluster_;
+  std::chrono::milliseconds lease_;
+  TempDir logs_;
+  std::vector<std::unique_ptr<Member>> members_;
+};
+
+}  // namespace hf3fs_meta::testing
