@@ -258,7 +258,7 @@ std::vector<MetricFamily> ha_families(const ha::Role& role, std::uint64_t applie
   std::vector<MetricFamily> out;
   MetricFamily roles = family("hf3fs_meta_ha_role", "1 for this member's role (leader, standby, candidate).", gauge);
   for (const auto name : {ha::RoleName::leader, ha::RoleName::standby, ha::RoleName::candidate}) {
-    add(roles, role.name() == name ? 1.0 : 0.0, {{"role", std::string(ha::to_string(name))}});
+    add(roles, role.answered() == name ? 1.0 : 0.0, {{"role", std::string(ha::to_string(name))}});
   }
   out.push_back(std::move(roles));
   out.push_back(single("hf3fs_meta_ha_leader_changes_total", "Times another leader was named than the last one.",

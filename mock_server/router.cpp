@@ -101,7 +101,7 @@ std::string not_acknowledged(const std::string& error, bool replicated) {
 void append_ha_health(std::string& body, const ha::Role& role, std::uint64_t applied_seq) {
   body.pop_back();  // the closing brace
   body += R"(,"role":")";
-  body += ha::to_string(role.name());
+  body += ha::to_string(role.answered());
   body += R"(","leader":)";
   internal::append_json_string(body, role.leader());
   body += R"(,"applied_seq":)";
@@ -503,8 +503,11 @@ Router::Next Router::finish(Exchange& exchange) {
     const std::string error = std::move(exchange.durable_error);
     exchange.durable_error.clear();
     if (settle(exchange.reply)) {
-      exchange.reply.set_json(503, protocol::encode_detail("the change was written but not synced to disk (" + error +
-                                                            "): not acknowledged, and rolled back"));
+      // Replicated (--ha-etcd): the error says whether the change may yet be in the log.
+      exchange.reply.set_json(503, store_->journal().replicates()
+                                       ? not_acknowledged(error, true)
+                                       : protocol::encode_detail("the change was written but not synced to disk (" +
+                                                                 error + "): not acknowledged, and rolled back"));
     }
     if (exchange.claim) exchange.claim.complete(503, {}, 0);
   } else if (exchange.claim && exchange.durable_seq != 0) {

@@ -175,6 +175,12 @@ void Member::run() {
         stand_down(renewed ? std::string("the lease is gone") : "the lease could not be renewed: " + renewed.error().message);
         continue;
       }
+      // The key can go while the lease lives (deleted by hand): reads would go on, only a change
+      // would be fenced. Checked at each renewal, which bounds such stale reads to one interval.
+      if (role_.name() == RoleName::leader && renewed && !holds_leader_key()) {
+        stand_down("the leader key is no longer this member's");
+        continue;
+      }
     }
     if (role_.name() != RoleName::leader && !behind_) campaign();
     publish_applied();
@@ -215,6 +221,12 @@ EtcdResult<void> Member::compact() {
   compacted_ = upto;
   role_.counters().compactions.fetch_add(1, std::memory_order_relaxed);
   return boost::outcome_v2::success();
+}
+
+bool Member::holds_leader_key() {
+  auto holder = etcd_.range({keys_.leader()});
+  if (!holder) return true;  // unknown: the lease decides
+  return !holder.value().kvs.empty() && holder.value().kvs.front().create_revision == fence_;
 }
 
 std::chrono::milliseconds Member::renewal_interval() const {
@@ -266,6 +278,7 @@ EtcdResult<void> Member::lead(std::int64_t fence) {
   {
     std::lock_guard lock(mode_mutex_);
     writer_.emplace(etcd_, keys_, fence, tip.value());
+    fence_ = fence;
     mode_ = Mode::leading;
   }
   // Leases and recency were not replicated: every key counts as read-leased for one lease period,

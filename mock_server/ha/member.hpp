@@ -97,6 +97,9 @@ class Member {
   // A campaign; leads if it won. False when etcd did not answer.
   bool campaign();
   std::chrono::milliseconds renewal_interval() const;  // a third of the lease etcd granted
+  // As leader: whether the leader key is still the one this member created (false only when etcd
+  // says it is not).
+  bool holds_leader_key();
   // Catches up with the log under `fence`, then leads. An error: it does not lead (and resigned).
   EtcdResult<void> lead(std::int64_t fence);
   // Leading ends (or never began, at start): mode closed, what the log did not take rolled back,
@@ -125,6 +128,7 @@ class Member {
   std::mutex mode_mutex_;  // held through an append: a mode change waits for it
   Mode mode_ = Mode::closed;
   std::optional<LogWriter> writer_;  // while leading
+  std::int64_t fence_ = 0;           // the leader key's create revision, once leading
 
   std::unique_ptr<LogFollower> follower_;  // while following; the member's thread only
   std::uint64_t published_ = 0;           // the applied seq last put under members/<name>

@@ -62,10 +62,17 @@ class Role {
            lease_.surely_alive(std::chrono::steady_clock::now());
   }
   RoleName name() const noexcept { return name_.load(std::memory_order_acquire); }
-  // The leader's advertised URL; empty when not known.
+  // The role as /healthz and /metrics say it: a leader whose lease is not surely alive is a
+  // candidate (another member may lead by now), whatever its member has yet to learn.
+  RoleName answered() const noexcept {
+    const RoleName role = name();
+    return role == RoleName::leader && !leading() ? RoleName::candidate : role;
+  }
+  // The leader's advertised URL; empty when not known (a lapsed leader does not name itself: a
+  // client sent there would only come back).
   std::string leader() const {
     std::lock_guard lock(mutex_);
-    return leader_;
+    return name() == RoleName::leader && !leading() ? std::string() : leader_;
   }
   std::uint64_t leader_changes() const noexcept { return changes_.load(std::memory_order_relaxed); }
   HaCounters& counters() noexcept { return counters_; }

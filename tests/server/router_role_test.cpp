@@ -83,8 +83,12 @@ TEST_F(RouterRoleTest, TheLeaderAnswersOnlyWhileItsLeaseSurelyLives) {
   const std::uint64_t seq = state_.seq();
   lease_.lost();  // the lease lapsed: reads and changes stop at once
   EXPECT_EQ(send("POST", "/keys/batch_exists", R"({"keys":["a"]})").reply.status, 503);
-  EXPECT_EQ(send("POST", "/rank/1/initialize", R"({"num_pages":4})").reply.status, 503);
+  const Exchange& refused = send("POST", "/rank/1/initialize", R"({"num_pages":4})");
+  EXPECT_EQ(refused.reply.status, 503);
+  EXPECT_EQ(refused.reply.leader, "");  // not itself: a client sent there would only come back
   EXPECT_EQ(state_.seq(), seq);
+  EXPECT_EQ(send("GET", "/healthz").reply.body, R"({"status":"ok","role":"candidate","leader":"","applied_seq":)" +
+                                                    std::to_string(seq) + "}");
   lease_for(std::chrono::seconds(60));
   const Exchange& health = send("GET", "/healthz");
   EXPECT_EQ(health.reply.body, R"({"status":"ok","role":"leader","leader":"http://127.0.0.1:18002","applied_seq":)" +
@@ -92,6 +96,7 @@ TEST_F(RouterRoleTest, TheLeaderAnswersOnlyWhileItsLeaseSurelyLives) {
 }
 
 TEST_F(RouterRoleTest, LeaderChangesCountOnlyNewLeaders) {
+  lease_for(std::chrono::seconds(60));
   role_.set(ha::RoleName::standby, "http://a");
   role_.demote();
   role_.set(ha::RoleName::standby, "http://a");  // the same one again after not knowing
@@ -99,6 +104,10 @@ TEST_F(RouterRoleTest, LeaderChangesCountOnlyNewLeaders) {
   role_.set(ha::RoleName::leader, "http://b");
   EXPECT_EQ(role_.leader_changes(), 1u);
   EXPECT_EQ(role_.leader(), "http://b");
+  lease_.lost();  // a lapsed leader names nobody, and says it is a candidate
+  EXPECT_EQ(role_.leader(), "");
+  EXPECT_EQ(role_.answered(), ha::RoleName::candidate);
+  EXPECT_EQ(role_.name(), ha::RoleName::leader);  // until its member learns it
   role_.demote();
   EXPECT_EQ(role_.leader(), "");
   EXPECT_EQ(role_.name(), ha::RoleName::candidate);
