@@ -270,6 +270,74 @@ TEST_F(HaFaultTest, MemberWithAnEmptyDataDirCatchesUpThroughTheLog) {
   EXPECT_EQ(members.stop_all(), "") << members.logs();
 }
 
+// The log entries etcd holds for `cluster`, and the last record of the first (0: none).
+std::pair<std::size_t, std::uint64_t> log_entries(const EtcdCluster& etcd, const std::string& cluster) {
+  server::ha::EtcdOptions options;
+  options.endpoints = etcd.client_urls();
+  server::ha::EtcdClient client(options);
+  const server::ha::Keys keys(cluster);
+  server::ha::RangeRequest range{keys.log_prefix(), server::ha::prefix_end(keys.log_prefix())};
+  range.keys_only = true;
+  const auto read = client.range(range);
+  if (!read || read.value().kvs.empty()) return {0, 0};
+  return {read.value().kvs.size(), keys.seq_of(read.value().kvs.front().key)};
+}
+
+// A counter or gauge of a member's /metrics (-1: not there).
+double metric(HaMembers& members, std::size_t i, const std::string& name) {
+  const auto answer = http_call(members.url(i) + "/metrics", "", 2000ms);
+  const std::string line_start = "\n" + name + " ";
+  const auto at = answer.body.find(line_start);
+  return at == std::string::npos ? -1 : std::stod(answer.body.substr(at + line_start.size()));
+}
+
+// The leader deletes the entries every live member applied and its last snapshot holds (a snapshot
+// every 1000 journal bytes here), so the log stays short under load; a member that joins with an
+// empty data dir after that cannot follow from record 1, and starts from the leader's snapshot
+// (GET /_ha/snapshot) instead, then follows the log and can lead with every key.
+TEST_F(HaFaultTest, CompactionKeepsTheLogShortAndAMemberJoinsThroughTheLeadersSnapshot) {
+  HaMembers members(cluster_->endpoints(), test_name(), kLease);
+  const std::vector<std::string> snapshots_often = {"--snapshot-after-bytes", "1000"};
+  members.add(snapshots_often);
+  members.add(snapshots_often);
+  const std::size_t leader = members.wait_leader(kWait);
+  ASSERT_NE(leader, kNone) << members.logs();
+  initialize(members.process(leader));
+  std::vector<std::string> keys;
+  for (int i = 0; i < 60; ++i) {
+    keys.push_back(std::string("key-").append(std::to_string(i)));
+    std::string failure;
+    ASSERT_TRUE(write_key(members.process(leader), keys.back(), &failure)) << failure;
+  }
+  const std::uint64_t written = members.health(leader).applied_seq;
+  ASSERT_GE(written, 121u);
+  // Compaction runs every 5 s on the leader; without it, an entry a record here.
+  const auto deadline = Clock::now() + kWait;
+  auto [entries, first] = log_entries(*cluster_, test_name());
+  while ((entries >= written / 2 || metric(members, leader, "hf3fs_meta_ha_compactions_total") < 1) &&
+         Clock::now() < deadline) {
+    std::this_thread::sleep_for(200ms);
+    std::tie(entries, first) = log_entries(*cluster_, test_name());
+  }
+  EXPECT_LT(entries, written / 2) << "entries left in etcd of " << written << " records\n" << members.logs();
+  ASSERT_GE(metric(members, leader, "hf3fs_meta_ha_compactions_total"), 1) << members.logs();
+  ASSERT_GT(first, 2u) << "the entries of the first records are still there";
+
+  const std::size_t joined = members.add(snapshots_often);
+  const auto h = members.wait_standby_at(joined, members.url(leader), written, kWait);
+  ASSERT_EQ(h.applied_seq, written) << h.body << "\n" << members.logs();
+  EXPECT_EQ(metric(members, joined, "hf3fs_meta_ha_snapshot_fetches_total"), 1);
+  EXPECT_THAT(file_tail(members.log_path(joined), 40), HasSubstr("the leader's snapshot of change"));
+
+  for (std::size_t i : all_but(2, leader)) EXPECT_EQ(members.process(i).terminate(), 0);
+  EXPECT_EQ(members.process(leader).terminate(), 0);
+  ASSERT_EQ(members.wait_leader(kWait, {joined}), joined) << members.logs();
+  const auto exists = post(members.process(joined), "/keys/batch_exists", keys_body(keys));
+  ASSERT_EQ(exists.status, 200) << exists.body;
+  EXPECT_EQ(count_exists(exists.body), 60) << exists.body;
+  EXPECT_EQ(members.stop_all(), "") << members.logs();
+}
+
 // Without --max-body-bytes a member takes bodies up to 1 MiB (etcd refuses requests above 1.5 MiB).
 TEST_F(HaFaultTest, BodyAboveOneMebibyteIsRefusedWith413) {
   HaMembers members(cluster_->endpoints(), test_name(), kLease);

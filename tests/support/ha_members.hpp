@@ -100,6 +100,7 @@ class HaMembers {
   ServerProcess& process(std::size_t i) { return *members_.at(i)->process; }
   std::string url(std::size_t i) { return process(i).base_url(); }
   const std::string& name(std::size_t i) const { return members_.at(i)->name; }
+  const std::string& log_path(std::size_t i) const { return members_.at(i)->log; }
 
   HaHealth health(std::size_t i, std::chrono::milliseconds timeout = std::chrono::milliseconds(1000)) {
     return parse_ha_health(http_call(url(i) + "/healthz", "", timeout));
