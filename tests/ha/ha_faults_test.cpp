@@ -54,57 +54,14 @@ RawResponse post(ServerProcess& server, std::string_view target, std::string_vie
   return raw_request(server.host(), server.port(), "POST", target, body);
 }
 
-std::string json_strings(const std::vector<std::string>& keys) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    if (i > 0) out.append(",");
-    out.append("\"").append(keys[i]).append("\"");
-  }
-  return out.append("]");
-}
-
-std::string allocate_body(const std::string& key) {
-  return std::string(R"({"rank":0,"keys":[[")").append(key).append(R"(",""]]})");
-}
-
-std::string keys_body(const std::vector<std::string>& keys) {
-  return std::string(R"({"keys":)").append(json_strings(keys)).append("}");
-}
-
-// The page of a one-key allocate answer {"rank":0,"results":[[key,page]]}; -1 if it is not one.
-long long allocated_page(const std::string& body) {
-  const rapidjson::Document d = parse_json(body);
-  if (d.HasParseError() || !d.IsObject() || !d.HasMember("results") || !d["results"].IsArray()) return -1;
-  const auto& results = d["results"];
-  if (results.Size() != 1 || !results[0].IsArray() || results[0].Size() != 2 || !results[0][1].IsInt64()) return -1;
-  return results[0][1].GetInt64();
-}
-
-// Per key of a /keys/status answer: "unknown" (null), "complete" or "incomplete"; empty if the
-// answer is not one.
-std::vector<std::string> key_states(const std::string& body) {
-  const rapidjson::Document d = parse_json(body);
+// Per key of a /keys/status answer for `n` keys: "unknown", "complete" or "incomplete"; empty if
+// the answer is not one.
+std::vector<std::string> key_states(const std::string& body, std::size_t n) {
+  const auto answer = protocol::decode_key_status_response(body, n);
   std::vector<std::string> out;
-  if (d.HasParseError() || !d.IsObject() || !d.HasMember("status") || !d["status"].IsArray()) return out;
-  for (const auto& s : d["status"].GetArray()) {
-    if (s.IsNull()) {
-      out.emplace_back("unknown");
-    } else if (s.IsObject() && s.HasMember("complete") && s["complete"].IsBool()) {
-      out.emplace_back(s["complete"].GetBool() ? "complete" : "incomplete");
-    } else {
-      out.emplace_back("unreadable");
-    }
-  }
+  if (!answer) return out;
+  for (const auto& s : answer.value().status) out.emplace_back(!s ? "unknown" : s->complete ? "complete" : "incomplete");
   return out;
-}
-
-// {"exists":[bool,...]} -> how many are true; -1 if it is not such an answer.
-int count_exists(const std::string& body) {
-  const rapidjson::Document d = parse_json(body);
-  if (d.HasParseError() || !d.IsObject() || !d.HasMember("exists") || !d["exists"].IsArray()) return -1;
-  int n = 0;
-  for (const auto& v : d["exists"].GetArray()) n += v.IsBool() && v.GetBool() ? 1 : 0;
-  return n;
 }
 
 // Rank 0 with room for every key of a test.
@@ -116,15 +73,14 @@ void initialize(ServerProcess& leader) {
 // A key made complete (allocated, then confirmed). True when both steps were acknowledged; a step
 // refused says why in `failure`.
 bool write_key(ServerProcess& leader, const std::string& key, std::string* failure = nullptr) {
-  const auto allocated = post(leader, "/keys/batch_allocate", allocate_body(key));
-  const long long page = allocated.status == 200 ? allocated_page(allocated.body) : -1;
-  if (page < 0) {
+  const auto allocated = post(leader, "/keys/batch_allocate", allocate_body(0, {key}));
+  const auto pages = allocated.status == 200 ? allocated_pages(allocated.body, {key}) : std::vector<Page>{};
+  const Page page = pages.empty() ? kNoPage : pages.front();
+  if (page == kNoPage) {
     if (failure) *failure = "allocate " + key + ": " + std::to_string(allocated.status) + " " + allocated.body;
     return false;
   }
-  std::string confirm = R"({"rank":0,"confirmations":[[")";
-  confirm.append(key).append("\",").append(std::to_string(page)).append(R"(]],"pages_to_release":[]})");
-  const auto confirmed = post(leader, "/keys/confirm_write", confirm);
+  const auto confirmed = post(leader, "/keys/confirm_write", confirm_body(0, {key}, {page}));
   if (confirmed.status != 204) {
     if (failure) *failure = "confirm " + key + ": " + std::to_string(confirmed.status) + " " + confirmed.body;
     return false;
@@ -166,7 +122,7 @@ TEST_F(HaFaultTest, LeaderStoppedPastItsLeaseRefusesItsHeldChangeAndFollows) {
   const std::size_t new_leader = members.wait_leader(kWait, others);
   ASSERT_NE(new_leader, kNone) << "no member took over from the stopped leader\n" << members.logs();
 
-  held.send(format_request("POST", "/keys/batch_allocate", held.host_header(), allocate_body("held")));
+  held.send(format_request("POST", "/keys/batch_allocate", held.host_header(), allocate_body(0, {"held"})));
   ASSERT_EQ(::kill(stopped.pid(), SIGCONT), 0);
   const auto answer = held.read_response();
   EXPECT_EQ(answer.status, 503) << "the change held past the lease was answered: " << answer.body << "\n"
@@ -176,7 +132,7 @@ TEST_F(HaFaultTest, LeaderStoppedPastItsLeaseRefusesItsHeldChangeAndFollows) {
   ServerProcess& leader = members.process(new_leader);
   const auto status = post(leader, "/keys/status", keys_body({"held", "before"}));
   ASSERT_EQ(status.status, 200) << status.body;
-  EXPECT_EQ(key_states(status.body), (std::vector<std::string>{"unknown", "complete"})) << status.body;
+  EXPECT_EQ(key_states(status.body, 2), (std::vector<std::string>{"unknown", "complete"})) << status.body;
 
   const auto resumed = members.wait_role(old_leader, "standby", members.url(new_leader), kWait);
   EXPECT_EQ(resumed.role, "standby") << resumed.body << "\n" << members.logs();
@@ -195,7 +151,7 @@ TEST_F(HaFaultTest, LeaderStoppedPastItsLeaseRefusesItsHeldChangeAndFollows) {
   ASSERT_EQ(members.wait_leader(kWait, {old_leader}), old_leader) << members.logs();
   const auto after = post(stopped, "/keys/status", keys_body({"held", "before", "after"}));
   ASSERT_EQ(after.status, 200) << after.body;
-  EXPECT_EQ(key_states(after.body), (std::vector<std::string>{"unknown", "complete", "complete"})) << after.body;
+  EXPECT_EQ(key_states(after.body, 3), (std::vector<std::string>{"unknown", "complete", "complete"})) << after.body;
   EXPECT_EQ(members.stop_all(), "") << members.logs();
 }
 
@@ -220,13 +176,13 @@ TEST_F(HaFaultTest, AppendFencedByANewerLeaderIsRefusedAndTheLeaderFollows) {
   const std::size_t new_leader = members.wait_leader(kWait, all_but(3, old_leader));
   ASSERT_NE(new_leader, kNone) << "no member took the leader key\n" << members.logs();
 
-  const auto change = post(fenced, "/keys/batch_allocate", allocate_body("fenced"));
+  const auto change = post(fenced, "/keys/batch_allocate", allocate_body(0, {"fenced"}));
   EXPECT_EQ(change.status, 503) << "a change past a newer leader was answered: " << change.body << "\n"
                                 << members.logs();
   ServerProcess& leader = members.process(new_leader);
   const auto status = post(leader, "/keys/status", keys_body({"fenced", "before"}));
   ASSERT_EQ(status.status, 200) << status.body;
-  EXPECT_EQ(key_states(status.body), (std::vector<std::string>{"unknown", "complete"})) << status.body;
+  EXPECT_EQ(key_states(status.body, 2), (std::vector<std::string>{"unknown", "complete"})) << status.body;
 
   const auto stepped_down = members.wait_role(old_leader, "standby", members.url(new_leader), kWait);
   EXPECT_EQ(stepped_down.role, "standby") << stepped_down.body << "\n" << members.logs();
@@ -266,7 +222,7 @@ TEST_F(HaFaultTest, MemberWithAnEmptyDataDirCatchesUpThroughTheLog) {
   ASSERT_EQ(members.wait_leader(kWait, {joined}), joined) << members.logs();
   const auto exists = post(members.process(joined), "/keys/batch_exists", keys_body(keys));
   ASSERT_EQ(exists.status, 200) << exists.body;
-  EXPECT_EQ(count_exists(exists.body), 20) << exists.body;
+  EXPECT_EQ(count_exists(exists.body, keys.size()), 20) << exists.body;
   EXPECT_EQ(members.stop_all(), "") << members.logs();
 }
 
@@ -335,7 +291,7 @@ TEST_F(HaFaultTest, CompactionKeepsTheLogShortAndAMemberJoinsThroughTheLeadersSn
   ASSERT_EQ(members.wait_leader(kWait, {joined}), joined) << members.logs();
   const auto exists = post(members.process(joined), "/keys/batch_exists", keys_body(keys));
   ASSERT_EQ(exists.status, 200) << exists.body;
-  EXPECT_EQ(count_exists(exists.body), 60) << exists.body;
+  EXPECT_EQ(count_exists(exists.body, keys.size()), 60) << exists.body;
   EXPECT_EQ(members.stop_all(), "") << members.logs();
 }
 
@@ -453,7 +409,7 @@ class HaQuorumTest : public EtcdSuite {
     }
     EXPECT_NE(leader, kNone) << "no member serves once etcd has its quorum again\n" << refusals << members.logs();
     if (leader == kNone) return kNone;
-    EXPECT_EQ(count_exists(exists.body), static_cast<int>(acknowledged.size())) << exists.body;
+    EXPECT_EQ(count_exists(exists.body, acknowledged.size()), static_cast<int>(acknowledged.size())) << exists.body;
     if (!refusals.empty()) std::cout << "(before a member served:\n" << refusals << ")\n";
     // Whatever the refused change became (its outcome was unknown), every member ends with the log:
     // the one that stepped down rolled back what the log did not take.
@@ -494,7 +450,7 @@ TEST_F(HaQuorumTest, ChangesStopWithTheQuorumAndNothingAcknowledgedIsLost) {
   kill_etcd_leader();
   const auto sent = Clock::now();
   RawConnection connection(server.host(), server.port(), 15s);
-  const auto change = connection.request("POST", "/keys/batch_allocate", allocate_body("no-quorum"));
+  const auto change = connection.request("POST", "/keys/batch_allocate", allocate_body(0, {"no-quorum"}));
   const auto took = Clock::now() - sent;
   EXPECT_EQ(change.status, 503) << change.body << "\n" << members.logs();
   EXPECT_THAT(change.body, HasSubstr("replicated log")) << "a refusal that does not say why";
@@ -505,7 +461,7 @@ TEST_F(HaQuorumTest, ChangesStopWithTheQuorumAndNothingAcknowledgedIsLost) {
   for (std::size_t i = 0; i < members.size(); ++i) {
     const auto read = post(members.process(i), "/keys/batch_exists", keys_body(acknowledged));
     EXPECT_EQ(read.status, 503) << members.name(i) << ": " << read.body;
-    const auto write = post(members.process(i), "/keys/batch_allocate", allocate_body("no-quorum-2"));
+    const auto write = post(members.process(i), "/keys/batch_allocate", allocate_body(0, {"no-quorum-2"}));
     EXPECT_EQ(write.status, 503) << members.name(i) << ": " << write.body;
   }
 

@@ -27,6 +27,7 @@
 #include "hf3fs_meta/client.hpp"
 #include "hf3fs_meta/routes.hpp"
 #include "support/etcd_suite.hpp"
+#include "support/ha_members.hpp"
 #include "support/raw_http.hpp"
 #include "support/server_process.hpp"
 #include "support/temp_dir.hpp"
@@ -49,114 +50,7 @@ constexpr auto kFailoverBound = kLease + 1s + 3s;
 constexpr std::string_view kNotLeaderBody = R"({"detail":"not the leader: nothing applied"})";
 constexpr std::size_t kNone = static_cast<std::size_t>(-1);
 
-// What GET /healthz said; status 0: no answer (`body` then says why).
-struct Health {
-  long status = 0;
-  std::string body;
-  std::string state;  // the "status" field
-  std::string role;
-  std::string leader;
-  std::uint64_t applied_seq = 0;
-};
-
-Health parse_health(const HttpAnswer& answer) {
-  Health h;
-  h.status = answer.status;
-  h.body = answer.status != 0 ? answer.body : answer.error;
-  rapidjson::Document d;
-  d.Parse(answer.body.data(), answer.body.size());  // bounded: RapidJSON's SSE2 scan of a C string reads past its end
-  if (d.HasParseError() || !d.IsObject()) return h;
-  const auto text = [&](const char* name) {
-    const auto it = d.FindMember(name);
-    return it != d.MemberEnd() && it->value.IsString() ? std::string(it->value.GetString()) : std::string("(none)");
-  };
-  h.state = text("status");
-  h.role = text("role");
-  h.leader = text("leader");
-  if (const auto it = d.FindMember("applied_seq"); it != d.MemberEnd() && it->value.IsUint64())
-    h.applied_seq = it->value.GetUint64();
-  return h;
-}
-
-// A JSON array of strings; the tests' keys need no escaping.
-std::string json_strings(const std::vector<std::string>& keys) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    if (i > 0) out.append(",");
-    out.append("\"").append(keys[i]).append("\"");
-  }
-  return out.append("]");
-}
-
-std::string exists_body(const std::vector<std::string>& keys) {
-  return std::string("{\"keys\":").append(json_strings(keys)).append("}");
-}
-
-std::string locations_body(Rank rank, const std::vector<std::string>& keys) {
-  return std::string("{\"rank\":").append(std::to_string(rank)).append(",\"keys\":").append(json_strings(keys)).append("}");
-}
-
-std::string allocate_body(Rank rank, const std::vector<std::string>& keys) {
-  std::string out = "{\"rank\":";
-  out.append(std::to_string(rank)).append(",\"keys\":[");
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    if (i > 0) out.append(",");
-    out.append("[\"").append(keys[i]).append("\",\"\"]");
-  }
-  return out.append("]}");
-}
-
-std::string confirm_body(Rank rank, const std::vector<std::string>& keys, const std::vector<Page>& pages) {
-  std::string out = "{\"rank\":";
-  out.append(std::to_string(rank)).append(",\"confirmations\":[");
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    if (i > 0) out.append(",");
-    out.append("[\"").append(keys[i]).append("\",").append(std::to_string(pages[i])).append("]");
-  }
-  return out.append("],\"pages_to_release\":[]}");
-}
-
-// The pages of an allocate answer {"rank":R,"results":[[key,page],...]}; empty if it is not one.
-std::vector<Page> parse_pages(const std::string& body) {
-  rapidjson::Document d;
-  d.Parse(body.data(), body.size());
-  std::vector<Page> out;
-  if (d.HasParseError() || !d.IsObject() || !d.HasMember("results") || !d["results"].IsArray()) return out;
-  for (const auto& pair : d["results"].GetArray()) {
-    if (!pair.IsArray() || pair.Size() != 2 || !pair[1].IsInt64()) return {};
-    out.push_back(pair[1].GetInt64());
-  }
-  return out;
-}
-
-// {"exists":[bool,...]} -> how many are true; -1 if it is not such an answer.
-int count_exists(const std::string& body) {
-  rapidjson::Document d;
-  d.Parse(body.data(), body.size());
-  if (d.HasParseError() || !d.IsObject() || !d.HasMember("exists") || !d["exists"].IsArray()) return -1;
-  int n = 0;
-  for (const auto& v : d["exists"].GetArray()) n += v.IsBool() && v.GetBool() ? 1 : 0;
-  return n;
-}
-
-// {"locations":[page or null,...]} -> the pages, kNoPage for null; empty if it is not one.
-std::vector<Page> parse_locations(const std::string& body) {
-  rapidjson::Document d;
-  d.Parse(body.data(), body.size());
-  std::vector<Page> out;
-  if (d.HasParseError() || !d.IsObject() || !d.HasMember("locations") || !d["locations"].IsArray()) return out;
-  for (const auto& v : d["locations"].GetArray()) out.push_back(v.IsInt64() ? v.GetInt64() : kNoPage);
-  return out;
-}
-
-std::string tail_of(const std::string& path, std::size_t lines) {
-  std::ifstream in(path);
-  std::vector<std::string> all;
-  for (std::string line; std::getline(in, line);) all.push_back(line);
-  std::string out;
-  for (std::size_t i = all.size() > lines ? all.size() - lines : 0; i < all.size(); ++i) out.append(all[i]).append("\n");
-  return out;
-}
+using Health = HaHealth;
 
 class HaMemberTest : public EtcdSuite {
  protected:
@@ -176,7 +70,7 @@ class HaMemberTest : public EtcdSuite {
       }
     }
     if (HasFailure()) {
-      for (const auto& m : members_) std::cerr << "---- " << m->name << "'s stderr:\n" << tail_of(m->log, 40);
+      for (const auto& m : members_) std::cerr << "---- " << m->name << "'s stderr:\n" << file_tail(m->log, 40);
     }
     members_.clear();
   }
@@ -200,7 +94,7 @@ class HaMemberTest : public EtcdSuite {
 
   Health health(std::size_t i) {
     if (!process(i).running()) return {};
-    return parse_health(http_call(url(i).append("/healthz"), "", 2s));
+    return parse_ha_health(http_call(url(i).append("/healthz"), "", 2s));
   }
 
   std::string describe_all() {
@@ -347,7 +241,7 @@ TEST_F(HaMemberTest, OneLeaderAndStandbysThatRefuseNamingItAndFollowItsLog) {
   const RawResponse allocated = call(leader, "POST", "/keys/batch_allocate", allocate_body(0, keys),
                                      {{"X-Request-Id", "roles-1"}});
   ASSERT_EQ(allocated.status, 200) << allocated.body;
-  const std::vector<Page> pages = parse_pages(allocated.body);
+  const std::vector<Page> pages = allocated_pages(allocated.body, keys);
   ASSERT_EQ(pages.size(), keys.size()) << allocated.body;
   ASSERT_EQ(call(leader, "POST", "/keys/confirm_write", confirm_body(0, keys, pages)).status, 204);
   const Health after = health(leader);
@@ -397,7 +291,7 @@ TEST_F(HaMemberTest, EveryAcknowledgedChangeSurvivesRepeatedLeaderKills) {
   const Headers repeat_id{{"X-Request-Id", "failover-repeat-1"}};
   const RawResponse first = call(leader, "POST", "/keys/batch_allocate", repeat_body, repeat_id);
   ASSERT_EQ(first.status, 200) << first.body;
-  const std::vector<Page> repeat_pages = parse_pages(first.body);
+  const std::vector<Page> repeat_pages = allocated_pages(first.body, repeat_keys);
   ASSERT_EQ(repeat_pages.size(), 2u) << first.body;
   ASSERT_EQ(call(leader, "POST", "/keys/confirm_write", confirm_body(0, repeat_keys, repeat_pages)).status, 204);
   keys.insert(keys.end(), repeat_keys.begin(), repeat_keys.end());
@@ -415,17 +309,17 @@ TEST_F(HaMemberTest, EveryAcknowledgedChangeSurvivesRepeatedLeaderKills) {
                                     << " ms";
 
     // The new leader has every confirmed key, on its page.
-    const RawResponse exists = call(leader, "POST", "/keys/batch_exists", exists_body(keys));
+    const RawResponse exists = call(leader, "POST", "/keys/batch_exists", keys_body(keys));
     ASSERT_EQ(exists.status, 200) << explain(exists, leader);
-    EXPECT_EQ(count_exists(exists.body), static_cast<int>(keys.size())) << exists.body;
+    EXPECT_EQ(count_exists(exists.body, keys.size()), static_cast<int>(keys.size())) << exists.body;
     const RawResponse located =
         call(leader, "POST", "/keys/get_locations", locations_body(0, keys));
     ASSERT_EQ(located.status, 200) << explain(located, leader);
-    EXPECT_EQ(parse_locations(located.body), pages);
+    EXPECT_EQ(located_pages(located.body, keys.size()), pages);
     // The request id's answer came along: the repeat gets the same pages and applies nothing.
     const RawResponse repeat = call(leader, "POST", "/keys/batch_allocate", repeat_body, repeat_id);
     EXPECT_EQ(repeat.status, 200) << explain(repeat, leader);
-    EXPECT_EQ(parse_pages(repeat.body), repeat_pages) << repeat.body;
+    EXPECT_EQ(allocated_pages(repeat.body, repeat_keys), repeat_pages) << repeat.body;
 
     // New changes through the SDK (which finds the new leader) take free pages only.
     ASSERT_NO_FATAL_FAILURE(add_keys(std::string("after").append(std::to_string(round))));
@@ -546,13 +440,13 @@ TEST_F(HaMemberTest, TheSdkRidesOutALeaderKilledUnderItsCalls) {
             << " when the new leader was seen); slowest allocate+confirm " << slowest.count() << " ms\n";
 
   // Every key the worker saw confirmed is at the new leader, each on a page of its own.
-  const RawResponse exists = call(next, "POST", "/keys/batch_exists", exists_body(keys));
+  const RawResponse exists = call(next, "POST", "/keys/batch_exists", keys_body(keys));
   ASSERT_EQ(exists.status, 200) << explain(exists, next);
-  EXPECT_EQ(count_exists(exists.body), static_cast<int>(keys.size()));
+  EXPECT_EQ(count_exists(exists.body, keys.size()), static_cast<int>(keys.size()));
   const RawResponse located =
       call(next, "POST", "/keys/get_locations", locations_body(0, keys));
   ASSERT_EQ(located.status, 200) << explain(located, next);
-  EXPECT_EQ(parse_locations(located.body), pages);
+  EXPECT_EQ(located_pages(located.body, keys.size()), pages);
   EXPECT_EQ(std::set<Page>(pages.begin(), pages.end()).size(), pages.size()) << "a page held by two keys";
 }
 

@@ -1,6 +1,7 @@
 // HaMembers: hf3fs-meta-server processes run as the members of one HA cluster (--ha-etcd, issue 21)
 // on a test's etcd, each with a data dir and a stderr log of its own, and what a test asks of them:
-// a member's GET /healthz, the one member that leads, a wait for a role. Every wait is bounded; the
+// a member's GET /healthz, the one member that leads, a wait for a role, and the protocol's bodies
+// and answers through the SDK's own codec (hf3fs_meta/protocol.hpp). Every wait is bounded; the
 // destructor stops every member still running (by its PID, through ServerProcess), a stopped one
 // continued first so that it can take its SIGTERM.
 #pragma once
@@ -22,6 +23,7 @@
 
 #include <rapidjson/document.h>
 
+#include "hf3fs_meta/protocol.hpp"
 #include "support/etcd_cluster.hpp"
 #include "support/server_process.hpp"
 #include "support/temp_dir.hpp"
@@ -32,6 +34,7 @@ namespace hf3fs_meta::testing {
 struct HaHealth {
   long status = 0;
   std::string body;
+  std::string state;   // the "status" field: "ok", "degraded"
   std::string role;    // "leader", "standby", "candidate"; empty when not said
   std::string leader;  // the leader's URL the member names; empty when none
   std::uint64_t applied_seq = 0;
@@ -51,12 +54,52 @@ inline HaHealth parse_ha_health(const HttpAnswer& answer) {
   h.body = answer.status != 0 ? answer.body : answer.error;
   const rapidjson::Document d = parse_json(answer.body);
   if (d.HasParseError() || !d.IsObject()) return h;
+  if (auto it = d.FindMember("status"); it != d.MemberEnd() && it->value.IsString()) h.state = it->value.GetString();
   if (auto it = d.FindMember("role"); it != d.MemberEnd() && it->value.IsString()) h.role = it->value.GetString();
   if (auto it = d.FindMember("leader"); it != d.MemberEnd() && it->value.IsString()) h.leader = it->value.GetString();
   if (auto it = d.FindMember("applied_seq"); it != d.MemberEnd() && it->value.IsUint64()) {
     h.applied_seq = it->value.GetUint64();
   }
   return h;
+}
+
+// ---- the protocol's bodies and answers, through the SDK's codec ---------------------------------
+
+inline std::vector<BlockKey> block_keys(const std::vector<std::string>& keys) {
+  return std::vector<BlockKey>(keys.begin(), keys.end());
+}
+// {"keys": [...]}: batch_exists, keys/status and keys/delete alike.
+inline std::string keys_body(const std::vector<std::string>& keys) { return protocol::encode_batch_exists_request(keys); }
+inline std::string allocate_body(Rank rank, const std::vector<std::string>& keys) {
+  return protocol::encode_allocate_request(rank, block_keys(keys));
+}
+inline std::string confirm_body(Rank rank, const std::vector<std::string>& keys, const std::vector<Page>& pages) {
+  std::vector<Confirmation> confirmations;
+  for (std::size_t i = 0; i < keys.size() && i < pages.size(); ++i) confirmations.push_back({keys[i], pages[i]});
+  return protocol::encode_confirm_write_request(rank, confirmations, {});
+}
+inline std::string locations_body(Rank rank, const std::vector<std::string>& keys) {
+  return protocol::encode_get_locations_request(rank, keys);
+}
+// An allocate answer's pages for `keys`; empty when it is not one.
+inline std::vector<Page> allocated_pages(std::string_view body, const std::vector<std::string>& keys) {
+  const auto sent = block_keys(keys);
+  auto pages = protocol::decode_allocate_response(body, sent);
+  return pages ? std::move(pages).value() : std::vector<Page>{};
+}
+// How many of `n` keys a batch_exists answer says exist; -1 when it is not such an answer.
+inline int count_exists(std::string_view body, std::size_t n) {
+  const auto exists = protocol::decode_batch_exists_response(body, n);
+  return exists ? static_cast<int>(std::count(exists.value().begin(), exists.value().end(), true)) : -1;
+}
+// A get_locations answer's pages for `n` keys, kNoPage for none; empty when it is not one.
+inline std::vector<Page> located_pages(std::string_view body, std::size_t n) {
+  const auto located = protocol::decode_get_locations_response(body, n);
+  std::vector<Page> out;
+  if (located) {
+    for (const auto& page : located.value()) out.push_back(page.value_or(kNoPage));
+  }
+  return out;
 }
 
 // The last `lines` lines of a text file.
