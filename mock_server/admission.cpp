@@ -18,14 +18,11 @@ void refuse_operator_route(std::string_view row, Reply& reply) {
 }
 
 // The server's own route at `path` that only an operator may use (docs/protocol.md, "Tenants"), or
-// null. (/_faults without --enable-fault-injection is no route: 404 for everyone.)
-const ServerRouteInfo* operator_server_route(std::string_view path, bool faults_on) {
-  for (const auto& row : kServerRoutes) {
-    if (path != row.name) continue;
-    if (!row.operator_only || (row.route == ServerRoute::faults && !faults_on)) return nullptr;
-    return &row;
-  }
-  return nullptr;
+// null. (A route the server does not have, /_faults without --enable-fault-injection, is no route:
+// 404 for everyone.)
+const ServerRouteInfo* operator_server_route(std::string_view path, ServerRoutesOn on) {
+  const ServerRouteInfo* row = find_server_route(path, on);
+  return row && row->operator_only ? row : nullptr;
 }
 
 }  // namespace
@@ -36,7 +33,7 @@ void refuse_unauthenticated(const Request& request, Exchange& exchange) {
          request.authorization.empty() ? "Not authenticated" : "Invalid authentication credentials");
 }
 
-const Principal* admit_tenant(const Tenants& tenants, bool faults_on, const Request& request, std::string_view path,
+const Principal* admit_tenant(const Tenants& tenants, ServerRoutesOn on, const Request& request, std::string_view path,
                               Exchange& exchange) {
   const auto token = bearer_token(request.authorization);
   const Principal* principal = token ? tenants.resolve(*token, exchange.tenant) : nullptr;
@@ -44,7 +41,7 @@ const Principal* admit_tenant(const Tenants& tenants, bool faults_on, const Requ
     refuse_unauthenticated(request, exchange);
     return nullptr;
   }
-  if (const auto* row = operator_server_route(path, faults_on); row && !principal->operator_access) {
+  if (const auto* row = operator_server_route(path, on); row && !principal->operator_access) {
     exchange.label = row->route;
     refuse_operator_route(row->name, exchange.reply);
     return nullptr;

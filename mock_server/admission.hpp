@@ -39,7 +39,7 @@ void refuse_unauthenticated(const Request& request, Exchange& exchange);
 
 // --tenants-file: who the request's token is, or null with the reply set: 401 (no or an unknown
 // token), or 403 for a tenant on the server's own routes but /healthz.
-const Principal* admit_tenant(const Tenants& tenants, bool faults_on, const Request& request, std::string_view path,
+const Principal* admit_tenant(const Tenants& tenants, ServerRoutesOn on, const Request& request, std::string_view path,
                               Exchange& exchange);
 
 // The namespace the request acts in (exchange.ns): X-Hf3fs-Namespace's, checked, and with

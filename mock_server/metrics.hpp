@@ -34,18 +34,33 @@ struct ServerRouteInfo {
   std::string_view name;   // the path, or for bad_request the label
   std::string_view allow;  // the methods it takes
   bool operator_only = false;  // with --tenants-file: an operator's token only (it spans every namespace)
+  bool any_role = false;       // --ha-etcd: answered by every member, not only by the leader
 };
 // bad_request: malformed HTTP or a body over the limit, before any route is known.
 // unauthorized: 401, no or a wrong bearer token (--auth-token-file), before any route is served.
 inline constexpr ServerRouteInfo kServerRoutes[] = {
-    {ServerRoute::healthz, "/healthz", "GET"},
-    {ServerRoute::metrics, "/metrics", "GET", true},
+    {ServerRoute::healthz, "/healthz", "GET", false, true},
+    {ServerRoute::metrics, "/metrics", "GET", true, true},
     {ServerRoute::faults, "/_faults", "DELETE, POST", true},
     // --ha-etcd: the newest snapshot, for a member behind the compacted log (ha/snapshot_fetch.hpp).
     {ServerRoute::ha_snapshot, "/_ha/snapshot", "GET", true},
     {ServerRoute::bad_request, "bad_request", ""},
     {ServerRoute::unauthorized, "unauthorized", ""},
 };
+// The optional server routes a server has: the others are no route (404 for everyone).
+struct ServerRoutesOn {
+  bool faults = false;  // --enable-fault-injection
+  bool ha = false;      // --ha-etcd
+};
+// The server route at `path` that a server with `on` has; null if none.
+constexpr const ServerRouteInfo* find_server_route(std::string_view path, ServerRoutesOn on) noexcept {
+  for (const auto& row : kServerRoutes) {
+    if (row.name != path) continue;
+    if ((row.route == ServerRoute::faults && !on.faults) || (row.route == ServerRoute::ha_snapshot && !on.ha)) break;
+    return &row;
+  }
+  return nullptr;
+}
 constexpr const ServerRouteInfo& route_info(ServerRoute route) noexcept {
   return kServerRoutes[static_cast<std::size_t>(route)];
 }

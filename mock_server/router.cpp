@@ -97,6 +97,9 @@ std::string not_acknowledged(const std::string& error, bool replicated) {
                                  "): not acknowledged, and rolled back");
 }
 
+// The 503 body of a member that is not the leader (routes.hpp, kNotLeaderDetailPrefix).
+std::string not_leader() { return protocol::encode_detail(std::string(kNotLeaderDetailPrefix) + ": nothing applied"); }
+
 // /healthz of an HA member: its role, the leader it knows and the last change it applied.
 void append_ha_health(std::string& body, const ha::Role& role, std::uint64_t applied_seq) {
   body.pop_back();  // the closing brace
@@ -155,7 +158,7 @@ void Router::serve_snapshot(Reply& reply) const {
 }
 
 void Router::refuse_not_leader(Reply& reply) const {
-  reply.set_json(503, protocol::encode_detail(std::string(kNotLeaderDetailPrefix) + ": nothing applied"));
+  reply.set_json(503, not_leader());
   reply.leader = role_->leader();
 }
 
@@ -169,11 +172,8 @@ void Router::await_durable(Exchange& exchange, std::function<void()> wake) {
 
 bool Router::serve_server_route(const Request& request, std::string_view path, Exchange& exchange) {
   auto& reply = exchange.reply;
-  for (const auto& row : kServerRoutes) {
-    if (path != row.name || (row.route == ServerRoute::faults && !options_.enable_fault_injection) ||
-        (row.route == ServerRoute::ha_snapshot && !role_)) {
-      continue;
-    }
+  if (const ServerRouteInfo* found = find_server_route(path, routes_on())) {
+    const ServerRouteInfo& row = *found;
     exchange.label = row.route;
     switch (row.route) {
       case ServerRoute::healthz:
@@ -304,8 +304,8 @@ Router::Served Router::handle_gated(const Request& request, Exchange& exchange) 
   // Asked again under the gate: a member stepping down waits for the gates held (Store::barrier),
   // and a change that takes one after that must not reach the state.
   if (role_ && !role_->leading()) {
-    refuse_not_leader(exchange.reply);
-    return Served{unavailable(std::move(exchange.reply.body)), 0};
+    exchange.reply.leader = role_->leader();
+    return Served{unavailable(not_leader()), 0};
   }
   return handle_journaled(request, exchange);
 }
@@ -410,17 +410,19 @@ Router::Outcome Router::admit(const Request& request, Exchange& exchange) {
   path = path.substr(0, path.find('?'));
   const Principal* principal = nullptr;  // --tenants-file: who asks (never null past here with it)
   if (tenants_ && path != route_info(ServerRoute::healthz).name) {
-    principal = admit_tenant(*tenants_, options_.enable_fault_injection, request, path, exchange);
+    principal = admit_tenant(*tenants_, routes_on(), request, path, exchange);
     if (!principal) return Next::reply;
   } else if (!options_.auth_token.empty() && path != route_info(ServerRoute::healthz).name &&
              !bearer_matches(request.authorization, options_.auth_token)) {
     refuse_unauthenticated(request, exchange);
     return Next::reply;
   }
-  if (role_ && !role_->leading() && path != route_info(ServerRoute::healthz).name &&
-      path != route_info(ServerRoute::metrics).name) {
-    refuse_not_leader(reply);
-    return Next::reply;
+  if (role_ && !role_->leading()) {
+    const ServerRouteInfo* row = find_server_route(path, routes_on());
+    if (!row || !row->any_role) {
+      refuse_not_leader(reply);
+      return Next::reply;
+    }
   }
   if (serve_server_route(request, path, exchange)) return Next::reply;
 

@@ -168,6 +168,7 @@ class Router {
   std::string default_host_;
   std::unique_ptr<Tenants> tenants_;  // from options.tenants
   const ha::Role* role_ = nullptr;
+  ServerRoutesOn routes_on() const noexcept { return {options_.enable_fault_injection, role_ != nullptr}; }
   // 503 "not the leader: nothing applied", naming the leader when known.
   void refuse_not_leader(Reply& reply) const;
   // GET /_ha/snapshot (--ha-etcd): the newest snapshot file, whole.

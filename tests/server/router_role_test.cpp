@@ -13,6 +13,7 @@
 #include "metrics.hpp"
 #include "router.hpp"
 #include "server_options.hpp"
+#include "tenants.hpp"
 
 namespace hf3fs_meta::server {
 namespace {
@@ -111,6 +112,33 @@ TEST_F(RouterRoleTest, LeaderChangesCountOnlyNewLeaders) {
   role_.demote();
   EXPECT_EQ(role_.leader(), "");
   EXPECT_EQ(role_.name(), ha::RoleName::candidate);
+}
+
+TEST_F(RouterRoleTest, TheLeaderWithoutADataDirHasNoSnapshotToServe) {
+  lease_for(std::chrono::seconds(60));
+  role_.set(ha::RoleName::leader, "http://127.0.0.1:18002");
+  const Exchange& answer = send("GET", "/_ha/snapshot");
+  EXPECT_EQ(answer.reply.status, 503);
+  EXPECT_THAT(answer.reply.body, HasSubstr("no data dir"));
+  EXPECT_EQ(send("POST", "/_ha/snapshot").reply.status, 405);
+}
+
+// Without --ha-etcd the route does not exist for anyone: 404, also to a tenant (not "operator only").
+TEST(RouterWithoutRoleTest, TheSnapshotRouteIsNoRouteOfASingleServerEvenForATenant) {
+  ServerOptions options;
+  auto parsed = TenantTable::parse("t.conf", "tok-a model-a\n", {});
+  ASSERT_TRUE(parsed.table) << parsed.error;
+  options.tenants = parsed.table;
+  Metrics metrics{1};
+  MetadataState state;
+  Router router{options, state, metrics};
+  Request request;
+  request.method = "GET";
+  request.target = "/_ha/snapshot";
+  request.authorization = "Bearer tok-a";
+  Exchange exchange;
+  ASSERT_EQ(router.step(request, exchange), Router::Next::reply);
+  EXPECT_EQ(exchange.reply.status, 404) << exchange.reply.body;
 }
 
 TEST(RouterWithoutRoleTest, TheSnapshotRouteIsNoRouteOfASingleServer) {
