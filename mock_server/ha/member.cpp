@@ -96,7 +96,6 @@ void Member::start(durable::Store& store, Answers answers, std::string advertise
   election_.set_advertise(options_.advertise);
   store_ = &store;
   answers_ = std::move(answers);
-  applied_.seq = state_.seq();
   thread_ = std::thread([this] { run(); });
 }
 
@@ -108,13 +107,18 @@ void Member::stop() {
   }
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
-  follower_.reset();
   if (!store_) return;
+  if (stop_answering()) election_.resign();  // the leader key goes now, not a lease later
+}
+
+bool Member::stop_answering() {
   const bool led = role_.name() == RoleName::leader;
   role_.demote();
+  follower_.reset();
   switch_mode(Mode::closed);
-  if (auto settled_store = store_->settle(); !settled_store) log("rolling back at stop: " + settled_store.error().message);
-  if (led) election_.resign();  // the leader key goes now, not a lease later
+  // What the log did not take is rolled back: the state is then the log's up to some seq.
+  if (auto settled_store = store_->settle(); !settled_store) log("rolling back: " + settled_store.error().message);
+  return led;
 }
 
 void Member::switch_mode(Mode mode) {
@@ -233,23 +237,22 @@ std::chrono::milliseconds Member::renewal_interval() const {
   return std::chrono::milliseconds(std::max<std::int64_t>(election_.ttl_seconds(), 1) * 1000 / 3);
 }
 
-bool Member::campaign() {
+void Member::campaign() {
   auto outcome = election_.campaign();
   if (!outcome) {
     if (role_.name() != RoleName::candidate) log("etcd does not say who leads: " + outcome.error().message);
     role_.set(RoleName::candidate, {});
-    return false;
+    return;
   }
   if (!outcome.value().won) {
     role_.set(outcome.value().leader.empty() ? RoleName::candidate : RoleName::standby, outcome.value().leader);
-    return true;
+    return;
   }
   if (auto led = lead(outcome.value().fence); !led) {
     log("won the election but cannot lead: " + led.error().message);
     election_.resign();
     stand_down("resigned");
   }
-  return true;
 }
 
 EtcdResult<void> Member::lead(std::int64_t fence) {
@@ -291,12 +294,7 @@ EtcdResult<void> Member::lead(std::int64_t fence) {
 }
 
 void Member::stand_down(const std::string& why) {
-  const bool led = role_.name() == RoleName::leader;
-  role_.demote();
-  follower_.reset();
-  switch_mode(Mode::closed);
-  // What the log did not take is rolled back: the state is then the log's up to some seq.
-  if (auto settled_store = store_->settle(); !settled_store) log("rolling back: " + settled_store.error().message);
+  const bool led = stop_answering();
   // A failed journal writes again once a snapshot is taken (of changes the log has).
   if (!store_->journal().writable()) (void)store_->snapshot();
   switch_mode(Mode::following);
@@ -305,7 +303,6 @@ void Member::stand_down(const std::string& why) {
 }
 
 void Member::start_following() {
-  applied_.seq = state_.seq();
   follower_ = std::make_unique<LogFollower>(
       etcd_, keys_, state_.seq(), [this](const LogEntry& entry) { return apply(entry); },
       [this](EtcdError why) {

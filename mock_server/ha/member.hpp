@@ -94,8 +94,8 @@ class Member {
   enum class Mode : std::uint8_t { closed, following, leading };
 
   void run();
-  // A campaign; leads if it won. False when etcd did not answer.
-  bool campaign();
+  // A campaign; leads if it won.
+  void campaign();
   std::chrono::milliseconds renewal_interval() const;  // a third of the lease etcd granted
   // As leader: whether the leader key is still the one this member created (false only when etcd
   // says it is not).
@@ -105,6 +105,9 @@ class Member {
   // Leading ends (or never began, at start): mode closed, what the log did not take rolled back,
   // then following from there.
   void stand_down(const std::string& why);
+  // stand_down's and stop()'s first half: no more answers, no more following, what the log did not
+  // take rolled back. Whether the member led.
+  bool stop_answering();
   // Waits until every record appended so far is acknowledged or refused, then sets the mode.
   void switch_mode(Mode mode);
   void start_following();
@@ -123,7 +126,7 @@ class Member {
   Role role_;
   durable::Store* store_ = nullptr;
   Answers answers_;
-  durable::Recovered applied_;  // apply_entry's accumulator (its seq: the state's)
+  durable::Recovered applied_;  // apply_entry's accumulator (apply() sets its seq to the state's)
 
   std::mutex mode_mutex_;  // held through an append: a mode change waits for it
   Mode mode_ = Mode::closed;

@@ -17,7 +17,7 @@ EtcdResult<std::uint64_t> fetch_snapshot_if_behind(EtcdClient& etcd, const Keys&
 
   // A snapshot is as large as the state: bounded only far above any state (curl takes the bound as
   // a signed size).
-  auto transport = make_curl_transport({}, options.ca_file, std::size_t{1} << 40);
+  auto transport = make_curl_transport({}, {}, std::size_t{1} << 40);
   HttpRequest request;
   request.method = "GET";
   request.path = "/_ha/snapshot";

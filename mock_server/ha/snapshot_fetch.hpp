@@ -17,7 +17,7 @@ namespace hf3fs_meta::server::ha {
 
 struct SnapshotFetchOptions {
   std::string auth_token;  // the server's --auth-token-file token: the route is an operator's
-  std::string ca_file{};   // for a leader that serves HTTPS (empty: the system's CAs)
+  // A leader that serves HTTPS is checked against the system's CAs (the server has no CA flag).
   std::chrono::milliseconds wait_for_leader{30000};
   std::chrono::milliseconds transfer_timeout{120000};
 };
