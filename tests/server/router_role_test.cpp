@@ -124,35 +124,26 @@ TEST_F(RouterRoleTest, TheLeaderWithoutADataDirHasNoSnapshotToServe) {
 }
 
 // Without --ha-etcd the route does not exist for anyone: 404, also to a tenant (not "operator only").
-TEST(RouterWithoutRoleTest, TheSnapshotRouteIsNoRouteOfASingleServerEvenForATenant) {
-  ServerOptions options;
-  auto parsed = TenantTable::parse("t.conf", "tok-a model-a\n", {});
-  ASSERT_TRUE(parsed.table) << parsed.error;
-  options.tenants = parsed.table;
-  Metrics metrics{1};
-  MetadataState state;
-  Router router{options, state, metrics};
-  Request request;
-  request.method = "GET";
-  request.target = "/_ha/snapshot";
-  request.authorization = "Bearer tok-a";
-  Exchange exchange;
-  ASSERT_EQ(router.step(request, exchange), Router::Next::reply);
-  EXPECT_EQ(exchange.reply.status, 404) << exchange.reply.body;
-}
-
 TEST(RouterWithoutRoleTest, TheSnapshotRouteIsNoRouteOfASingleServer) {
-  ServerOptions options;
-  Metrics metrics{1};
-  MetadataState state;
-  Router router{options, state, metrics};
-  Request request;
-  request.method = "GET";
-  request.target = "/_ha/snapshot";
-  Exchange exchange;
-  ASSERT_EQ(router.step(request, exchange), Router::Next::reply);
-  EXPECT_EQ(exchange.reply.status, 404);
-  EXPECT_EQ(exchange.reply.leader, "");
+  for (const bool with_tenants : {false, true}) {
+    ServerOptions options;
+    if (with_tenants) {
+      auto parsed = TenantTable::parse("t.conf", "tok-a model-a\n", {});
+      ASSERT_TRUE(parsed.table) << parsed.error;
+      options.tenants = parsed.table;
+    }
+    Metrics metrics{1};
+    MetadataState state;
+    Router router{options, state, metrics};
+    Request request;
+    request.method = "GET";
+    request.target = "/_ha/snapshot";
+    if (with_tenants) request.authorization = "Bearer tok-a";
+    Exchange exchange;
+    ASSERT_EQ(router.step(request, exchange), Router::Next::reply);
+    EXPECT_EQ(exchange.reply.status, 404) << with_tenants << " " << exchange.reply.body;
+    EXPECT_EQ(exchange.reply.leader, "");
+  }
 }
 
 }  // namespace
