@@ -117,8 +117,12 @@ int main(int argc, char** argv) {
     std::unique_ptr<ha::Member> member;
     if (!options.ha_etcd.empty()) {
       member = std::make_unique<ha::Member>(
-          ha::MemberOptions{options.ha_etcd, options.ha_cluster, options.ha_name, options.ha_advertise,
-                            options.ha_lease.count()},
+          ha::MemberOptions{.etcd = options.ha_etcd,
+                            .cluster = options.ha_cluster,
+                            .name = options.ha_name,
+                            .advertise = options.ha_advertise,
+                            .ttl_seconds = options.ha_lease.count(),
+                            .snapshot_fetch = {.auth_token = options.auth_token}},
           state);
     }
     std::unique_ptr<durable::Store> store;
@@ -127,7 +131,7 @@ int main(int argc, char** argv) {
                                             options.dedup_max_bytes};
       if (member) {
         // A data dir the compacted log no longer continues starts from the leader's snapshot.
-        auto fetched = member->fetch_snapshot_if_behind(options.data_dir, ha::SnapshotFetchOptions{options.auth_token});
+        auto fetched = member->fetch_snapshot_if_behind(options.data_dir);
         if (!fetched) {
           std::fprintf(stderr, "hf3fs-meta-server: ha %s: %s\n", options.ha_name.c_str(), fetched.error().message.c_str());
         } else if (fetched.value() != 0) {

@@ -84,9 +84,8 @@ durable::Result<void> Member::replicate(std::string_view records, std::uint64_t 
   return durable::Error{durable::Errc::journal_failed, why};
 }
 
-EtcdResult<std::uint64_t> Member::fetch_snapshot_if_behind(const std::filesystem::path& dir,
-                                                             const SnapshotFetchOptions& options) {
-  auto fetched = ha::fetch_snapshot_if_behind(etcd_, keys_, dir, options);
+EtcdResult<std::uint64_t> Member::fetch_snapshot_if_behind(const std::filesystem::path& dir) {
+  auto fetched = ha::fetch_snapshot_if_behind(etcd_, keys_, dir, options_.snapshot_fetch);
   if (fetched && fetched.value() != 0) role_.counters().snapshot_fetches.fetch_add(1, std::memory_order_relaxed);
   return fetched;
 }
@@ -142,6 +141,7 @@ void Member::run() {
   stand_down("starting");
   auto next_renewal = std::chrono::steady_clock::now();
   auto next_compaction = next_renewal + options_.compact_interval;
+  auto next_fetch = next_renewal;
   for (;;) {
     std::string lost;
     std::optional<EtcdError> ended;
@@ -159,7 +159,7 @@ void Member::run() {
       continue;
     }
     if (ended && ended->needs_snapshot) {
-      log(ended->message + "; restart this member to fetch the leader's snapshot");
+      log(ended->message + "; fetching the leader's snapshot");
       behind_ = true;
     } else if (ended) {
       log("following the log ended: " + ended->message);
@@ -168,6 +168,10 @@ void Member::run() {
       if (wake_.wait_for(lock, std::chrono::seconds(1), [&] { return stopping_; })) return;
       lock.unlock();
       stand_down("following again");
+    }
+    if (behind_ && std::chrono::steady_clock::now() >= next_fetch) {
+      behind_ = !catch_up_from_snapshot();
+      next_fetch = std::chrono::steady_clock::now() + std::chrono::seconds(1);
     }
     const auto now = std::chrono::steady_clock::now();
     // Every member renews a third of a TTL after the last renewal (or grant), whatever its role: a
@@ -312,6 +316,26 @@ void Member::start_following() {
         }
         wake_.notify_all();
       });
+}
+
+bool Member::catch_up_from_snapshot() {
+  follower_.reset();
+  auto bytes = fetch_leader_snapshot(etcd_, keys_, options_.snapshot_fetch);
+  if (!bytes) {
+    log("no snapshot from the leader yet: " + bytes.error().message);
+    return false;
+  }
+  auto installed = store_->install_snapshot(bytes.value());
+  if (!installed) {
+    log("the leader's snapshot cannot be installed: " + installed.error().message);
+    return false;
+  }
+  if (answers_ && !installed.value().empty()) answers_(installed.value());
+  role_.counters().snapshot_fetches.fetch_add(1, std::memory_order_relaxed);
+  role_.counters().saw_tip(state_.seq());
+  log("installed the leader's snapshot of change " + std::to_string(state_.seq()) + " while running");
+  start_following();
+  return true;
 }
 
 EtcdResult<void> Member::apply(const LogEntry& entry) {

@@ -60,6 +60,8 @@ struct MemberOptions {
   // How often the leader deletes the log entries every live member has applied and its own last
   // snapshot holds, and compacts etcd's history (etcd 3.4 keeps every old revision unless asked).
   std::chrono::milliseconds compact_interval{5000};
+  // How a member behind the compacted log gets the leader's snapshot, at start and while it runs.
+  SnapshotFetchOptions snapshot_fetch{};
 };
 
 class Member {
@@ -81,8 +83,7 @@ class Member {
   void start(durable::Store& store, Answers answers, std::string advertise);
   // Before the store opens: the leader's snapshot into `dir` if the log no longer continues it
   // (snapshot_fetch.hpp). The seq installed; 0 when none was needed.
-  EtcdResult<std::uint64_t> fetch_snapshot_if_behind(const std::filesystem::path& dir,
-                                                     const SnapshotFetchOptions& options);
+  EtcdResult<std::uint64_t> fetch_snapshot_if_behind(const std::filesystem::path& dir);
   // Stops leading (the lease revoked: another member takes over at once) and following. What was
   // acknowledged is in the log; the store may then take its shutdown snapshot.
   void stop();
@@ -111,6 +112,9 @@ class Member {
   // Waits until every record appended so far is acknowledged or refused, then sets the mode.
   void switch_mode(Mode mode);
   void start_following();
+  // Behind the compacted log while running: one attempt at the leader's snapshot, installed into
+  // the store, then following from it. Whether it worked (if not, run() tries again a second later).
+  bool catch_up_from_snapshot();
   EtcdResult<void> apply(const LogEntry& entry);
   // Puts this member's applied seq under its lease (members/<name>), when it changed.
   void publish_applied();
@@ -144,7 +148,7 @@ class Member {
   std::string lost_;               // under mutex_: why leading must end (a failed append)
   std::optional<EtcdError> ended_;  // under mutex_: why following ended
   // The log was compacted past this member's state while it ran: it follows nothing and never
-  // leads until restarted (which fetches a snapshot). The member's thread only.
+  // leads until it installed the leader's snapshot. The member's thread only.
   bool behind_ = false;
   std::thread thread_;
 };

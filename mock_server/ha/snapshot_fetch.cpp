@@ -8,6 +8,25 @@
 
 namespace hf3fs_meta::server::ha {
 
+EtcdResult<std::string> fetch_leader_snapshot(EtcdClient& etcd, const Keys& keys, const SnapshotFetchOptions& options) {
+  auto leader = etcd.range({keys.leader()});
+  if (!leader) return EtcdError{leader.error().kind, 0, "etcd: " + leader.error().message};
+  if (leader.value().kvs.empty()) return EtcdError{EtcdError::Kind::not_applied, 0, "no leader"};
+  // A snapshot is as large as the state: bounded only far above any state (curl takes the bound as
+  // a signed size).
+  auto transport = make_curl_transport({}, {}, std::size_t{1} << 40);
+  HttpRequest request;
+  request.method = "GET";
+  request.path = "/_ha/snapshot";
+  request.endpoint = leader.value().kvs.front().value;
+  if (!options.auth_token.empty()) request.headers.push_back({"Authorization", "Bearer " + options.auth_token});
+  auto got = transport->post(request, AttemptTimeouts{std::chrono::seconds(2), options.transfer_timeout});
+  if (got && got.value().status == 200) return std::move(got.value().body);
+  return EtcdError{EtcdError::Kind::not_applied, 0,
+                   request.endpoint + (got ? " answered " + std::to_string(got.value().status) + " " + got.value().body
+                                           : " did not answer: " + got.error().message)};
+}
+
 EtcdResult<std::uint64_t> fetch_snapshot_if_behind(EtcdClient& etcd, const Keys& keys, const std::filesystem::path& dir,
                                                    const SnapshotFetchOptions& options) {
   const std::uint64_t have = durable::newest_snapshot_seq(dir);
@@ -15,30 +34,16 @@ EtcdResult<std::uint64_t> fetch_snapshot_if_behind(EtcdClient& etcd, const Keys&
   if (read) return std::uint64_t{0};
   if (!read.error().needs_snapshot) return read.error();
 
-  // A snapshot is as large as the state: bounded only far above any state (curl takes the bound as
-  // a signed size).
-  auto transport = make_curl_transport({}, {}, std::size_t{1} << 40);
-  HttpRequest request;
-  request.method = "GET";
-  request.path = "/_ha/snapshot";
-  if (!options.auth_token.empty()) request.headers.push_back({"Authorization", "Bearer " + options.auth_token});
   const auto deadline = std::chrono::steady_clock::now() + options.wait_for_leader;
-  std::string last = "no leader";
+  std::string last;
   while (std::chrono::steady_clock::now() < deadline) {
-    auto leader = etcd.range({keys.leader()});
-    if (leader && !leader.value().kvs.empty()) {
-      request.endpoint = leader.value().kvs.front().value;
-      auto got = transport->post(request, AttemptTimeouts{std::chrono::seconds(2), options.transfer_timeout});
-      if (got && got.value().status == 200) {
-        auto installed = durable::install_snapshot(dir, got.value().body);
-        if (installed) return installed.value();
-        last = "the snapshot from " + request.endpoint + " cannot be installed: " + installed.error().message;
-      } else {
-        last = request.endpoint + (got ? " answered " + std::to_string(got.value().status) + " " + got.value().body
-                                       : " did not answer: " + got.error().message);
-      }
-    } else if (!leader) {
-      last = "etcd: " + leader.error().message;
+    auto bytes = fetch_leader_snapshot(etcd, keys, options);
+    if (bytes) {
+      auto installed = durable::install_snapshot(dir, bytes.value());
+      if (installed) return installed.value();
+      last = "the leader's snapshot cannot be installed: " + installed.error().message;
+    } else {
+      last = bytes.error().message;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }

@@ -1,8 +1,8 @@
-// A member whose data dir the replicated log no longer continues (it was down while the leader
-// compacted the log past its last snapshot, or its data dir is new and the log no longer starts at
-// record 1) gets the leader's newest snapshot (GET /_ha/snapshot) before its Store opens, and
-// follows the log from there. Only at start: a running standby that falls behind the compaction
-// (its lease lapsed while it lived) says so in its log and is restarted to catch up.
+// A member whose data dir the replicated log no longer continues gets the leader's newest snapshot
+// (GET /_ha/snapshot) and follows the log from there: at start, before its Store opens (its data dir
+// is new and the log no longer starts at record 1, or it was down while the leader compacted the
+// log past its last snapshot), and while it runs (its lease lapsed long enough for the compaction
+// to pass it: Store::install_snapshot).
 #pragma once
 
 #include <chrono>
@@ -22,7 +22,12 @@ struct SnapshotFetchOptions {
   std::chrono::milliseconds transfer_timeout{120000};
 };
 
-// The seq of the snapshot installed into `dir`; 0 when the log continues the data dir as it is.
+// One attempt: the bytes of the newest snapshot of the leader etcd names. An error says why not
+// (etcd does not answer, no leader, the leader did not give one).
+EtcdResult<std::string> fetch_leader_snapshot(EtcdClient& etcd, const Keys& keys, const SnapshotFetchOptions& options);
+
+// Before the Store opens: the seq of the snapshot installed into `dir`, attempts repeated for up to
+// options.wait_for_leader; 0 when the log continues the data dir as it is.
 // An error when etcd does not answer, or no leader gave a whole snapshot in time.
 EtcdResult<std::uint64_t> fetch_snapshot_if_behind(EtcdClient& etcd, const Keys& keys, const std::filesystem::path& dir,
                                                    const SnapshotFetchOptions& options);

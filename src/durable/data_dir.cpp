@@ -308,10 +308,14 @@ std::uint64_t newest_snapshot_seq(const fs::path& dir) {
   return listing && !listing.value().snapshots.empty() ? listing.value().snapshots.rbegin()->first : 0;
 }
 
-Result<std::uint64_t> install_snapshot(const fs::path& dir, std::string_view bytes) {
+Result<std::uint64_t> install_snapshot(const fs::path& dir, std::string_view bytes, std::uint64_t after) {
   auto loaded = read_snapshot("the fetched snapshot", bytes);
   if (!loaded) return std::move(loaded).error();
   const std::uint64_t seq = loaded.value().image.seq;
+  if (seq <= after) {
+    return Error{Errc::inconsistent, "the fetched snapshot holds change " + std::to_string(seq) +
+                                         ", not past this state's " + std::to_string(after)};
+  }
   std::error_code ec;
   fs::create_directories(dir, ec);  // a member's first start
   if (ec) return Error{Errc::io, dir.string() + ": " + ec.message()};

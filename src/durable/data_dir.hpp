@@ -81,8 +81,9 @@ std::uint64_t newest_snapshot_seq(const std::filesystem::path& dir);
 // An HA member behind its cluster's compacted log, before its Store opens: `bytes` (a snapshot file,
 // read_newest_snapshot's) become the data dir's newest snapshot, with an empty journal after it, and
 // what came before goes. Returns the snapshot's seq. The bytes are checked first: nothing changes
-// when they are not a whole snapshot.
-Result<std::uint64_t> install_snapshot(const std::filesystem::path& dir, std::string_view bytes);
+// when they are not a whole snapshot, or (Errc::inconsistent) one of no change past `after`.
+Result<std::uint64_t> install_snapshot(const std::filesystem::path& dir, std::string_view bytes,
+                                       std::uint64_t after = 0);
 
 // Removes the snapshots older than `seq` and the journal files whose records all come before it.
 void remove_before(const std::filesystem::path& dir, std::uint64_t seq);

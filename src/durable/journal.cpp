@@ -87,13 +87,7 @@ Result<std::unique_ptr<Journal>> Journal::open(Options options, const Recovered&
     if (auto synced = sync_dir(j->options_.dir); !synced) return std::move(synced).error();
   }
   j->acked_ = Acked{recovered.seq, j->file_first_seq_, j->file_bytes_};
-  // An answer replayed from a journal has no time: its window starts now, in the cache as here.
-  const std::int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                                  std::chrono::system_clock::now().time_since_epoch()).count();
-  for (DedupEntry e : recovered.dedup) {
-    if (e.at_ms == 0) e.at_ms = now_ms;
-    j->retain_tagged(std::move(e));
-  }
+  j->retain_recovered(recovered.dedup);
   j->syncer_ = std::thread([p = j.get()] { p->sync_loop(); });
   return j;
 }
@@ -154,6 +148,16 @@ void Journal::append(const Change& change) {
     // The time lets a restart give the answer only what is left of its window.
     const auto now = std::chrono::system_clock::now().time_since_epoch();
     retain_tagged(dedup_entry(change.seq, *tag, change, std::chrono::duration_cast<std::chrono::milliseconds>(now).count()));
+  }
+}
+
+void Journal::retain_recovered(const std::vector<DedupEntry>& recovered) {
+  // An answer replayed from a journal has no time: its window starts now, in the cache as here.
+  const std::int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                  std::chrono::system_clock::now().time_since_epoch()).count();
+  for (DedupEntry e : recovered) {
+    if (e.at_ms == 0) e.at_ms = now_ms;
+    retain_tagged(std::move(e));
   }
 }
 
@@ -464,6 +468,29 @@ Result<std::uint64_t> Journal::roll_back() {
     tagged_.pop_back();
   }
   return a.seq;
+}
+
+Result<void> Journal::continue_after(std::uint64_t seq, const std::vector<DedupEntry>& dedup) {
+  std::lock_guard writer(write_mutex_);
+  {
+    std::lock_guard lock(mutex_);
+    if (failure_ || rollback_pending() || rotation_ || acked_.seq != appended_ || seq <= appended_) {
+      return Error{Errc::inconsistent, "a snapshot of change " + std::to_string(seq) +
+                                           " cannot follow the journal at change " + std::to_string(appended_) +
+                                           (failure_ ? " (failed)" : rotation_ ? " (rotating)" : " (not all acknowledged)")};
+    }
+  }
+  // install_snapshot made the file: opened anew (the same header), the old one retired to the syncer.
+  if (auto opened = open_file(seq + 1, false); !opened) return opened;
+  std::lock_guard lock(mutex_);
+  appended_ = written_ = durable_ = seq;
+  acked_ = Acked{seq, file_first_seq_, file_bytes_};
+  bytes_since_rotation_ = 0;
+  tagged_.clear();
+  tagged_bytes_ = 0;
+  retain_recovered(dedup);
+  wake_syncer_.notify_all();
+  return boost::outcome_v2::success();
 }
 
 void Journal::sync_loop() {

@@ -146,6 +146,13 @@ class Journal {
   Result<std::uint64_t> roll_back();
   void rollback_done() noexcept { rollback_pending_.store(false, std::memory_order_release); }
 
+  // An HA standby behind its cluster's compacted log installed the leader's snapshot of change `seq`
+  // (install_snapshot, which made journal-<seq+1>), with every change stopped and every record
+  // acknowledged: records now go to that file, after `seq`, and the snapshot's request-id answers
+  // are the ones kept. An error (Errc::inconsistent) changes nothing: records not yet acknowledged,
+  // a rotation or a failure pending, or `seq` not past the last record.
+  Result<void> continue_after(std::uint64_t seq, const std::vector<DedupEntry>& dedup);
+
   std::uint64_t bytes_since_rotation() const;
   // Success while the journal writes; after a failed write or sync, until a snapshot clears it, the
   // failure (Errc::journal_failed, the message naming the failed call).
@@ -194,6 +201,7 @@ class Journal {
   std::deque<DedupEntry> tagged_;      // the last request-id answers, for snapshots
   std::size_t tagged_bytes_ = 0;       // their dedup_weight()s
   void retain_tagged(DedupEntry tagged);  // mutex_ held (or no other thread yet)
+  void retain_recovered(const std::vector<DedupEntry>& recovered);  // the same
   // Options::replicate: what was written and is not replicated yet, a run of whole records per
   // write, with where it went (the acknowledged end, acked_, follows the last record replicated).
   struct Written {

@@ -135,6 +135,30 @@ Result<std::uint64_t> Store::settle() {
   return kept;
 }
 
+Result<std::vector<DedupEntry>> Store::install_snapshot(std::string_view bytes) {
+  std::unique_lock gate(gate_);
+  std::lock_guard one(snapshot_mutex_);
+  const std::uint64_t had = state_.seq();
+  if (auto written = journal_->write_through(had); !written) return std::move(written).error();
+  if (auto acked = acknowledged(*journal_, had); !acked) return std::move(acked).error();
+  const auto seq = durable::install_snapshot(options_.dir, bytes, /*after=*/had);
+  if (!seq) return std::move(seq).error();
+  // Recovered as at startup, into a state of its own, then moved in whole (as settle() does).
+  MetadataState fresh(state_.options());
+  auto recovered = recover(options_.dir, fresh);
+  if (!recovered) return Error{recovered.error().code, "after installing a snapshot: " + recovered.error().message};
+  if (auto imported = state_.import_image(fresh.export_image()); !imported) {
+    return Error{Errc::inconsistent, "after installing a snapshot: " + imported.error().message};
+  }
+  if (auto continued = journal_->continue_after(seq.value(), recovered.value().dedup); !continued) {
+    return std::move(continued).error();
+  }
+  state_.restarted();  // leases and recency were not in the snapshot: the restart rule
+  std::lock_guard lock(mutex_);
+  stats_.last_snapshot_seq = seq.value();
+  return std::move(recovered.value().dedup);
+}
+
 Result<std::uint64_t> Store::shutdown() {
   {
     std::lock_guard lock(mutex_);

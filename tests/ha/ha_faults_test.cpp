@@ -520,6 +520,65 @@ TEST_F(HaQuorumTest, ReadsStopOnceTheLeaseLapses) {
   EXPECT_EQ(members.stop_all(), "") << members.logs();
 }
 
+// A standby cut off from etcd (its one etcd member killed) while the leader writes and compacts the
+// log past it: once etcd is back, the running standby finds the log's entries gone, installs the
+// leader's snapshot (GET /_ha/snapshot) without a restart, follows the log from it, and can lead
+// with every key.
+TEST_F(HaQuorumTest, AStandbyBehindTheCompactedLogInstallsTheLeadersSnapshotWhileRunning) {
+  HaMembers members(cluster_->endpoints(), test_name(), kLease);
+  const std::vector<std::string> snapshots_often = {"--snapshot-after-bytes", "1000"};
+  members.add(snapshots_often);
+  const std::size_t leader = members.wait_leader(kWait);
+  ASSERT_EQ(leader, 0u) << members.logs();
+  const std::size_t etcd_member = etcd_follower(*cluster_);
+  ASSERT_NE(etcd_member, kNone) << "no etcd member says it follows another";
+  const std::size_t standby = members.add(snapshots_often, cluster_->client_url(etcd_member));
+  initialize(members.process(leader));
+  std::vector<std::string> keys;
+  const auto write_keys = [&](int n) {
+    for (int i = 0; i < n; ++i) {
+      keys.push_back(std::string("key-").append(std::to_string(keys.size())));
+      std::string failure;
+      ASSERT_TRUE(write_key(members.process(leader), keys.back(), &failure)) << failure;
+    }
+  };
+  ASSERT_NO_FATAL_FAILURE(write_keys(5));
+  const std::uint64_t before = members.health(leader).applied_seq;
+  ASSERT_EQ(members.wait_standby_at(standby, members.url(leader), before, kWait).applied_seq, before) << members.logs();
+
+  cluster_->kill(etcd_member);
+  ASSERT_NO_FATAL_FAILURE(write_keys(60));
+  const std::uint64_t written = members.health(leader).applied_seq;
+  // The standby's lease lapses, and the leader's next compaction passes what it applied.
+  const auto deadline = Clock::now() + kWait;
+  auto [entries, first] = log_entries(*cluster_, test_name());
+  while (!(entries == 0 || first > before + 1) && Clock::now() < deadline) {
+    std::this_thread::sleep_for(200ms);
+    std::tie(entries, first) = log_entries(*cluster_, test_name());
+  }
+  ASSERT_TRUE(entries == 0 || first > before + 1)
+      << "the log still holds record " << before + 1 << " (first entry's " << first << ")\n" << members.logs();
+
+  cluster_->restart(etcd_member);
+  ASSERT_NO_THROW(cluster_->wait_healthy(kWait));
+  const auto h = members.wait_standby_at(standby, members.url(leader), written, kWait);
+  ASSERT_EQ(h.applied_seq, written) << h.body << "\n" << members.logs();
+  EXPECT_EQ(metric(members, standby, "hf3fs_meta_ha_snapshot_fetches_total"), 1);
+  EXPECT_THAT(file_tail(members.log_path(standby), 40), HasSubstr("snapshot of change"));
+  EXPECT_THAT(file_tail(members.log_path(standby), 40), HasSubstr("while running"));
+  // It follows the log from the snapshot on.
+  ASSERT_NO_FATAL_FAILURE(write_keys(3));
+  const std::uint64_t more = members.health(leader).applied_seq;
+  ASSERT_EQ(members.wait_standby_at(standby, members.url(leader), more, kWait).applied_seq, more) << members.logs();
+
+  EXPECT_EQ(members.process(leader).terminate(), 0);
+  ASSERT_EQ(members.wait_leader(kWait, {standby}), standby) << members.logs();
+  const auto exists = post(members.process(standby), "/keys/batch_exists", keys_body(keys));
+  ASSERT_EQ(exists.status, 200) << exists.body;
+  EXPECT_EQ(count_exists(exists.body, keys.size()), static_cast<int>(keys.size())) << exists.body;
+  EXPECT_EQ(members.stop_all(), "") << members.logs();
+}
+
 // ---- flags --------------------------------------------------------------------------------------
 
 // The HA flags that do not fit together: exit 2 before anything starts, the message naming the flag.

@@ -124,12 +124,13 @@ class HaMembers {
   HaMembers(const HaMembers&) = delete;
   HaMembers& operator=(const HaMembers&) = delete;
 
-  // Starts a member with an empty data dir of its own and `extra` arguments; its index.
-  std::size_t add(const std::vector<std::string>& extra = {}) {
+  // Starts a member with an empty data dir of its own and `extra` arguments; its index. `etcd`: the
+  // etcd client URLs of this member alone, instead of the cluster's.
+  std::size_t add(const std::vector<std::string>& extra = {}, const std::string& etcd = {}) {
     auto m = std::make_unique<Member>();
     m->name = std::string("m").append(std::to_string(members_.size()));
     m->log = (logs_.path() / std::string(m->name).append(".log")).string();
-    std::vector<std::string> args{"--data-dir",  m->data.str(), "--ha-etcd",     etcd_,
+    std::vector<std::string> args{"--data-dir",  m->data.str(), "--ha-etcd",     etcd.empty() ? etcd_ : etcd,
                                   "--ha-cluster", cluster_,     "--ha-name",     m->name,
                                   "--ha-lease-ms", std::to_string(lease_.count())};
     args.insert(args.end(), extra.begin(), extra.end());
