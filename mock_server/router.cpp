@@ -146,14 +146,15 @@ void Router::serve_snapshot(Reply& reply) const {
     reply.set_json(503, protocol::encode_detail("no data dir: no snapshot"));
     return;
   }
-  auto bytes = store_->newest_snapshot();
-  if (!bytes) {
-    reply.set_json(503, protocol::encode_detail("the snapshot cannot be read: " + bytes.error().message));
-  } else if (bytes.value().empty()) {
+  auto mapped = store_->newest_snapshot();
+  if (!mapped) {
+    reply.set_json(503, protocol::encode_detail("the snapshot cannot be read: " + mapped.error().message));
+  } else if (mapped.value().bytes().empty()) {
     reply.set_json(503, protocol::encode_detail("no snapshot yet"));
   } else {
-    reply.set_json(200, std::move(bytes).value());
+    reply.set_json(200, {});
     reply.content_type = "application/octet-stream";
+    reply.file = std::make_shared<const durable::FileBytes>(std::move(mapped).value());
   }
 }
 

@@ -30,6 +30,9 @@ struct Reply {
   std::string allow;     // for 405
   std::string retry_after;  // seconds, for a 503 of the server's own limits
   std::string leader;       // kLeaderHeader, for an HA member's 503 "not the leader"
+  // A body sent in place of `body` from a mapped file (GET /_ha/snapshot: as large as the state),
+  // so that it is never copied whole onto the heap; released once the answer is sent.
+  std::shared_ptr<const durable::FileBytes> file;
 
   // An answer with a JSON body (the router's, and admission's refusals).
   void set_json(int status_, std::string body_) {
@@ -90,6 +93,7 @@ struct Exchange {
     wait_entry.reset();
     reply.retry_after.clear();
     reply.leader.clear();
+    reply.file.reset();
   }
 };
 

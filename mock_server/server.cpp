@@ -363,6 +363,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void write_reply() {
     const auto& reply = exchange_.reply;
+    const std::string_view body = reply.file ? reply.file->bytes() : std::string_view(reply.body);
     const auto now = Clock::now();
     const auto latency = now - started_;
     router_.metrics().record(worker_.index, exchange_.label, reply.status, latency);
@@ -383,7 +384,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (status != 204 && status != 304) {
       header_ += "content-length: ";
       char digits[24];
-      auto [end, ec] = std::to_chars(digits, digits + sizeof digits, reply.body.size());
+      auto [end, ec] = std::to_chars(digits, digits + sizeof digits, body.size());
       (void)ec;
       header_.append(digits, end);
       header_ += "\r\n";
@@ -423,8 +424,10 @@ class Session : public std::enable_shared_from_this<Session> {
     header_ += "\r\n";
 
     const bool send_body = request_.verb != http::verb::head && status != 204 && status != 304;
-    std::array<asio::const_buffer, 2> buffers{asio::buffer(header_),
-                                              send_body ? asio::buffer(reply.body) : asio::const_buffer()};
+    // A file's body goes a chunk per write, each one's progress moving the idle deadline.
+    body_sent_ = !send_body ? 0 : reply.file ? std::min(body.size(), kFileChunk) : body.size();
+    std::array<asio::const_buffer, 2> buffers{asio::buffer(header_), asio::buffer(body.data(), body_sent_)};
+    if (!send_body) exchange_.reply.file.reset();  // a HEAD's: nothing more to write
     writing_ = true;
     // Idle from now on once written: stamped here, before the client can have the answer and send
     // anything else, so that the order of idleness is the order in which the answers left.
@@ -435,7 +438,21 @@ class Session : public std::enable_shared_from_this<Session> {
     });
   }
 
+  // The next chunk of a file's body, if any is left; whether one was sent.
+  bool write_more_of_file() {
+    const auto& file = exchange_.reply.file;
+    if (!file || body_sent_ >= file->bytes().size()) return false;
+    const std::string_view chunk = file->bytes().substr(body_sent_, kFileChunk);
+    body_sent_ += chunk.size();
+    deadline_ = Clock::now() + options_.idle_timeout;
+    asio::async_write(socket_, asio::buffer(chunk.data(), chunk.size()), [self = shared_from_this()](error_code ec, std::size_t) {
+      self->guarded([&] { self->on_write(ec); });
+    });
+    return true;
+  }
+
   void on_write(error_code ec) {
+    if (!ec && write_more_of_file()) return;
     writing_ = false;
     exchange_.reset();
     if (ec) return close();
@@ -498,6 +515,8 @@ class Session : public std::enable_shared_from_this<Session> {
   Exchange exchange_;
   std::string header_;
   Clock::time_point deadline_;
+  std::size_t body_sent_ = 0;  // of the answer being written
+  static constexpr std::size_t kFileChunk = std::size_t{4} << 20;
   Clock::time_point started_;
   bool in_request_ = false;
   bool continue_sent_ = false;

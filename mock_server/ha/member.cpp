@@ -320,12 +320,12 @@ void Member::start_following() {
 
 bool Member::catch_up_from_snapshot() {
   follower_.reset();
-  auto bytes = fetch_leader_snapshot(etcd_, keys_, options_.snapshot_fetch);
+  auto bytes = fetch_leader_snapshot(etcd_, keys_, store_->options().dir, options_.snapshot_fetch);
   if (!bytes) {
     log("no snapshot from the leader yet: " + bytes.error().message);
     return false;
   }
-  auto installed = store_->install_snapshot(bytes.value());
+  auto installed = store_->install_snapshot(bytes.value().bytes());
   if (!installed) {
     log("the leader's snapshot cannot be installed: " + installed.error().message);
     return false;

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <string>
 
+#include "durable/data_dir.hpp"
 #include "ha/etcd_client.hpp"
 #include "ha/keys.hpp"
 
@@ -22,9 +23,12 @@ struct SnapshotFetchOptions {
   std::chrono::milliseconds transfer_timeout{120000};
 };
 
-// One attempt: the bytes of the newest snapshot of the leader etcd names. An error says why not
-// (etcd does not answer, no leader, the leader did not give one).
-EtcdResult<std::string> fetch_leader_snapshot(EtcdClient& etcd, const Keys& keys, const SnapshotFetchOptions& options);
+// One attempt: the newest snapshot of the leader etcd names, downloaded into the data dir `dir` as it
+// comes (durable::kFetchedSnapshotName, removed once mapped). An error says why not (etcd does not
+// answer, no leader, the leader did not give one).
+EtcdResult<durable::FileBytes> fetch_leader_snapshot(EtcdClient& etcd, const Keys& keys,
+                                                    const std::filesystem::path& dir,
+                                                    const SnapshotFetchOptions& options);
 
 // Before the Store opens: the seq of the snapshot installed into `dir`, attempts repeated for up to
 // options.wait_for_leader; 0 when the log continues the data dir as it is.

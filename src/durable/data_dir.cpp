@@ -89,42 +89,6 @@ std::optional<std::uint64_t> number_of(const std::string& name, std::string_view
   return n;
 }
 
-// A file's bytes, mapped read-only: recovery reads hundreds of megabytes, which a read() would copy
-// into freshly zeroed memory first. Only the server holding the data dir's LOCK changes its files
-// (a --verify-data-dir beside a running server may see a journal the server is appending to).
-class FileBytes {
- public:
-  FileBytes(void* data, std::size_t size) : data_(data), size_(size) {}
-  FileBytes(FileBytes&& other) noexcept
-      : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
-  FileBytes& operator=(FileBytes&&) = delete;
-  ~FileBytes() {
-    if (data_ != nullptr) ::munmap(data_, size_);
-  }
-  std::string_view bytes() const noexcept { return {static_cast<const char*>(data_), size_}; }
-
- private:
-  void* data_ = nullptr;
-  std::size_t size_ = 0;
-};
-
-Result<FileBytes> read_file(const fs::path& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Error{Errc::io, path.string() + ": " + errno_text(errno)};
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return Error{Errc::io, path.string() + ": " + errno_text(err)};
-  }
-  const auto size = static_cast<std::size_t>(st.st_size);
-  void* data = size == 0 ? nullptr : ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
-  const int err = errno;
-  ::close(fd);
-  if (data == MAP_FAILED) return Error{Errc::io, path.string() + ": " + errno_text(err)};
-  return FileBytes(data, size);
-}
-
 struct DirListing {
   std::map<std::uint64_t, fs::path> snapshots;  // by seq
   std::map<std::uint64_t, fs::path> journals;   // by first seq
@@ -143,6 +107,27 @@ Result<DirListing> list(const fs::path& dir) {
 }
 
 }  // namespace
+
+FileBytes::~FileBytes() {
+  if (data_ != nullptr) ::munmap(data_, size_);
+}
+
+Result<FileBytes> read_file(const fs::path& path, bool populate) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Error{Errc::io, path.string() + ": " + errno_text(errno)};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return Error{Errc::io, path.string() + ": " + errno_text(err)};
+  }
+  const auto size = static_cast<std::size_t>(st.st_size);
+  void* data = size == 0 ? nullptr : ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE | (populate ? MAP_POPULATE : 0), fd, 0);
+  const int err = errno;
+  ::close(fd);
+  if (data == MAP_FAILED) return Error{Errc::io, path.string() + ": " + errno_text(err)};
+  return FileBytes(data, size);
+}
 
 std::string journal_name(std::uint64_t first_seq) { return numbered("journal-", first_seq, ".log"); }
 std::string snapshot_name(std::uint64_t seq) { return numbered("snapshot-", seq, ".snap"); }
@@ -294,13 +279,11 @@ Result<std::uint64_t> cut_journal_after_snapshot(const fs::path& dir) {
   return seq;
 }
 
-Result<std::string> read_newest_snapshot(const fs::path& dir) {
+Result<FileBytes> map_newest_snapshot(const fs::path& dir) {
   auto listing = list(dir);
   if (!listing) return std::move(listing).error();
-  if (listing.value().snapshots.empty()) return std::string();
-  auto bytes = read_file(listing.value().snapshots.rbegin()->second);
-  if (!bytes) return std::move(bytes).error();
-  return std::string(bytes.value().bytes());
+  if (listing.value().snapshots.empty()) return FileBytes();
+  return read_file(listing.value().snapshots.rbegin()->second, /*populate=*/false);
 }
 
 std::uint64_t newest_snapshot_seq(const fs::path& dir) {
@@ -358,7 +341,9 @@ std::vector<fs::path> remove_temporaries(const fs::path& dir) {
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
-    if (!name.ends_with(".tmp") || !number_of(name.substr(0, name.size() - 4), "snapshot-", ".snap")) continue;
+    const bool ours = name == kFetchedSnapshotName ||
+                      (name.ends_with(".tmp") && number_of(name.substr(0, name.size() - 4), "snapshot-", ".snap"));
+    if (!ours) continue;
     if (::unlink(entry.path().c_str()) == 0) removed.push_back(entry.path());
   }
   return removed;

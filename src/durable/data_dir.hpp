@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "durable/error.hpp"
@@ -73,13 +74,40 @@ Result<void> replay_journal(const std::filesystem::path& path, std::string_view 
 // at the snapshot; returns the snapshot's seq (0: none, and every journal file is cut).
 Result<std::uint64_t> cut_journal_after_snapshot(const std::filesystem::path& dir);
 
-// The newest snapshot file's bytes, as written (an HA leader serves them, GET /_ha/snapshot); an
-// empty string when there is none.
-Result<std::string> read_newest_snapshot(const std::filesystem::path& dir);
+// A file's bytes, mapped read-only: recovery reads hundreds of megabytes, which a read() would copy
+// into freshly zeroed memory first, and an HA leader sends its snapshot from the page cache without
+// a copy on the heap. The mapping keeps the file's bytes even once it is removed. Only the server
+// holding the data dir's LOCK changes its files (a --verify-data-dir beside a running server may see
+// a journal the server is appending to).
+class FileBytes {
+ public:
+  FileBytes() = default;  // no bytes
+  FileBytes(void* data, std::size_t size) : data_(data), size_(size) {}
+  FileBytes(FileBytes&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+  FileBytes& operator=(FileBytes&&) = delete;
+  ~FileBytes();
+  std::string_view bytes() const noexcept { return {static_cast<const char*>(data_), size_}; }
+
+ private:
+  void* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+// `populate`: every page read in at once (recovery reads them all); otherwise as they are read.
+Result<FileBytes> read_file(const std::filesystem::path& path, bool populate = true);
+
+// The newest snapshot file as written, mapped (an HA leader sends it, GET /_ha/snapshot, as it reads
+// it); no bytes when there is none.
+Result<FileBytes> map_newest_snapshot(const std::filesystem::path& dir);
+
+// Where an HA member downloads the leader's snapshot before installing it (install_snapshot); a
+// crash's leftover goes with the interrupted snapshots (remove_temporaries).
+inline constexpr std::string_view kFetchedSnapshotName = "snapshot-fetched.snap.tmp";
 // The seq of the newest snapshot in `dir` (0: none, or no such directory).
 std::uint64_t newest_snapshot_seq(const std::filesystem::path& dir);
 // An HA member behind its cluster's compacted log, before its Store opens: `bytes` (a snapshot file,
-// read_newest_snapshot's) become the data dir's newest snapshot, with an empty journal after it, and
+// map_newest_snapshot's) become the data dir's newest snapshot, with an empty journal after it, and
 // what came before goes. Returns the snapshot's seq. The bytes are checked first: nothing changes
 // when they are not a whole snapshot, or (Errc::inconsistent) one of no change past `after`.
 Result<std::uint64_t> install_snapshot(const std::filesystem::path& dir, std::string_view bytes,
@@ -88,7 +116,8 @@ Result<std::uint64_t> install_snapshot(const std::filesystem::path& dir, std::st
 // Removes the snapshots older than `seq` and the journal files whose records all come before it.
 void remove_before(const std::filesystem::path& dir, std::uint64_t seq);
 
-// Removes what an interrupted snapshot left (snapshot-*.snap.tmp); returns the files removed.
+// Removes what an interrupted snapshot or snapshot download left (snapshot-*.snap.tmp); returns the
+// files removed.
 std::vector<std::filesystem::path> remove_temporaries(const std::filesystem::path& dir);
 
 // fsync of a directory (after creating, renaming or removing a file in it).

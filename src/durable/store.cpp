@@ -191,9 +191,9 @@ void Store::background() {
   }
 }
 
-Result<std::string> Store::newest_snapshot() const {
+Result<FileBytes> Store::newest_snapshot() const {
   std::lock_guard one(snapshot_mutex_);
-  return read_newest_snapshot(options_.dir);
+  return map_newest_snapshot(options_.dir);
 }
 
 StoreStats Store::stats() const {

@@ -67,14 +67,14 @@ class Store {
   Result<std::uint64_t> settle();
 
   // An HA standby behind its cluster's compacted log, while it runs: `bytes` (the leader's snapshot,
-  // read_newest_snapshot's) become the data dir's newest snapshot (install_snapshot) and the state,
+  // map_newest_snapshot's) become the data dir's newest snapshot (install_snapshot) and the state,
   // and the journal follows it. Waits for every Gate; each record must be acknowledged (a standby's
   // are). Returns the snapshot's request-id answers (for the Router's dedup cache). An error before
   // the files change (bytes that are not a whole snapshot, no newer than the state) changes nothing.
   Result<std::vector<DedupEntry>> install_snapshot(std::string_view bytes);
 
-  // The newest snapshot's bytes (read_newest_snapshot), never while one is being written or removed.
-  Result<std::string> newest_snapshot() const;
+  // The newest snapshot, mapped (map_newest_snapshot), never while one is being written or removed.
+  Result<FileBytes> newest_snapshot() const;
 
   Recovered& recovered() noexcept { return recovered_; }
   Journal& journal() noexcept { return *journal_; }

@@ -1,6 +1,6 @@
 // The data dir's side of an HA member (issue 21, ha/member.hpp): a replicated store trusts its data
 // dir only up to its newest snapshot (cut_journal_after_snapshot), a leader serves its newest
-// snapshot's bytes (read_newest_snapshot) and a member behind the compacted log installs them
+// snapshot (map_newest_snapshot) and a member behind the compacted log installs them
 // (install_snapshot) before its store opens, or while it runs (Store::install_snapshot).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -46,6 +46,13 @@ std::uint64_t build(const std::filesystem::path& dir, int keys, int snapshot_aft
   return snapshot_seq;  // the store goes without a shutdown snapshot
 }
 
+// The newest snapshot's bytes, as a leader sends them; an error's message when they cannot be read.
+Result<std::string> newest_snapshot_bytes(const std::filesystem::path& dir) {
+  auto mapped = map_newest_snapshot(dir);
+  if (!mapped) return std::move(mapped).error();
+  return std::string(mapped.value().bytes());
+}
+
 std::uint64_t recovered_seq(const std::filesystem::path& dir, MetadataState& state) {
   auto recovered = recover(dir, state);
   EXPECT_TRUE(recovered) << recovered.error().message;
@@ -83,7 +90,7 @@ TEST(DurableHaFilesTest, WithoutASnapshotEveryJournalIsCut) {
 TEST(DurableHaFilesTest, AnInstalledSnapshotIsWhatANewMemberRecovers) {
   TempDir leader;
   const std::uint64_t snapshot_seq = build(leader.path(), 5, 4);
-  auto bytes = read_newest_snapshot(leader.path());
+  auto bytes = newest_snapshot_bytes(leader.path());
   ASSERT_TRUE(bytes) << bytes.error().message;
   ASSERT_FALSE(bytes.value().empty());
   EXPECT_EQ(newest_snapshot_seq(leader.path()), snapshot_seq);
@@ -109,7 +116,7 @@ TEST(DurableHaFilesTest, AnInstalledSnapshotIsWhatANewMemberRecovers) {
 TEST(DurableHaFilesTest, DamagedBytesInstallNothing) {
   TempDir leader;
   build(leader.path(), 2, 1);
-  auto bytes = read_newest_snapshot(leader.path());
+  auto bytes = newest_snapshot_bytes(leader.path());
   ASSERT_TRUE(bytes);
   std::string damaged = bytes.value();
   damaged[damaged.size() / 2] ^= 0x40;
@@ -152,7 +159,7 @@ TEST(DurableHaFilesTest, ARunningStoreInstallsASnapshotAndItsJournalFollowsIt) {
   TempDir leader;
   const std::uint64_t snapshot_seq = build(leader.path(), 6, 5);
   ASSERT_EQ(snapshot_seq, 6u);
-  auto bytes = read_newest_snapshot(leader.path());
+  auto bytes = newest_snapshot_bytes(leader.path());
   ASSERT_TRUE(bytes) << bytes.error().message;
 
   TempDir member;
@@ -192,7 +199,7 @@ TEST(DurableHaFilesTest, ARunningStoreInstallsASnapshotAndItsJournalFollowsIt) {
 TEST(DurableHaFilesTest, ARunningStoreRefusesAnOlderOrDamagedSnapshot) {
   TempDir leader;
   build(leader.path(), 3, 2);  // a snapshot of change 3
-  auto bytes = read_newest_snapshot(leader.path());
+  auto bytes = newest_snapshot_bytes(leader.path());
   ASSERT_TRUE(bytes) << bytes.error().message;
   std::string damaged = bytes.value();
   damaged[damaged.size() / 2] ^= 0x40;

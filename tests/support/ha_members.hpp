@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -145,6 +146,7 @@ class HaMembers {
   std::string url(std::size_t i) { return process(i).base_url(); }
   const std::string& name(std::size_t i) const { return members_.at(i)->name; }
   const std::string& log_path(std::size_t i) const { return members_.at(i)->log; }
+  const std::filesystem::path& data_dir(std::size_t i) const { return members_.at(i)->data.path(); }
 
   HaHealth health(std::size_t i, std::chrono::milliseconds timeout = std::chrono::milliseconds(1000)) {
     return parse_ha_health(http_call(url(i) + "/healthz", "", timeout));
