@@ -4,12 +4,15 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
 #include <thread>
 
 #include "durable/log_writer.hpp"
 #include "ha/election.hpp"
 #include "ha/log.hpp"
+#include "ha/snapshot_fetch.hpp"
 #include "support/etcd_suite.hpp"
+#include "support/temp_dir.hpp"
 
 namespace hf3fs_meta::server::ha {
 namespace {
@@ -254,6 +257,36 @@ TEST_F(HaEtcdTest, AReaderWhoseNextRecordWasCompactedAwayNeedsASnapshotThoughLat
   ASSERT_EQ(next.value().entries.size(), 1u);
   EXPECT_EQ(next.value().entries.front().last_seq, 4u);
   a.resign();
+}
+
+// A data dir the log continues needs no snapshot; one it does not, with no leader to give one, or a
+// leader that does not answer, gets an error naming why once the wait is over, and its data dir
+// gets nothing (not even the download's file).
+TEST_F(HaEtcdTest, AFetchWithoutASnapshotToGetGivesUpNamingWhy) {
+  Election a(*etcd_, real_clock_, options("http://127.0.0.1:1"));  // nothing listens there
+  const auto won = a.campaign();
+  ASSERT_TRUE(won && won.value().won);
+  const Keys k = keys();
+  LogWriter writer(*etcd_, k, won.value().fence, read_tip(*etcd_, k).value());
+  ASSERT_TRUE(writer.append(records(1, 2), 2));
+  ASSERT_TRUE(writer.append(records(3, 4), 4));
+  ::hf3fs_meta::testing::TempDir dir;
+  SnapshotFetchOptions quick;
+  quick.wait_for_leader = 600ms;
+  const auto continued = fetch_snapshot_if_behind(*etcd_, k, dir.path(), quick);
+  ASSERT_TRUE(continued) << continued.error().message;
+  EXPECT_EQ(continued.value(), 0u);
+
+  ASSERT_TRUE(etcd_->delete_range({k.entry(1), k.entry(3)}));  // records 1-2 compacted away
+  const auto unanswered = fetch_snapshot_if_behind(*etcd_, k, dir.path(), quick);
+  ASSERT_FALSE(unanswered);
+  EXPECT_THAT(unanswered.error().message, HasSubstr("no longer holds what follows change 0"));
+  EXPECT_THAT(unanswered.error().message, HasSubstr("http://127.0.0.1:1/_ha/snapshot did not answer"));
+  a.resign();
+  const auto leaderless = fetch_snapshot_if_behind(*etcd_, k, dir.path(), quick);
+  ASSERT_FALSE(leaderless);
+  EXPECT_THAT(leaderless.error().message, HasSubstr("no snapshot came from the leader: no leader"));
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
 }
 
 TEST(HaKeysTest, EntriesSortAsTheirSeqsAndParseBack) {

@@ -298,6 +298,38 @@ TEST_F(HaFaultTest, CompactionKeepsTheLogShortAndAMemberJoinsThroughTheLeadersSn
   EXPECT_EQ(members.stop_all(), "") << members.logs();
 }
 
+// A data dir holding changes the cluster's log never had (a server's own, started as a member of a new
+// cluster): the member wins the election but will not lead from it (it would serve changes no other
+// member can ever have), says why, and applies nothing.
+TEST_F(HaFaultTest, AMemberWhoseDataDirIsAheadOfTheLogNeverLeads) {
+  TempDir data;
+  {
+    ServerProcess alone({"--data-dir", data.str()});
+    initialize(alone);
+    std::string failure;
+    ASSERT_TRUE(write_key(alone, "not-the-clusters", &failure)) << failure;
+    ASSERT_EQ(alone.terminate(), 0);  // its shutdown snapshot holds change 3
+  }
+  TempDir logs;
+  const std::string log = (logs.path() / "member.log").string();
+  ServerProcess member({"--data-dir", data.str(), "--ha-etcd", cluster_->endpoints(), "--ha-cluster", test_name(),
+                        "--ha-name", "m0", "--ha-lease-ms", std::to_string(kLease.count())},
+                       log);
+  const auto deadline = Clock::now() + kWait;
+  while (file_tail(log, 200).find("past the log's tip") == std::string::npos && Clock::now() < deadline) {
+    std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_THAT(file_tail(log, 200), HasSubstr("holds change 3, past the log's tip 0: it was not written by this cluster"));
+  for (int i = 0; i < 5; ++i) {
+    const auto h = parse_ha_health(http_call(member.base_url() + "/healthz", "", 2000ms));
+    EXPECT_NE(h.role, "leader") << h.body;
+    const auto refused = post(member, "/keys/batch_exists", keys_body({"not-the-clusters"}));
+    EXPECT_EQ(refused.status, 503) << refused.body;
+    std::this_thread::sleep_for(200ms);
+  }
+  EXPECT_EQ(member.terminate(), 0);
+}
+
 // GET /_ha/snapshot sends the newest snapshot file as the data dir holds it, however large: from a
 // mapping of the file, a chunk (4 MiB) per write, never copied whole onto the heap. Here a snapshot
 // of about 9 MB: three chunks. (The shutdown snapshot of a clean stop is the newest, and no other
