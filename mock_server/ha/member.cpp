@@ -190,7 +190,7 @@ void Member::run() {
         continue;
       }
     }
-    if (role_.name() != RoleName::leader && !behind_) campaign();
+    if (role_.name() != RoleName::leader && !behind_ && std::chrono::steady_clock::now() >= campaign_after_) campaign();
     publish_applied();
     if (role_.name() == RoleName::leader && std::chrono::steady_clock::now() >= next_compaction) {
       next_compaction = std::chrono::steady_clock::now() + options_.compact_interval;
@@ -254,6 +254,9 @@ void Member::campaign() {
   }
   if (auto led = lead(outcome.value().fence); !led) {
     log("won the election but cannot lead: " + led.error().message);
+    // What failed (a data dir ahead of the log, etcd failing the catch-up) may fail again at once:
+    // the others campaign meanwhile.
+    campaign_after_ = std::chrono::steady_clock::now() + std::chrono::seconds(1);
     election_.resign();
     stand_down("resigned");
   }

@@ -150,6 +150,8 @@ class Member {
   // The log was compacted past this member's state while it ran: it follows nothing and never
   // leads until it installed the leader's snapshot. The member's thread only.
   bool behind_ = false;
+  // No campaign before this: a won election that could not lead waits a second (the member's thread).
+  std::chrono::steady_clock::time_point campaign_after_{};
   std::thread thread_;
 };
 
