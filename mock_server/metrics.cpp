@@ -218,6 +218,15 @@ std::string Metrics::render(const MetadataState& state, const DedupCache::Stats&
   return std::move(out).str();
 }
 
+std::string Metrics::render_front(std::vector<MetricFamily> more) const {
+  std::vector<MetricFamily> families = requests_.Collect();
+  add_limit_families(limits, families);
+  std::move(more.begin(), more.end(), std::back_inserter(families));
+  std::ostringstream out;
+  prometheus::TextSerializer().Serialize(out, families);
+  return std::move(out).str();
+}
+
 std::vector<MetricFamily> durability_families(const durable::StoreStats& store, const durable::JournalStats& journal,
                                               bool failed) {
   const auto counter = MetricType::Counter;

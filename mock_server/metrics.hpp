@@ -148,6 +148,10 @@ class Metrics {
   std::string render(const MetadataState& state, const DedupCache::Stats& dedup,
                      std::vector<prometheus::MetricFamily> more = {}) const;
 
+  // The front's families alone (the requests and the limits), then `more`: hf3fs-meta-proxy's
+  // /metrics, which has no state of its own.
+  std::string render_front(std::vector<prometheus::MetricFamily> more) const;
+
   LimitCounters limits;
 
   void count_num_pages_mismatch() noexcept { num_pages_mismatches_.Increment(); }

@@ -171,6 +171,11 @@ void Router::await_durable(Exchange& exchange, std::function<void()> wake) {
                                  });
 }
 
+void Router::await(Next next, const Request&, Exchange& exchange, std::function<void()> wake) {
+  if (next == Next::durable) return await_durable(exchange, std::move(wake));
+  dedup_.wait(exchange.wait_entry, std::move(wake));
+}
+
 bool Router::serve_server_route(const Request& request, std::string_view path, Exchange& exchange) {
   auto& reply = exchange.reply;
   if (const ServerRouteInfo* found = find_server_route(path, routes_on())) {

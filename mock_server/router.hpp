@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -97,16 +98,31 @@ struct Exchange {
   }
 };
 
-class Router {
+// What the server's front (server.hpp) drives with each complete request: the Router (the state
+// model), or hf3fs-meta-proxy's upstream backend (proxy/). A step may make the connection wait for
+// something the backend started; the backend wakes it, and the front steps again.
+class Backend {
  public:
   enum class Next {
     reply,  // answer exchange.reply
     close,  // drop the connection without answering (fault)
     fail,   // throw in the session, as a failure beyond the router would (fault)
     delay,  // wait exchange.action.delay, then step again
-    wait,   // DedupCache::wait(exchange.wait_entry, ...), then step again
-    durable,  // await_durable(exchange, ...), then step again
+    wait,   // await(Next::wait, ...): the backend's own wait (a repeat of an id in flight, an upstream call)
+    durable,  // await(Next::durable, ...): the exchange's record on disk
   };
+  virtual ~Backend() = default;
+  virtual Next step(const Request& request, Exchange& exchange) = 0;
+  // After step() returned `next` (wait or durable): calls `wake` once, from any thread, when the
+  // exchange may step again. `request` and `exchange` stay as they are until then.
+  virtual void await(Next next, const Request& request, Exchange& exchange, std::function<void()> wake) = 0;
+  virtual Metrics& metrics() noexcept = 0;
+  // Header lines ("name: value\r\n") every answer carries.
+  virtual const std::string& answer_headers() const noexcept = 0;
+};
+
+class Router final : public Backend {
+ public:
   using Outcome = std::optional<Next>;  // a stage's: nullopt goes on to the next stage
 
   // `store`: the data dir of a durable server (null: memory only).
@@ -115,7 +131,10 @@ class Router {
   // Calls `wake` (from any thread) once the exchange's record is on disk, or its sync failed.
   void await_durable(Exchange& exchange, std::function<void()> wake);
 
-  Next step(const Request& request, Exchange& exchange);
+  Next step(const Request& request, Exchange& exchange) override;
+  void await(Next next, const Request& request, Exchange& exchange, std::function<void()> wake) override;
+  // kKeyedReleaseHeader, and, while request-id deduplication is on, its window in ms.
+  const std::string& answer_headers() const noexcept override { return dedup_header_; }
 
   void set_default_host(std::string host_port) { default_host_ = std::move(host_port); }
   // --ha-etcd: the member's role (which must outlive the router). Without one the server serves as
@@ -123,12 +142,9 @@ class Router {
   void set_role(const ha::Role* role) noexcept { role_ = role; }
 
   DedupCache& dedup() noexcept { return dedup_; }
-  Metrics& metrics() noexcept { return metrics_; }
+  Metrics& metrics() noexcept override { return metrics_; }
   // --tenants-file's table (null without it), which SIGHUP reloads.
   Tenants* tenants() noexcept { return tenants_.get(); }
-  // The header lines every answer carries: kKeyedReleaseHeader, and, while request-id deduplication
-  // is on, its window in ms.
-  const std::string& dedup_header() const noexcept { return dedup_header_; }
 
  private:
   // The stages (Stage), in their order.

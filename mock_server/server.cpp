@@ -86,9 +86,9 @@ class Worker {
   std::atomic<std::uint64_t> served{0};
 };
 
-// What every session shares: the router, the options, and the accounting of the server's limits.
+// What every session shares: the backend, the options, and the accounting of the server's limits.
 struct SessionContext {
-  Router& router;
+  Backend& backend;
   const ServerOptions& options;
   const std::atomic<bool>& stopping;
   BodyBudget& body_budget;
@@ -101,7 +101,7 @@ class Session : public std::enable_shared_from_this<Session> {
   Session(Worker& worker, SessionContext& context, tcp::socket socket)
       : worker_(worker),
         context_(context),
-        router_(context.router),
+        backend_(context.backend),
         options_(context.options),
         stopping_(context.stopping),
         socket_(std::move(socket), context.tls),
@@ -299,9 +299,9 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void advance() {
-    Router::Next next;
+    Backend::Next next;
     try {
-      next = router_.step(request_, exchange_);
+      next = backend_.step(request_, exchange_);
     } catch (const std::exception& e) {
       // Out of memory or a bug below: answer as uvicorn does for an unhandled error, never crash.
       std::fprintf(stderr, "hf3fs-meta-server: %s %s failed: %s\n", request_.method.c_str(),
@@ -316,18 +316,18 @@ class Session : public std::enable_shared_from_this<Session> {
       return write_reply();
     }
     switch (next) {
-      case Router::Next::reply:
+      case Backend::Next::reply:
         return write_reply();
-      case Router::Next::fail:
+      case Backend::Next::fail:
         throw std::runtime_error("injected by a fault rule");
-      case Router::Next::close:
+      case Backend::Next::close:
         if (options_.log_requests) {
           std::fprintf(stderr, "%s %s -> connection closed (fault)\n", request_.method.c_str(),
                        request_.target.c_str());
         }
         exchange_.reset();
         return close();
-      case Router::Next::delay:
+      case Backend::Next::delay:
         busy_ = true;
         delay_timer_.expires_after(exchange_.action.delay);
         delay_timer_.async_wait([self = shared_from_this()](error_code ec) {
@@ -338,18 +338,10 @@ class Session : public std::enable_shared_from_this<Session> {
           });
         });
         return;
-      case Router::Next::durable:
+      case Backend::Next::durable:
+      case Backend::Next::wait:
         busy_ = true;
-        router_.await_durable(exchange_, [self = shared_from_this()] {
-          asio::post(self->socket_.get_executor(), [self] {
-            self->busy_ = false;
-            if (!self->closed_) self->advance();
-          });
-        });
-        return;
-      case Router::Next::wait:
-        busy_ = true;
-        router_.dedup().wait(exchange_.wait_entry, [self = shared_from_this()] {
+        backend_.await(next, request_, exchange_, [self = shared_from_this()] {
           asio::post(self->socket_.get_executor(), [self] {
             self->guarded([&] {
               self->busy_ = false;
@@ -366,7 +358,7 @@ class Session : public std::enable_shared_from_this<Session> {
     const std::string_view body = reply.file ? reply.file->bytes() : std::string_view(reply.body);
     const auto now = Clock::now();
     const auto latency = now - started_;
-    router_.metrics().record(worker_.index, exchange_.label, reply.status, latency);
+    backend_.metrics().record(worker_.index, exchange_.label, reply.status, latency);
     if (options_.log_requests) {
       std::fprintf(stderr, "%s %s -> %d (%.3f ms)\n", request_.method.c_str(), request_.target.c_str(),
                    reply.status, std::chrono::duration<double, std::milli>(latency).count());
@@ -411,7 +403,7 @@ class Session : public std::enable_shared_from_this<Session> {
       header_ += reply.leader;
       header_ += "\r\n";
     }
-    header_ += router_.dedup_header();
+    header_ += backend_.answer_headers();
     // The echo (docs/protocol.md, "Namespaces"): the answer comes from the namespace the request
     // named. A value that is no namespace name was refused (400) and is never echoed.
     if (request_.ns_headers == 1 && valid_namespace_name(request_.ns)) {
@@ -503,7 +495,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   Worker& worker_;
   SessionContext& context_;
-  Router& router_;
+  Backend& backend_;
   const ServerOptions& options_;
   const std::atomic<bool>& stopping_;
   SessionStream socket_;
@@ -554,12 +546,12 @@ std::uint64_t open_files_limit() {
 
 }  // namespace
 
-Server::Server(const ServerOptions& options, Router& router)
+Server::Server(const ServerOptions& options, Backend& backend)
     : options_(options),
-      router_(router),
-      body_budget_(router.metrics().limits.body_bytes_in_flight, options.max_inflight_body_bytes),
+      backend_(backend),
+      body_budget_(backend.metrics().limits.body_bytes_in_flight, options.max_inflight_body_bytes),
       context_(std::make_unique<SessionContext>(
-          SessionContext{router, options, stopping_, body_budget_, router.metrics().limits, nullptr})),
+          SessionContext{backend, options, stopping_, body_budget_, backend.metrics().limits, nullptr})),
       max_connections_(effective_max_connections(options.max_connections, open_files_limit())) {
   if (!options.tls_cert.empty()) {
     // TLS 1.2 and 1.3 only; OpenSSL's default ciphers. Throws if a file cannot be read or the key
@@ -605,14 +597,14 @@ void Server::do_accept() {
       if (ec == asio::error::no_descriptors || ec.value() == ENFILE) {
         on_out_of_descriptors(worker);
       } else if (ec) {
-        router_.metrics().limits.accept_failures.fetch_add(1, std::memory_order_relaxed);
+        backend_.metrics().limits.accept_failures.fetch_add(1, std::memory_order_relaxed);
         std::fprintf(stderr, "hf3fs-meta-server: accept failed: %s\n", ec.message().c_str());
       } else {
         admit(worker, std::move(socket));
       }
     } catch (const std::exception& e) {
       // Out of memory for one connection: it is dropped (its socket closes), the listener goes on.
-      router_.metrics().limits.accept_failures.fetch_add(1, std::memory_order_relaxed);
+      backend_.metrics().limits.accept_failures.fetch_add(1, std::memory_order_relaxed);
       std::fprintf(stderr, "hf3fs-meta-server: accepting a connection failed: %s\n", e.what());
     }
     do_accept();
@@ -621,7 +613,7 @@ void Server::do_accept() {
 
 void Server::admit(Worker& worker, tcp::socket socket) {
   if (spare_fd_ < 0) spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);  // given up earlier: take it back
-  auto& limits = router_.metrics().limits;
+  auto& limits = backend_.metrics().limits;
   if (limits.connections.load(std::memory_order_relaxed) >= max_connections_ && !evict_longest_idle()) {
     // Every connection is in the middle of a request: the newcomer is the one turned away.
     limits.connections_refused.fetch_add(1, std::memory_order_relaxed);
@@ -635,7 +627,7 @@ void Server::admit(Worker& worker, tcp::socket socket) {
 // is still waiting in the backlog. Free the spare to take it, and close the longest-idle connection
 // so that the spare can be taken back at the next accept.
 void Server::on_out_of_descriptors(Worker& worker) {
-  router_.metrics().limits.accept_failures.fetch_add(1, std::memory_order_relaxed);
+  backend_.metrics().limits.accept_failures.fetch_add(1, std::memory_order_relaxed);
   evict_longest_idle();
   if (spare_fd_ >= 0) {
     ::close(std::exchange(spare_fd_, -1));

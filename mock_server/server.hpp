@@ -1,6 +1,6 @@
 // The network side of hf3fs-meta-server: one io_context per I/O thread (so a connection's handlers
 // never need a strand), an acceptor that deals connections out round-robin, and HTTP/1.1 keep-alive
-// sessions that hand complete requests to the Router.
+// sessions that hand complete requests to a Backend (router.hpp): the Router, or the proxy's.
 #pragma once
 
 #include <atomic>
@@ -30,7 +30,7 @@ inline constexpr std::uint64_t kReservedDescriptors = 64;
 class Server {
  public:
   // Throws boost::system::system_error if the TLS certificate or key (options) cannot be used.
-  Server(const ServerOptions& options, Router& router);
+  Server(const ServerOptions& options, Backend& backend);
   ~Server();
 
   // Binds and listens; throws boost::system::system_error on failure.
@@ -53,7 +53,7 @@ class Server {
   bool evict_longest_idle();
 
   const ServerOptions& options_;
-  Router& router_;
+  Backend& backend_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::unique_ptr<boost::asio::ssl::context> tls_;  // null: plain HTTP
   std::unique_ptr<boost::asio::ip::tcp::acceptor> acceptor_;

@@ -100,19 +100,7 @@ void define(CLI::App& app, ServerOptions& o) {
                  "characters)")
       ->capture_default_str()
       ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 32));
-  app.add_option("--max-body-bytes", o.max_body_bytes, "larger request bodies get 413")
-      ->capture_default_str()
-      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 32));
-  app.add_option("--max-inflight-body-bytes", o.max_inflight_body_bytes,
-                 "request body bytes held at once by all connections, counted as they arrive; a body that "
-                 "would go beyond gets 503")
-      ->capture_default_str()
-      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 40));
-  app.add_option("--max-connections", o.max_connections,
-                 "connections open at once; at the limit the longest-idle one is closed to admit a new one "
-                 "(always kept below the descriptor limit minus 64)")
-      ->capture_default_str()
-      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 24));
+  define_front_limits(app, o);
   app.add_option("--dedup-max-bytes", o.dedup_max_bytes,
                  "memory for X-Request-Id answers (kept across a clean restart with --data-dir); when it is "
                  "full of answers inside their window, new ids get 503, and an answer larger than all of it "
@@ -121,8 +109,6 @@ void define(CLI::App& app, ServerOptions& o) {
       ->check(CLI::Range(std::size_t{0}, std::size_t{1} << 40));
   milliseconds(app, "--dedup-ttl-ms", o.dedup_ttl,
                "the window: how long an X-Request-Id answer is kept (advertised as X-Request-Id-Dedup)");
-  milliseconds(app, "--idle-timeout-ms", o.idle_timeout,
-               "a connection that does not complete a request within this time is closed");
   app.add_option_function<std::string>(
       "--auth-token-file",
       [&o](const std::string& path) {
@@ -232,6 +218,25 @@ void define(CLI::App& app, ServerOptions& o) {
 }
 
 }  // namespace
+
+// The HTTP front's limits, which hf3fs-meta-proxy takes too.
+void define_front_limits(CLI::App& app, ServerOptions& o) {
+  app.add_option("--max-body-bytes", o.max_body_bytes, "larger request bodies get 413")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 32));
+  app.add_option("--max-inflight-body-bytes", o.max_inflight_body_bytes,
+                 "request body bytes held at once by all connections, counted as they arrive; a body that "
+                 "would go beyond gets 503")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 40));
+  app.add_option("--max-connections", o.max_connections,
+                 "connections open at once; at the limit the longest-idle one is closed to admit a new one "
+                 "(always kept below the descriptor limit minus 64)")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 24));
+  milliseconds(app, "--idle-timeout-ms", o.idle_timeout,
+               "a connection that does not complete a request within this time is closed");
+}
 
 ParsedOptions parse_options(const std::vector<std::string>& args) {
   ServerOptions options;

@@ -13,6 +13,10 @@
 #include "durable/journal.hpp"
 #include "tenants.hpp"
 
+namespace CLI {
+class App;
+}
+
 namespace hf3fs_meta::server {
 
 struct ServerOptions {
@@ -66,6 +70,10 @@ struct ServerOptions {
 // --ha-etcd: the request bodies' limit (and its default), so that a record and its batch stay
 // below etcd's request limit (1.5 MiB by default) once base64 has grown them by a third.
 inline constexpr std::size_t kHaMaxBodyBytes = std::size_t{1} << 20;
+
+// The HTTP front's flags (--max-body-bytes, --max-inflight-body-bytes, --max-connections,
+// --idle-timeout-ms), defined on `app` into `o`: hf3fs-meta-proxy's front takes them too.
+void define_front_limits(CLI::App& app, ServerOptions& o);
 
 // The state model's options these make.
 StateOptions state_options(const ServerOptions& options);
