@@ -1,0 +1,92 @@
+// hf3fs-meta-proxy: vLLM's protocol on localhost:18000, the SDK's towards the metadata service.
+#include <csignal>
+#include <cstdio>
+#include <exception>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+
+#include "proxy_options.hpp"
+#include "server.hpp"
+#include "upstream_backend.hpp"
+
+namespace {
+
+std::string url_host(const std::string& host) {
+  return host.find(':') != std::string::npos ? "[" + host + "]" : host;
+}
+
+std::string joined(const std::vector<std::string>& list) {
+  std::string out;
+  for (const auto& item : list) {
+    if (!out.empty()) out += ',';
+    out += item;
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace hf3fs_meta;
+  using namespace hf3fs_meta::proxy;
+
+  auto parsed = parse_proxy_options(std::vector<std::string>(argv + 1, argv + argc));
+  if (!parsed.options) {
+    std::fputs(parsed.message.c_str(), parsed.exit_code == 0 ? stdout : stderr);
+    return parsed.exit_code;
+  }
+  const ProxyOptions options = *parsed.options;
+  std::signal(SIGPIPE, SIG_IGN);
+
+  try {
+    UpstreamBackend backend(options);
+    server::Server server(options.front, backend);
+    boost::asio::ip::tcp::endpoint endpoint;
+    try {
+      endpoint = server.listen();
+    } catch (const boost::system::system_error& e) {
+      std::fprintf(stderr, "hf3fs-meta-proxy: --listen: cannot listen on %s port %u: %s\n",
+                   url_host(options.front.host).c_str(), static_cast<unsigned>(options.front.port),
+                   e.code().message().c_str());
+      return 2;
+    }
+    const std::string address = url_host(options.front.host) + ":" + std::to_string(endpoint.port());
+    backend.set_default_host(address);
+
+    boost::asio::io_context signal_context(1);
+    boost::asio::signal_set signals(signal_context, SIGINT, SIGTERM);
+    int caught = 0;
+    signals.async_wait([&](const boost::system::error_code& ec, int signal) {
+      if (ec) return;
+      caught = signal;
+      server.stop();
+    });
+    std::thread signal_thread([&] { signal_context.run(); });
+
+    std::fprintf(stderr,
+                 "hf3fs-meta-proxy: ready (upstream %s%s%s, deadline %lld ms, %u upstream workers, max connections "
+                 "%zu)\n",
+                 joined(options.upstream).c_str(), options.namespace_name.empty() ? "" : ", namespace ",
+                 options.namespace_name.c_str(), static_cast<long long>(options.deadline.count()), options.threads,
+                 server.max_connections());
+    std::printf("listening on http://%s\n", address.c_str());
+    std::fflush(stdout);
+
+    server.run();
+    signals.cancel();
+    signal_thread.join();
+    backend.stop();
+    std::fprintf(stderr, "hf3fs-meta-proxy: stopped (%s), %llu requests served\n",
+                 caught == SIGINT ? "SIGINT" : caught == SIGTERM ? "SIGTERM" : "no signal",
+                 static_cast<unsigned long long>(server.requests_served()));
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "hf3fs-meta-proxy: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,42 @@
+// Command-line options of hf3fs-meta-proxy.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "server_options.hpp"
+
+namespace hf3fs_meta::proxy {
+
+struct ProxyOptions {
+  // The HTTP front vLLM speaks to: --listen's host and port, and the server's connection and body
+  // limits (define_front_limits). Its other members keep their defaults; its I/O threads are
+  // kIoThreads (a front that only parses and hands over needs few).
+  server::ServerOptions front;
+  // The SDK's side: ClientOptions::endpoints, namespace_name, auth_token and ca_file.
+  std::vector<std::string> upstream;
+  std::string namespace_name;
+  std::string token;
+  std::string ca_file;
+  // Each vLLM request's bound: the SDK's retries, failovers and re-initializations happen within it,
+  // then vLLM gets 503.
+  std::chrono::milliseconds deadline{30000};
+  // Upstream calls block (libcurl): this many run at once, each on its own worker thread.
+  unsigned threads = 16;
+};
+
+inline constexpr unsigned kIoThreads = 1;
+inline constexpr const char* kDefaultListen = "127.0.0.1:18000";
+
+struct ParsedProxyOptions {
+  std::optional<ProxyOptions> options;  // empty: exit with `exit_code` after printing `message`
+  int exit_code = 0;
+  std::string message;  // --help text (stdout) or the error (stderr)
+};
+
+// args excludes the program name. Bad flags exit 2 with a message naming the flag.
+ParsedProxyOptions parse_proxy_options(const std::vector<std::string>& args);
+
+}  // namespace hf3fs_meta::proxy

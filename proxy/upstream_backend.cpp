@@ -1,0 +1,179 @@
+#include "upstream_backend.hpp"
+
+#include <utility>
+
+#include <boost/asio/post.hpp>
+
+#include "hf3fs_meta/policies.hpp"
+#include "hf3fs_meta/protocol_server.hpp"
+#include "hf3fs_meta/routes.hpp"
+
+namespace hf3fs_meta::proxy {
+namespace {
+
+using server::Exchange;
+using server::Reply;
+using server::Request;
+using server::ServerRoute;
+using server::Stage;
+
+// /healthz asks the upstream with this bound at most (the deadline when shorter): a probe's answer
+// must come before the prober's own timeout.
+constexpr std::chrono::milliseconds kHealthDeadline{2000};
+// A vLLM request may make this many attempts within its deadline; a restart (nothing accepts the
+// connection) and a failover (503 not the leader) are ridden out whatever the count.
+constexpr int kMaxAttempts = 8;
+
+ClientOptions client_options(const ProxyOptions& options, std::shared_ptr<ClientObserver> observer) {
+  ClientOptions client;
+  client.endpoints = options.upstream;
+  client.auth_token = options.token;
+  client.namespace_name = options.namespace_name;
+  client.ca_file = options.ca_file;
+  client.retry_policy = std::make_shared<LimitedAttemptsRetryPolicy>(kMaxAttempts, options.deadline);
+  client.observer = std::move(observer);
+  return client;
+}
+
+}  // namespace
+
+UpstreamCounters::UpstreamCounters(prometheus::Registry& registry, bool several_endpoints)
+    : several_endpoints_(several_endpoints),
+      retries_(prometheus::BuildCounter()
+                   .Name("hf3fs_meta_proxy_retries_total")
+                   .Help("Upstream attempts the SDK repeated (after a failure it classed as repeatable).")
+                   .Register(registry)
+                   .Add({})),
+      failovers_(prometheus::BuildCounter()
+                     .Name("hf3fs_meta_proxy_failovers_total")
+                     .Help("Of those, the ones sent to another upstream member: after a 503 not the leader, or a "
+                           "connection that failed with more than one --upstream.")
+                     .Register(registry)
+                     .Add({})),
+      reinitializations_(prometheus::BuildCounter()
+                             .Name("hf3fs_meta_proxy_reinitializations_total")
+                             .Help("Ranks the SDK initialized again after the upstream said it had forgotten them.")
+                             .Register(registry)
+                             .Add({})) {}
+
+void UpstreamCounters::on_retry(const RetryEvent& event) {
+  retries_.Increment();
+  const Error& e = event.error;
+  const bool not_leader = e.status == 503 && e.detail.starts_with(kNotLeaderDetailPrefix);
+  if (not_leader || (several_endpoints_ && !e.status)) failovers_.Increment();
+}
+
+void UpstreamCounters::on_reinitialize(const ReinitializeEvent&) { reinitializations_.Increment(); }
+
+UpstreamBackend::UpstreamBackend(const ProxyOptions& options)
+    : options_(options),
+      metrics_(kIoThreads),
+      counters_(std::make_shared<UpstreamCounters>(registry_, options.upstream.size() > 1)),
+      forwarded_(prometheus::BuildCounter()
+                     .Name("hf3fs_meta_proxy_forwarded_total")
+                     .Help("Protocol requests, by route and outcome: ok (the upstream's 2xx), answered (its "
+                           "refusal, passed on), local (bad input, answered without a round trip), unavailable "
+                           "(no answer within --deadline-ms: 503).")
+                     .Register(registry_)),
+      latency_(prometheus::BuildHistogram()
+                   .Name("hf3fs_meta_proxy_upstream_duration_seconds")
+                   .Help("Time a request spent upstream, the SDK's retries included.")
+                   .Register(registry_)
+                   .Add({}, prometheus::Histogram::BucketBoundaries{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                                                    0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30})),
+      client_(client_options(options, counters_)),
+      pool_(options.threads) {}
+
+UpstreamBackend::~UpstreamBackend() { stop(); }
+
+void UpstreamBackend::stop() { pool_.join(); }
+
+server::Backend::Next UpstreamBackend::step(const Request& request, Exchange& exchange) {
+  if (exchange.stage == Stage::finish) return Next::reply;  // woken: the worker set the reply
+  auto& reply = exchange.reply;
+  reply.retry_after.clear();
+  reply.leader.clear();
+  std::string_view path = request.target;
+  path = path.substr(0, path.find('?'));
+  for (const ServerRoute route : {ServerRoute::healthz, ServerRoute::metrics}) {
+    const server::ServerRouteInfo& row = server::route_info(route);
+    if (path != row.name) continue;
+    exchange.label = route;
+    if (request.method != "GET") {
+      reply.set_json(405, protocol::encode_detail("Method Not Allowed"));
+      reply.allow = row.allow;
+      return Next::reply;
+    }
+    if (route == ServerRoute::metrics) {
+      serve_metrics(reply);
+      return Next::reply;
+    }
+    exchange.stage = Stage::finish;
+    return Next::wait;  // the health check asks the upstream: on a worker
+  }
+  Service::route(request.method, request.target, exchange.target);
+  exchange.label = exchange.target.route;
+  if (request.ns_headers != 0 && (request.ns_headers > 1 || request.ns != options_.namespace_name)) {
+    reply.set_json(400, protocol::encode_detail(std::string(kNamespaceHeader) +
+                                                ": hf3fs-meta-proxy acts in the namespace of its --namespace flag (" +
+                                                (options_.namespace_name.empty() ? std::string("the default one")
+                                                                                 : options_.namespace_name) +
+                                                "); send that or no header"));
+    return Next::reply;
+  }
+  if (!route_info(exchange.target.route).is_endpoint()) {
+    answer_locally(exchange.target, request.body, request.host.empty() ? default_host_ : request.host, reply);
+    return Next::reply;
+  }
+  exchange.stage = Stage::finish;
+  return Next::wait;
+}
+
+void UpstreamBackend::await(Next, const Request& request, Exchange& exchange, std::function<void()> wake) {
+  boost::asio::post(pool_, [this, &request, &exchange, wake = std::move(wake)] {
+    try {
+      run(request, exchange);
+    } catch (const std::exception& e) {
+      // Out of memory, say: answered as the server answers an unhandled error.
+      exchange.reply.status = 500;
+      exchange.reply.content_type = "text/plain; charset=utf-8";
+      exchange.reply.body = "Internal Server Error";
+      exchange.reply.location.clear();
+      exchange.reply.allow.clear();
+      std::fprintf(stderr, "hf3fs-meta-proxy: %s %s failed: %s\n", request.method.c_str(), request.target.c_str(),
+                   e.what());
+    }
+    wake();
+  });
+}
+
+void UpstreamBackend::run(const Request& request, Exchange& exchange) {
+  if (exchange.label.index() == server::RouteLabel(ServerRoute::healthz).index()) return check_health(exchange.reply);
+  const auto started = std::chrono::steady_clock::now();
+  const Outcome outcome = forward(client_, exchange.target, request.body, options_.deadline, exchange.reply);
+  if (outcome != Outcome::local) {
+    latency_.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  }
+  forwarded_.Add({{"route", std::string(to_string(exchange.target.route))}, {"outcome", std::string(to_string(outcome))}})
+      .Increment();
+}
+
+void UpstreamBackend::check_health(Reply& reply) {
+  // GET /stats is a read every member that leads answers (a tenant's token included): an answer
+  // means a leader serves this proxy's namespace with its token.
+  auto stats = client_.stats(CallOptions{std::min(options_.deadline, kHealthDeadline)});
+  if (stats) {
+    reply.set_json(200, R"({"status":"ok"})");
+    return;
+  }
+  std::string body = protocol::encode_detail("no upstream leader answered: " + stats.error().message());
+  body.insert(1, R"("status":"unavailable",)");
+  reply.set_json(503, std::move(body));
+}
+
+void UpstreamBackend::serve_metrics(Reply& reply) const {
+  reply.set_json(200, metrics_.render_front(registry_.Collect()));
+  reply.content_type = "text/plain; version=0.0.4; charset=utf-8";
+}
+
+}  // namespace hf3fs_meta::proxy
