@@ -12,7 +12,7 @@ after another against that server:
             (raise_for_status, then the JSON decoded) (timeit)
 and prints the mean time per call of each, the median over rounds, and the ratios. Never run by
 tests or CI: the machine is shared, so read the ratios, measured side by side.
-Needs python3-requests (HF3FS_BENCH_DEPS=1 scripts/bootstrap installs it).
+Needs python3-requests (scripts/bootstrap installs it).
 """
 
 import argparse

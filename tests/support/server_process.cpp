@@ -50,6 +50,11 @@ ServerProcess::Finished ServerProcess::run_to_exit(const std::vector<std::string
                                                    std::chrono::milliseconds timeout) {
   std::vector<std::string> all{binary_path()};
   all.insert(all.end(), args.begin(), args.end());
+  return run_binary_to_exit(std::move(all), timeout);
+}
+
+ServerProcess::Finished ServerProcess::run_binary_to_exit(std::vector<std::string> all,
+                                                          std::chrono::milliseconds timeout) {
   const auto [pid, output] = spawn_child(std::move(all), [](int out) { dup2(out, STDERR_FILENO); });
   Finished out;
   const auto deadline = std::chrono::steady_clock::now() + timeout;

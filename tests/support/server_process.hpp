@@ -55,6 +55,9 @@ class ServerProcess {
   };
   static Finished run_to_exit(const std::vector<std::string>& args,
                               std::chrono::milliseconds timeout = std::chrono::seconds(20));
+  // The same for any binary: `argv` starts with its path (hf3fs-meta-proxy's tests run it so).
+  static Finished run_binary_to_exit(std::vector<std::string> argv,
+                                     std::chrono::milliseconds timeout = std::chrono::seconds(20));
 
  private:
   void start(std::uint16_t port);

@@ -1,0 +1,277 @@
+// hf3fs-meta-proxy against the server it stands for: the same requests sent to a server directly and
+// through the proxy to another server (both fresh, with the same flags) get the same status,
+// content type and body, byte for byte; the proxy's own routes; a tenant's token and namespace
+// applied upstream.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "contract/wire_rows.hpp"
+#include "support/proxy_process.hpp"
+#include "support/raw_http.hpp"
+#include "support/server_process.hpp"
+#include "support/temp_file.hpp"
+
+namespace hf3fs_meta::contract {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Optional;
+using ::testing::StartsWith;
+using testing::ProxyProcess;
+using testing::RawConnection;
+using testing::RawResponse;
+using testing::ServerProcess;
+using Headers = std::vector<std::pair<std::string, std::string>>;
+
+// The front's limits, the same on both sides.
+const std::vector<std::string> kFrontLimits{"--max-body-bytes", "4096"};
+
+std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+class ProxyWireTest : public ::testing::Test {
+ protected:
+  ServerProcess direct_{with({"--threads", "1"}, kFrontLimits)};
+  ServerProcess upstream_{{"--threads", "1"}};
+  ProxyProcess proxy_{upstream_.base_url(), with({"--deadline-ms", "10000", "--threads", "2"}, kFrontLimits)};
+
+  RawResponse to_direct(std::string_view method, std::string_view target, std::string_view body,
+                        const Headers& headers = {}) {
+    return testing::raw_request(direct_.host(), direct_.port(), method, target, body, headers);
+  }
+  RawResponse to_proxy(std::string_view method, std::string_view target, std::string_view body,
+                       const Headers& headers = {}) {
+    return testing::raw_request(proxy_.host(), proxy_.port(), method, target, body, headers);
+  }
+
+  // Sends the request both ways; the answers must be the same. Returns the direct one.
+  RawResponse both(std::string_view method, std::string_view target, std::string_view body = {}) {
+    const RawResponse direct = to_direct(method, target, body);
+    const RawResponse proxied = to_proxy(method, target, body);
+    std::string request(method);
+    request.append(" ").append(target).append(" ").append(body);
+    EXPECT_EQ(proxied.status, direct.status) << request;
+    EXPECT_EQ(proxied.header("content-type"), direct.header("content-type")) << request;
+    EXPECT_EQ(proxied.body, direct.body) << request;
+    return direct;
+  }
+  RawResponse post(std::string_view target, std::string_view body) { return both("POST", target, body); }
+
+  // WireTest's set-up (wire_rows.hpp), from empty, both ways.
+  void set_up_rows_state() {
+    ASSERT_EQ(post("/clear", "").status, 204);
+    ASSERT_EQ(post("/rank/0/initialize", R"({"num_pages":8})").status, 200);
+    ASSERT_EQ(post("/rank/1/initialize", R"({"num_pages":8,"role":"worker"})").status, 200);
+    ASSERT_EQ(post(kAllocate, R"({"rank":0,"keys":[["done",""],["pending",""]]})").status, 200);
+    ASSERT_EQ(post(kAllocate, R"({"rank":1,"keys":[["done",""]]})").status, 200);
+    ASSERT_EQ(post(kConfirm, R"({"rank":0,"confirmations":[["done",0]]})").status, 204);
+    ASSERT_EQ(post(kConfirm, R"({"rank":1,"confirmations":[["done",0]],"pages_to_release":[]})").status, 204);
+  }
+
+  // What a client can see of the state afterwards, both ways (WireTest::expect_initial_state's reads).
+  void compare_state() {
+    both("GET", "/stats");
+    post(kExists, R"({"keys":["done","pending","k","x","other"]})");
+    post(kLocations, R"({"rank":0,"keys":["done","pending"]})");
+    post(kLocations, R"({"rank":1,"keys":["done"]})");
+    post(kAllocate, R"({"rank":0,"keys":[["probe",""]]})");
+    post(kAllocate, R"({"rank":1,"keys":[["probe",""]]})");
+    post(kConfirm, R"({"rank":0,"confirmations":[["pending",1]]})");
+  }
+};
+
+// Every row of contract_wire_test's tables (docs/protocol.md's defects and deviations): the same
+// answer through the proxy, and the same state after it.
+TEST_F(ProxyWireTest, EveryWireRowAnswersAsTheServerDoes) {
+  for (const std::span<const Row> table : {std::span<const Row>(kDefectRows), std::span<const Row>(kDeviationRows)}) {
+    for (const Row& row : table) {
+      SCOPED_TRACE(row.name);
+      set_up_rows_state();
+      const RawResponse direct = post(row.target, row.body);
+      EXPECT_EQ(direct.status, row.status);  // the table's answer, so that the comparison means something
+      compare_state();
+    }
+  }
+}
+
+TEST_F(ProxyWireTest, WorkerSequencesAnswerAsTheServerDoes) {
+  // A scheduler and two workers, an allocate that runs out of pages, a released page, deletes,
+  // drops and the extensions' reads.
+  post("/rank/0/initialize", R"({"num_pages":2,"role":"scheduler"})");
+  post("/rank/0/initialize", R"({"num_pages":3})");
+  post("/rank/1/initialize", R"({"num_pages":3})");
+  post("/rank/1/initialize", R"({"num_pages":5})");  // another num_pages: the rank is kept
+  post(kAllocate, R"({"rank":0,"keys":[["a",""],["b","a"],["c","b"],["d","c"]]})");
+  post(kConfirm, R"({"rank":0,"confirmations":[["a",0],["b",1]],"pages_to_release":[2]})");
+  post(kAllocate, R"({"rank":1,"keys":[["a",""],["b","a"]]})");
+  post(kConfirm, R"({"rank":1,"confirmations":[["a",0],["b",1]]})");
+  post(kExists, R"({"keys":["a","b","c","\u00e9"]})");
+  post(kLocations, R"({"rank":1,"keys":["b","a","zz"]})");
+  post("/keys/status", R"({"keys":["a","c","nope"]})");
+  post("/keys/delete", R"({"keys":["a","zz"]})");
+  post("/keys/status", R"({"keys":["a","b"]})");
+  post(kAllocate, R"({"rank":0,"keys":[["",""]]})");  // an empty key: the SDK refuses it, the server not
+  post(kAllocate, R"({"rank":0,"keys":[]})");
+  post(kConfirm, R"({"rank":7})");
+  post(kConfirm, R"({"rank":0,"confirmations":[["b",0]],"pages_to_release":[0]})");
+  post(kLocations, R"({"rank":9,"keys":["b"]})");  // 500: a rank never initialized
+  // (A rank dropped through the proxy stays registered in its SDK, which initializes it again at the
+  // next "not initialized": there the proxy differs from the server on purpose.)
+  post("/rank/1/drop", "");
+  post("/rank/x/drop", "");
+  both("GET", "/namespaces");
+  post("/namespaces/default/drop", "");
+  post("/namespaces/not%20a%20name/drop", "");
+  post("/namespaces/m1/drop", "");
+  both("GET", "/stats");
+  post("/clear", "ignored");
+  both("GET", "/stats");
+}
+
+TEST_F(ProxyWireTest, RoutingAndFramingAnswerAsTheServerDoes) {
+  both("GET", kAllocate);                    // 405
+  both("DELETE", "/stats");                  // 405
+  both("HEAD", "/stats");                    // 405, no body
+  both("GET", "/nowhere");                   // 404
+  both("POST", "/keys/batch_allocate/x", "{}");
+  both("POST", "/rank//initialize", "{}");
+  both("POST", "/rank/%31/initialize", R"({"num_pages":4})");  // percent-decoded: rank 1
+  both("POST", "/rank/1_0/initialize", R"({"num_pages":4})");
+  // A trailing slash: 307 to the same path on the same host (each side's own).
+  const RawResponse direct = to_direct("POST", "/keys/batch_exists/?q=1", "{}");
+  const RawResponse proxied = to_proxy("POST", "/keys/batch_exists/?q=1", "{}");
+  EXPECT_EQ(direct.status, 307);
+  EXPECT_EQ(proxied.status, 307);
+  EXPECT_EQ(proxied.header("location"),
+            "http://127.0.0.1:" + std::to_string(proxy_.port()) + "/keys/batch_exists?q=1");
+  EXPECT_EQ(direct.header("location"),
+            "http://127.0.0.1:" + std::to_string(direct_.port()) + "/keys/batch_exists?q=1");
+  // A body over --max-body-bytes: 413 from the front on both sides.
+  post(kExists, R"({"keys":[")" + std::string(5000, 'k') + R"("]})");
+  // Not HTTP at all: the front's 400.
+  for (const std::uint16_t port : {direct_.port(), proxy_.port()}) {
+    RawConnection connection("127.0.0.1", port);
+    connection.send("NOT HTTP\r\n\r\n");
+    const RawResponse r = connection.read_response();
+    EXPECT_EQ(r.status, 400);
+    EXPECT_EQ(r.body, "Invalid HTTP request received.");
+  }
+}
+
+TEST_F(ProxyWireTest, TheProxysOwnRoutes) {
+  const RawResponse health = to_proxy("GET", "/healthz", {});
+  EXPECT_EQ(health.status, 200);
+  EXPECT_EQ(health.body, R"({"status":"ok"})");
+  EXPECT_EQ(to_proxy("POST", "/healthz", {}).status, 405);
+  ASSERT_EQ(to_proxy("POST", "/rank/0/initialize", R"({"num_pages":4})").status, 200);
+  ASSERT_EQ(to_proxy("POST", kAllocate, R"({"rank":0,"keys":[["x"]]})").status, 400);  // local: not a pair
+  ASSERT_EQ(to_proxy("POST", kAllocate, R"({"rank":3,"keys":[["x",""]]})").status, 500);   // upstream's answer
+  const RawResponse metrics = to_proxy("GET", "/metrics", {});
+  EXPECT_EQ(metrics.status, 200);
+  EXPECT_THAT(metrics.header("content-type"), Optional(StartsWith("text/plain")));
+  EXPECT_THAT(metrics.body, HasSubstr("hf3fs_meta_proxy_forwarded_total{outcome=\"ok\",route=\"/rank/{rank}/initialize\"} 1\n"));
+  EXPECT_THAT(metrics.body,
+              HasSubstr("hf3fs_meta_proxy_forwarded_total{outcome=\"answered\",route=\"/keys/batch_allocate\"} 1\n"));
+  EXPECT_THAT(metrics.body, HasSubstr("hf3fs_meta_proxy_upstream_duration_seconds_count 2\n"));
+  EXPECT_THAT(metrics.body, HasSubstr("hf3fs_meta_proxy_reinitializations_total 0\n"));
+  EXPECT_THAT(metrics.body, HasSubstr("hf3fs_meta_requests_total{route=\"/healthz\",status=\"200\"} 1\n"));
+  // A namespace header other than the proxy's own (none here) is refused, naming the header.
+  const RawResponse named = to_proxy("POST", kExists, R"({"keys":["x"]})", {{"X-Hf3fs-Namespace", "m1"}});
+  EXPECT_EQ(named.status, 400);
+  EXPECT_THAT(named.body, HasSubstr("X-Hf3fs-Namespace: hf3fs-meta-proxy acts in the namespace of its --namespace"));
+
+  // The upstream forgets its state: the rank the proxy initialized is initialized again, and the
+  // call repeated, so vLLM never sees "not initialized".
+  upstream_.restart();
+  const RawResponse after = to_proxy("POST", kAllocate, R"({"rank":0,"keys":[["y",""]]})");
+  EXPECT_EQ(after.status, 200) << after.body;
+  EXPECT_EQ(after.body, R"({"rank":0,"results":[["y",0]]})");
+  EXPECT_THAT(to_proxy("GET", "/metrics", {}).body, HasSubstr("hf3fs_meta_proxy_reinitializations_total 1\n"));
+
+  // The upstream gone: /healthz says so.
+  upstream_.kill();
+  const RawResponse down = to_proxy("GET", "/healthz", {});
+  EXPECT_EQ(down.status, 503);
+  EXPECT_THAT(down.body, StartsWith(R"({"status":"unavailable","detail":"no upstream leader answered: )"));
+}
+
+// --tenants-file upstream: a proxy with a tenant's token acts in its namespace there; one whose
+// --namespace is another tenant's gets the server's 403, and reaches nothing of it.
+TEST(ProxyTenantTest, TheTokenAndNamespaceApplyUpstream) {
+  testing::TempFile tenants("tok-a model-a\ntok-b model-b\ntok-ops *\n");
+  testing::TempFile token_a("tok-a\n");
+  ServerProcess server({"--threads", "1", "--tenants-file", tenants.path()});
+  ProxyProcess own(server.base_url(), {"--token-file", token_a.path(), "--namespace", "model-a"});
+  ProxyProcess other(server.base_url(), {"--token-file", token_a.path(), "--namespace", "model-b"});
+  ProxyProcess no_token(server.base_url(), {"--namespace", "model-a"});
+
+  const auto send = [](const ProxyProcess& proxy, std::string_view target, std::string_view body) {
+    return testing::raw_request(proxy.host(), proxy.port(), "POST", target, body);
+  };
+  ASSERT_EQ(send(own, "/rank/0/initialize", R"({"num_pages":4})").status, 200);
+  ASSERT_EQ(send(own, kAllocate, R"({"rank":0,"keys":[["k",""]]})").body, R"({"rank":0,"results":[["k",0]]})");
+  ASSERT_EQ(send(own, kConfirm, R"({"rank":0,"confirmations":[["k",0]]})").status, 204);
+  EXPECT_EQ(send(own, kExists, R"({"keys":["k"]})").body, R"({"exists":[true]})");
+
+  const RawResponse refused = send(other, kExists, R"({"keys":["k"]})");
+  EXPECT_EQ(refused.status, 403);
+  EXPECT_EQ(refused.body, R"({"detail":"X-Hf3fs-Namespace model-b: not permitted for this token"})");
+  EXPECT_EQ(send(other, "/rank/0/initialize", R"({"num_pages":4})").status, 403);
+  EXPECT_EQ(send(no_token, kExists, R"({"keys":["k"]})").status, 401);
+
+  // The key is in model-a only: model-b (its tenant's own token) and the default namespace (an
+  // operator's) do not have it.
+  const auto exists_as = [&](const char* token, const char* ns) {
+    Headers headers{{"Authorization", std::string("Bearer ") + token}};
+    if (ns) headers.emplace_back("X-Hf3fs-Namespace", ns);
+    return testing::raw_request(server.host(), server.port(), "POST", kExists, R"({"keys":["k"]})", headers).body;
+  };
+  EXPECT_EQ(exists_as("tok-a", nullptr), R"({"exists":[true]})");
+  EXPECT_EQ(exists_as("tok-b", nullptr), R"({"exists":[false]})");
+  EXPECT_EQ(exists_as("tok-ops", nullptr), R"({"exists":[false]})");
+}
+
+TEST(ProxyFlagsTest, BadFlagsExitTwoNamingTheFlag) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  const Case cases[] = {
+      {{}, "--upstream is required"},
+      {{"--upstream", "ftp://x"}, "--upstream: 'ftp://x' is not an http:// or https:// URL"},
+      {{"--upstream", "http://a,"}, "--upstream[1]: empty"},
+      {{"--upstream", "http://a", "--listen", "18000"}, "--listen: expected HOST:PORT"},
+      {{"--upstream", "http://a", "--listen", "h:70000"}, "--listen: the port must be 0 to 65535"},
+      {{"--upstream", "http://a", "--namespace", "a b"}, "--namespace: has byte 0x20 at offset 1"},
+      {{"--upstream", "http://a", "--token-file", "/nonexistent/token"}, "--token-file"},
+      {{"--upstream", "http://a", "--deadline-ms", "0"}, "--deadline-ms"},
+      {{"--upstream", "http://a", "--threads", "0"}, "--threads"},
+      {{"--upstream", "http://a", "--max-body-bytes", "0"}, "--max-body-bytes"},
+      {{"--upstream", "http://a", "--bogus"}, "--bogus"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args{ProxyProcess::binary_path()};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    const auto finished = ServerProcess::run_binary_to_exit(args);
+    EXPECT_EQ(finished.exit_code, 2) << c.says;
+    EXPECT_THAT(finished.output, HasSubstr(c.says));
+  }
+  const auto help = ServerProcess::run_binary_to_exit({ProxyProcess::binary_path(), "--help"});
+  EXPECT_EQ(help.exit_code, 0);
+  for (const char* flag : {"--listen", "--upstream", "--namespace", "--token-file", "--ca-file", "--deadline-ms",
+                           "--threads", "--max-body-bytes", "--max-inflight-body-bytes", "--max-connections",
+                           "--idle-timeout-ms"}) {
+    EXPECT_THAT(help.output, HasSubstr(flag));
+  }
+}
+
+}  // namespace
+}  // namespace hf3fs_meta::contract

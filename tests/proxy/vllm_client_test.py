@@ -1,0 +1,228 @@
+#!/usr/bin/python3
+"""vLLM's own client, as its HF3FS connector makes it (a requests.Session mounted with urllib3's
+Retry(total=3, backoff_factor=0.3, status_forcelist=[500, 502, 503, 504], allowed_methods=["GET",
+"POST"]), no timeout, raise_for_status), saving and loading through hf3fs-meta-proxy while:
+  - a durable server (--fsync always) is killed with SIGKILL and restarted: no exception in the
+    client, and every key it saw confirmed exists afterwards at the page it confirmed;
+  - a memory-only server restarts: the proxy initializes the rank again and repeats the call, so
+    the client carries on without an exception;
+  - the server stays down past the proxy's --deadline-ms: a 503 saying so, after the deadline, not a hang.
+
+    vllm_client_test.py SERVER_BINARY PROXY_BINARY
+
+Every process is started on a free 127.0.0.1 port, bounded in time, and stopped by its PID.
+"""
+
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import requests
+from requests.adapters import HTTPAdapter
+from urllib3.util.retry import Retry
+
+SERVER, PROXY = sys.argv[1], sys.argv[2]
+STARTED = []  # every process started, stopped at the end whatever happens
+
+
+class VllmLikeClient:
+    """vLLM's Hf3fsGlobalMetadataClient, as its connector builds it (no timeout, no token, no id)."""
+
+    def __init__(self, url):
+        self.url = url
+        self.session = requests.Session()
+        retry = Retry(total=3, backoff_factor=0.3, status_forcelist=[500, 502, 503, 504],
+                      allowed_methods=["GET", "POST"])
+        self.session.mount("http://", HTTPAdapter(max_retries=retry))
+
+    def _post(self, endpoint, body):
+        response = self.session.post(f"{self.url}/{endpoint}", json=body)
+        response.raise_for_status()
+        return response
+
+    def initialize(self, rank, num_pages):
+        self._post(f"rank/{rank}/initialize", {"num_pages": num_pages})
+
+    def allocate_pages_for_keys(self, rank, keys):
+        return self._post("keys/batch_allocate", {"rank": rank, "keys": keys}).json()["results"]
+
+    def confirm_write_for_keys(self, rank, confirmations, pages_to_release):
+        self._post("keys/confirm_write",
+                   {"rank": rank, "confirmations": confirmations, "pages_to_release": pages_to_release})
+
+    def batch_key_exists(self, keys):
+        return self._post("keys/batch_exists", {"keys": keys}).json()["exists"]
+
+    def get_key_locations(self, rank, keys):
+        return self._post("keys/get_locations", {"rank": rank, "keys": keys}).json()["locations"]
+
+
+def start(args, timeout=20.0):
+    """Starts a binary that prints `listening on http://HOST:PORT`; returns (process, url)."""
+    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    STARTED.append(process)
+    ready, _, _ = select.select([process.stdout], [], [], timeout)
+    line = process.stdout.readline().decode() if ready else ""
+    found = re.match(r"listening on (http://127\.0\.0\.1:(\d+))$", line.strip())
+    if not found:
+        stop(process)
+        raise RuntimeError(f"{args[0]} did not start: {line!r}")
+    return process, found.group(1)
+
+
+def stop(process, sig=signal.SIGTERM):
+    if process.poll() is None:
+        process.send_signal(sig)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+def start_server(port, *flags):
+    # The port was ours a moment ago; binding it again can race with the kernel releasing it.
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            return start([SERVER, "--host", "127.0.0.1", "--port", str(port), "--threads", "1", *flags])
+        except RuntimeError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def proxy_metric(url, name):
+    text = requests.get(f"{url}/metrics", timeout=10).text
+    found = re.search(rf"^{re.escape(name)} (\S+)$", text, re.MULTILINE)
+    return float(found.group(1)) if found else None
+
+
+def save(client, rank, key):
+    """One block saved as vLLM's worker saves it; returns its page (None: no page free)."""
+    [[_, page]] = client.allocate_pages_for_keys(rank, [[key, ""]])
+    if page < 0:
+        return None
+    client.confirm_write_for_keys(rank, [[key, page]], [])
+    return page
+
+
+def durable_server_killed_and_restarted():
+    with tempfile.TemporaryDirectory() as data_dir:
+        server, server_url = start_server(0, "--data-dir", data_dir, "--fsync", "always")
+        port = int(server_url.rsplit(":", 1)[1])
+        proxy, proxy_url = start([PROXY, "--listen", "127.0.0.1:0", "--upstream", server_url,
+                                  "--deadline-ms", "20000"])
+        client = VllmLikeClient(proxy_url)
+        client.initialize(0, 4096)
+        confirmed = {}  # key -> page, every save the client saw succeed
+        errors = []
+        done = threading.Event()
+
+        def worker():
+            try:
+                i = 0
+                while not done.is_set():
+                    key = f"durable-{i}"
+                    page = save(client, 0, key)
+                    assert page is not None, "rank 0 ran out of pages"
+                    confirmed[key] = page
+                    if i % 10 == 0:
+                        keys = list(confirmed)
+                        assert all(client.batch_key_exists(keys)), "a confirmed key was lost"
+                    i += 1
+            except Exception as e:  # the point of the test: vLLM would see this
+                errors.append(repr(e))
+
+        thread = threading.Thread(target=worker)
+        thread.start()
+        for _ in range(3):
+            time.sleep(0.7)
+            stop(server, signal.SIGKILL)
+            time.sleep(0.5)  # down: the proxy rides it out
+            server, _ = start_server(port, "--data-dir", data_dir, "--fsync", "always")
+        time.sleep(0.7)
+        done.set()
+        thread.join(timeout=60)
+        assert not thread.is_alive(), "the client hung"
+        assert not errors, f"the client raised: {errors}"
+        assert len(confirmed) > 20, f"only {len(confirmed)} saves in 3 s"
+        keys = list(confirmed)
+        assert all(client.batch_key_exists(keys)), "a key confirmed before a SIGKILL was lost"
+        assert client.get_key_locations(0, keys) == [confirmed[k] for k in keys]
+        print(f"durable: {len(confirmed)} keys saved across 3 SIGKILLs, none lost")
+        stop(proxy)
+        stop(server)
+
+
+def memory_server_restarted():
+    server, server_url = start_server(0)
+    port = int(server_url.rsplit(":", 1)[1])
+    proxy, proxy_url = start([PROXY, "--listen", "127.0.0.1:0", "--upstream", server_url, "--deadline-ms", "20000"])
+    client = VllmLikeClient(proxy_url)
+    client.initialize(0, 64)
+    before = [save(client, 0, f"memory-{i}") for i in range(5)]
+    assert before == [0, 1, 2, 3, 4], before
+    for restart in range(2):
+        stop(server, signal.SIGKILL)
+        result = {}
+        # The next save starts while the server is down, and goes on once it is back with no rank 0.
+        thread = threading.Thread(target=lambda: result.update(page=save(client, 0, f"after-{restart}")))
+        thread.start()
+        time.sleep(0.5)
+        server, _ = start_server(port)
+        thread.join(timeout=60)
+        assert not thread.is_alive(), "the client hung"
+        assert result.get("page") == 0, result  # a fresh rank 0, initialized again by the proxy
+        assert client.batch_key_exists([f"after-{restart}", "memory-0"]) == [True, False]
+    assert proxy_metric(proxy_url, "hf3fs_meta_proxy_reinitializations_total") == 2
+    print("memory only: 2 restarts, rank 0 initialized again by the proxy each time, no exception")
+    stop(proxy)
+    stop(server)
+
+
+def upstream_down_past_the_deadline():
+    server, server_url = start_server(0)
+    proxy, proxy_url = start([PROXY, "--listen", "127.0.0.1:0", "--upstream", server_url, "--deadline-ms", "1500"])
+    client = VllmLikeClient(proxy_url)
+    client.initialize(0, 8)
+    stop(server, signal.SIGKILL)
+    began = time.monotonic()
+    answer = requests.post(f"{proxy_url}/keys/batch_exists", json={"keys": ["k"]}, timeout=30)
+    took = time.monotonic() - began
+    assert answer.status_code == 503, answer.status_code
+    detail = answer.json()["detail"]
+    assert detail.startswith("hf3fs-meta-proxy: no answer from the upstream within the deadline of 1500 ms"), detail
+    assert took < 1.5 + 2.0, took  # bounded by the deadline (the SDK stops when the next attempt cannot fit)
+    # vLLM's client: its three retries of the 503, then an exception, in bounded time.
+    began = time.monotonic()
+    try:
+        client.batch_key_exists(["k"])
+        raise AssertionError("no exception with the upstream down")
+    except requests.exceptions.RetryError:
+        pass
+    took = time.monotonic() - began
+    assert took < 4 * 3.5 + 2.0, took
+    print(f"down past the deadline: 503 in {took / 4:.2f} s per attempt, then vLLM's client gives up")
+    stop(proxy)
+
+
+def main():
+    try:
+        durable_server_killed_and_restarted()
+        memory_server_restarted()
+        upstream_down_past_the_deadline()
+    finally:
+        for process in STARTED:
+            stop(process, signal.SIGKILL)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
