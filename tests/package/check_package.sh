@@ -5,7 +5,7 @@ build=$1 consumer=$2 work=$3 python=${4:-} python_dir=${5:-}
 rm -rf "$work"
 prefix=$work/prefix
 cmake --install "$build" --prefix "$prefix" > "$work.install.log" 2>&1 || { cat "$work.install.log"; exit 1; }
-for f in include/hf3fs_meta/client.hpp include/hf3fs_meta/stats.hpp include/hf3fs_meta/mocks/mock_connection.hpp include/hf3fs_meta/in_process_transport.hpp lib/libhf3fs_meta_service.so bin/hf3fs-meta bin/hf3fs-meta-server lib/cmake/hf3fs_meta/hf3fs_meta-config.cmake; do
+for f in include/hf3fs_meta/client.hpp include/hf3fs_meta/stats.hpp include/hf3fs_meta/mocks/mock_connection.hpp include/hf3fs_meta/in_process_transport.hpp lib/libhf3fs_meta_service.so bin/hf3fs-meta bin/hf3fs-meta-server bin/hf3fs-meta-proxy lib/cmake/hf3fs_meta/hf3fs_meta-config.cmake; do
   [ -e "$prefix/$f" ] || { echo "not installed: $f"; exit 1; }
 done
 soname=$(objdump -p "$prefix"/lib/libhf3fs_meta_client.so | awk '/SONAME/ {print $2}')
@@ -24,6 +24,7 @@ for lib in client protocol; do
 done
 LD_LIBRARY_PATH="$prefix/lib" "$work/consumer/consumer_mock_test" > "$work.mock_test.log" || { cat "$work.mock_test.log"; exit 1; }
 "$prefix/bin/hf3fs-meta" --help > /dev/null
+"$prefix/bin/hf3fs-meta-proxy" --help > /dev/null  # the installed proxy finds the installed SDK
 if [ -n "$python" ]; then
   case $python_dir in /*) ;; *) python_dir=$prefix/$python_dir ;; esac
   # No LD_LIBRARY_PATH: the installed module finds the installed libraries by its RPATH.
