@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "contract/wire_rows.hpp"
+#include "server/server_test_support.hpp"  // FaultRules
 #include "support/proxy_process.hpp"
 #include "support/raw_http.hpp"
 #include "support/server_process.hpp"
@@ -237,6 +238,28 @@ TEST(ProxyTenantTest, TheTokenAndNamespaceApplyUpstream) {
   EXPECT_EQ(exists_as("tok-a", nullptr), R"({"exists":[true]})");
   EXPECT_EQ(exists_as("tok-b", nullptr), R"({"exists":[false]})");
   EXPECT_EQ(exists_as("tok-ops", nullptr), R"({"exists":[false]})");
+}
+
+// A call held upstream holds one of the proxy's workers, never its front: calls behind it are
+// answered while it waits (the front has one I/O thread).
+TEST(ProxyConcurrencyTest, ACallHeldUpstreamDoesNotHoldTheOthers) {
+  ServerProcess server({"--threads", "2", "--enable-fault-injection"});
+  ProxyProcess proxy(server.base_url(), {"--threads", "4"});
+  const auto send = [&](std::string_view target, std::string_view body) {
+    return testing::raw_request(proxy.host(), proxy.port(), "POST", target, body);
+  };
+  ASSERT_EQ(send("/rank/0/initialize", R"({"num_pages":4})").status, 200);
+  testing::FaultRules faults(server);
+  faults.add(R"({"path":"/keys/batch_allocate","delay_ms":3000,"times":1})");
+  RawConnection slow(proxy.host(), proxy.port());
+  slow.send(testing::format_request("POST", kAllocate, slow.host_header(), R"({"rank":0,"keys":[["k1",""]]})"));
+  // The rule is used up: the upstream holds the slow call for 3 s.
+  ASSERT_TRUE(faults.wait_until_armed(0));
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(send(kExists, R"({"keys":["k1"]})").body, R"({"exists":[false]})");
+  EXPECT_FALSE(slow.has_input());
+  const RawResponse r = slow.read_response();
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, R"({"rank":0,"results":[["k1",0]]})");
 }
 
 TEST(ProxyFlagsTest, BadFlagsExitTwoNamingTheFlag) {
