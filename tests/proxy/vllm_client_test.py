@@ -65,7 +65,9 @@ class VllmLikeClient:
 
 def start(args, timeout=20.0):
     """Starts a binary that prints `listening on http://HOST:PORT`; returns (process, url)."""
-    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    log = tempfile.TemporaryFile()
+    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log)
+    process.log = log
     STARTED.append(process)
     ready, _, _ = select.select([process.stdout], [], [], timeout)
     line = process.stdout.readline().decode() if ready else ""
@@ -218,9 +220,17 @@ def main():
         durable_server_killed_and_restarted()
         memory_server_restarted()
         upstream_down_past_the_deadline()
+    except BaseException:
+        for process in STARTED:  # what each process said, for the failure's story
+            process.log.seek(0)
+            sys.stderr.write(f"--- {process.args[0]} (pid {process.pid}):\n{process.log.read().decode(errors='replace')}")
+        raise
     finally:
         for process in STARTED:
             stop(process, signal.SIGKILL)
+    # Every proxy stopped by SIGTERM exited 0 (under the sanitizers: no leak, no error).
+    proxies = [p for p in STARTED if p.args[0] == PROXY]
+    assert proxies and all(p.returncode == 0 for p in proxies), [p.returncode for p in proxies]
     return 0
 
 
