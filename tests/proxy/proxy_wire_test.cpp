@@ -265,6 +265,26 @@ TEST(ProxyConcurrencyTest, ACallHeldUpstreamDoesNotHoldTheOthers) {
   EXPECT_EQ(r.body, R"({"rank":0,"results":[["k1",0]]})");
 }
 
+// Two upstream endpoints, the first of which accepts nothing: the SDK moves to the second, and
+// /metrics counts the retry as a failover.
+TEST(ProxyFailoverTest, AnEndpointThatAcceptsNothingIsPassedOver) {
+  std::string gone;
+  {
+    ServerProcess stopped({"--threads", "1"});
+    gone = stopped.base_url();
+  }  // stopped: its port accepts nothing now
+  ServerProcess server({"--threads", "1"});
+  ProxyProcess proxy(gone + "," + server.base_url(), {"--threads", "2"});
+  const RawResponse r = testing::raw_request(proxy.host(), proxy.port(), "POST", "/rank/0/initialize",
+                                             R"({"num_pages":4})");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, R"({"message":"Rank 0 initialized with 4 pages"})");
+  const std::string metrics = testing::raw_request(proxy.host(), proxy.port(), "GET", "/metrics").body;
+  EXPECT_THAT(metrics, HasSubstr("hf3fs_meta_proxy_failovers_total 1\n"));
+  EXPECT_THAT(metrics, HasSubstr("hf3fs_meta_proxy_retries_total 1\n"));
+  EXPECT_EQ(proxy.terminate(), 0);
+}
+
 TEST(ProxyFlagsTest, BadFlagsExitTwoNamingTheFlag) {
   struct Case {
     std::vector<std::string> args;
