@@ -3,6 +3,7 @@
 #pragma once
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/types.h>
@@ -60,6 +61,35 @@ Spawned spawn_child(std::vector<std::string> args, InChild&& in_child) {
   }
   close(fds[1]);
   return Spawned{pid, fds[0]};
+}
+
+// A child's first line on `fd` (its startup line), without the newline; `complete` is false when the
+// output ended or `timeout` passed first (`line` then holds what came).
+struct FirstLine {
+  std::string line;
+  bool complete = false;
+};
+inline FirstLine read_first_line(int fd, std::chrono::milliseconds timeout) {
+  FirstLine out;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!out.complete) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    pollfd pfd{fd, POLLIN, 0};
+    const int ready = poll(&pfd, 1, static_cast<int>(left.count()));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) break;
+    char c;
+    const auto n = read(fd, &c, 1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    if (c == '\n') {
+      out.complete = true;
+    } else {
+      out.line.push_back(c);
+    }
+  }
+  return out;
 }
 
 // What wait_exit() returns while the child still runs after the timeout.

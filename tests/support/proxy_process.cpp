@@ -23,26 +23,7 @@ ProxyProcess::ProxyProcess(const std::string& upstream, std::vector<std::string>
   args.insert(args.end(), extra_args.begin(), extra_args.end());
   const auto [pid, output] = spawn_child(args, [](int) {});
   pid_ = pid;
-  std::string line;
-  bool complete = false;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (!complete) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) break;
-    pollfd pfd{output, POLLIN, 0};
-    const int ready = poll(&pfd, 1, static_cast<int>(left.count()));
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready <= 0) break;
-    char c;
-    const auto n = read(output, &c, 1);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    if (c == '\n') {
-      complete = true;
-    } else {
-      line.push_back(c);
-    }
-  }
+  const auto [line, complete] = read_first_line(output, std::chrono::seconds(20));
   close(output);
   const std::string prefix = "listening on http://";
   const auto colon = line.rfind(':');

@@ -104,26 +104,7 @@ void ServerProcess::start(std::uint16_t port) {
   pid_ = pid;
 
   // Read the startup line.
-  std::string line;
-  const auto deadline = std::chrono::steady_clock::now() + kStartTimeout;
-  bool complete = false;
-  while (!complete) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) break;
-    pollfd pfd{output, POLLIN, 0};
-    const int ready = poll(&pfd, 1, static_cast<int>(left.count()));
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready <= 0) break;
-    char c;
-    const auto n = read(output, &c, 1);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    if (c == '\n') {
-      complete = true;
-    } else {
-      line.push_back(c);
-    }
-  }
+  const auto [line, complete] = read_first_line(output, kStartTimeout);
   close(output);
 
   const bool tls = line.rfind("listening on https://", 0) == 0;
