@@ -175,7 +175,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
   void fail_session(const char* what) noexcept {
     context_.limits.session_failures.fetch_add(1, std::memory_order_relaxed);
-    std::fprintf(stderr, "hf3fs-meta-server: connection closed after an error: %s\n", what);
+    std::fprintf(stderr, "%s: connection closed after an error: %s\n", options_.program.c_str(), what);
     close();
   }
 
@@ -304,7 +304,7 @@ class Session : public std::enable_shared_from_this<Session> {
       next = backend_.step(request_, exchange_);
     } catch (const std::exception& e) {
       // Out of memory or a bug below: answer as uvicorn does for an unhandled error, never crash.
-      std::fprintf(stderr, "hf3fs-meta-server: %s %s failed: %s\n", request_.method.c_str(),
+      std::fprintf(stderr, "%s: %s %s failed: %s\n", options_.program.c_str(), request_.method.c_str(),
                    request_.target.c_str(), e.what());
       exchange_.claim.reset();
       auto& reply = exchange_.reply;
@@ -598,14 +598,14 @@ void Server::do_accept() {
         on_out_of_descriptors(worker);
       } else if (ec) {
         backend_.metrics().limits.accept_failures.fetch_add(1, std::memory_order_relaxed);
-        std::fprintf(stderr, "hf3fs-meta-server: accept failed: %s\n", ec.message().c_str());
+        std::fprintf(stderr, "%s: accept failed: %s\n", options_.program.c_str(), ec.message().c_str());
       } else {
         admit(worker, std::move(socket));
       }
     } catch (const std::exception& e) {
       // Out of memory for one connection: it is dropped (its socket closes), the listener goes on.
       backend_.metrics().limits.accept_failures.fetch_add(1, std::memory_order_relaxed);
-      std::fprintf(stderr, "hf3fs-meta-server: accepting a connection failed: %s\n", e.what());
+      std::fprintf(stderr, "%s: accepting a connection failed: %s\n", options_.program.c_str(), e.what());
     }
     do_accept();
   });

@@ -20,6 +20,8 @@ class App;
 namespace hf3fs_meta::server {
 
 struct ServerOptions {
+  // The name the front's own log lines start with: the proxy shares the front (proxy/).
+  std::string program = "hf3fs-meta-server";
   std::string host = "127.0.0.1";
   std::uint16_t port = 18000;
   unsigned threads = 0;  // 0: the machine's cores

@@ -98,6 +98,7 @@ void define(CLI::App& app, ProxyOptions& o) {
 ParsedProxyOptions parse_proxy_options(const std::vector<std::string>& args) {
   ProxyOptions options;
   options.front.threads = kIoThreads;
+  options.front.program = "hf3fs-meta-proxy";
   (void)parse_listen(kDefaultListen, options.front);
   CLI::App app("A sidecar that gives vLLM's HF3FS connector the hf3fs-meta SDK's guarantees.", "hf3fs-meta-proxy");
   define(app, options);
