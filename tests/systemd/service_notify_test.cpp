@@ -293,5 +293,16 @@ TEST(ServiceNotifyProxy, ReadyWhenListeningThenStoppingOnSigterm) {
   EXPECT_EQ(proxy.reap(std::chrono::seconds(10)), 0);
 }
 
+// --help says what a service manager gets.
+TEST(ServiceNotifyHelp, BothProgramsSayTheyNotify) {
+  const char* says = "Under systemd (Type=notify, $NOTIFY_SOCKET): READY=1 once listening, STOPPING=1 on SIGINT/SIGTERM.";
+  const auto server = ServerProcess::run_to_exit({"--help"});
+  EXPECT_EQ(server.exit_code, 0);
+  EXPECT_THAT(server.output, HasSubstr(says));
+  const auto proxy = ServerProcess::run_binary_to_exit({ProxyProcess::binary_path(), "--help"});
+  EXPECT_EQ(proxy.exit_code, 0);
+  EXPECT_THAT(proxy.output, HasSubstr(says));
+}
+
 }  // namespace
 }  // namespace hf3fs_meta::testing
