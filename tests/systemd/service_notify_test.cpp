@@ -25,6 +25,7 @@
 
 #include "service_notify.hpp"
 #include "support/child_process.hpp"
+#include "support/etcd_cluster.hpp"
 #include "support/proxy_process.hpp"
 #include "support/raw_http.hpp"
 #include "support/server_process.hpp"
@@ -268,6 +269,30 @@ TEST(ServiceNotifyServer, ANoticeThatCannotBeSentIsOneLineOnStderrAndNotFatal) {
   std::size_t notices = 0;
   for (auto at = said.find("cannot tell"); at != std::string::npos; at = said.find("cannot tell", at + 1)) ++notices;
   EXPECT_EQ(notices, 2u) << said;
+}
+
+// An HA member (one etcd member here): READY=1 once the member has started and the port listens,
+// the listening line printed; STOPPING=1 on SIGTERM, after which it resigns and exits 0.
+TEST(ServiceNotifyServer, AnHaMemberIsReadyOnceItsMemberStartedAndItListens) {
+  EtcdCluster etcd(1);
+  TempDir dir;
+  NotifySocket socket(dir.str() + "/notify");
+  NotifiedProgram server({ServerProcess::binary_path(), "--host", "127.0.0.1", "--port", "0", "--threads", "1",
+                          "--data-dir", dir.str() + "/data", "--ha-etcd", etcd.endpoints(), "--ha-cluster",
+                          "systemd-notify", "--ha-name", "a"},
+                         socket.path());
+  const auto ready = socket.receive(kStartTimeout);
+  ASSERT_TRUE(ready) << "no notice within 20 s";
+  ASSERT_TRUE(server.output_waiting()) << "READY=1 came before the listening line";
+  const auto line = server.first_line();
+  ASSERT_TRUE(line.complete) << line.line;
+  EXPECT_EQ(*ready, status_of(line.line));
+  // It answers at once, leader or not yet (/healthz says which).
+  EXPECT_NE(raw_request("127.0.0.1", listening_port(line.line), "GET", "/healthz").status, 0);
+
+  server.signal(SIGTERM);
+  EXPECT_EQ(socket.receive(std::chrono::seconds(10)), "STOPPING=1");
+  EXPECT_EQ(server.reap(std::chrono::seconds(20)), 0);
 }
 
 // The proxy: READY=1 once it listens (here its upstream answers, so /healthz is 200 at once);
