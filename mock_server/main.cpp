@@ -21,6 +21,7 @@
 #include "router.hpp"
 #include "server.hpp"
 #include "server_options.hpp"
+#include "service_notify.hpp"
 #include "tenants.hpp"
 
 namespace {
@@ -196,6 +197,7 @@ int main(int argc, char** argv) {
     signals.async_wait([&](const boost::system::error_code& ec, int signal) {
       if (ec) return;
       caught = signal;
+      notify_service_manager("hf3fs-meta-server", "STOPPING=1");
       server.stop();
     });
     // --tenants-file: SIGHUP reads the file again (without it, SIGHUP keeps its default action).
@@ -243,6 +245,10 @@ int main(int argc, char** argv) {
     }
     std::printf("listening on %s://%s\n", scheme, address.c_str());
     std::fflush(stdout);
+    // Type=notify: ready once the data dir is recovered, the HA member started and the port listens,
+    // the moment the listening line tells scripts the same.
+    notify_service_manager("hf3fs-meta-server",
+                           std::string("READY=1\nSTATUS=listening on ") + scheme + "://" + address);
 
     server.run();
     signals.cancel();

@@ -19,7 +19,8 @@ constexpr std::chrono::milliseconds kDefaultLease{5000};  // Mooncake's lease
 
 constexpr const char* kFooter = R"(
 Once listening, prints `listening on http://HOST:PORT` (https with TLS) on stdout.
-SIGINT/SIGTERM stop accepting, finish the requests in flight, and exit 0.)";
+SIGINT/SIGTERM stop accepting, finish the requests in flight, and exit 0.
+Under systemd (Type=notify, $NOTIFY_SOCKET): READY=1 once listening, STOPPING=1 on SIGINT/SIGTERM.)";
 
 // An option whose value must not be empty (CLI11 accepts `--host ""`).
 CLI::Validator not_empty(const char* value_name) {

@@ -12,6 +12,7 @@
 
 #include "proxy_options.hpp"
 #include "server.hpp"
+#include "service_notify.hpp"
 #include "upstream_backend.hpp"
 
 namespace {
@@ -64,6 +65,7 @@ int main(int argc, char** argv) {
     signals.async_wait([&](const boost::system::error_code& ec, int signal) {
       if (ec) return;
       caught = signal;
+      server::notify_service_manager("hf3fs-meta-proxy", "STOPPING=1");
       server.stop();
     });
     std::thread signal_thread([&] { signal_context.run(); });
@@ -76,6 +78,9 @@ int main(int argc, char** argv) {
                  server.max_connections());
     std::printf("listening on http://%s\n", address.c_str());
     std::fflush(stdout);
+    // Type=notify: ready when the listening line is printed (the upstream may still be down: the
+    // proxy answers vLLM regardless, within its deadline).
+    server::notify_service_manager("hf3fs-meta-proxy", "READY=1\nSTATUS=listening on http://" + address);
 
     server.run();
     signals.cancel();

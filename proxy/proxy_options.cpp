@@ -21,7 +21,8 @@ request id per call (exactly-once retries), failover between --upstream members,
 ranks this node initialized when the upstream forgot them, all within --deadline-ms (then 503).
 Once listening, prints `listening on http://HOST:PORT` on stdout. GET /healthz: 200 when an
 upstream leader answers, else 503. GET /metrics: Prometheus text.
-SIGINT/SIGTERM stop accepting, finish the requests in flight, and exit 0.)";
+SIGINT/SIGTERM stop accepting, finish the requests in flight, and exit 0.
+Under systemd (Type=notify, $NOTIFY_SOCKET): READY=1 once listening, STOPPING=1 on SIGINT/SIGTERM.)";
 
 // --listen HOST:PORT (an IPv6 host in brackets): "" when it parses into `front`, else why not.
 std::string parse_listen(const std::string& value, server::ServerOptions& front) {

@@ -5,7 +5,7 @@ build=$1 consumer=$2 work=$3 python=${4:-} python_dir=${5:-}
 rm -rf "$work"
 prefix=$work/prefix
 cmake --install "$build" --prefix "$prefix" > "$work.install.log" 2>&1 || { cat "$work.install.log"; exit 1; }
-for f in include/hf3fs_meta/client.hpp include/hf3fs_meta/stats.hpp include/hf3fs_meta/mocks/mock_connection.hpp include/hf3fs_meta/in_process_transport.hpp lib/libhf3fs_meta_service.so bin/hf3fs-meta bin/hf3fs-meta-server bin/hf3fs-meta-proxy lib/cmake/hf3fs_meta/hf3fs_meta-config.cmake; do
+for f in include/hf3fs_meta/client.hpp include/hf3fs_meta/stats.hpp include/hf3fs_meta/mocks/mock_connection.hpp include/hf3fs_meta/in_process_transport.hpp lib/libhf3fs_meta_service.so bin/hf3fs-meta bin/hf3fs-meta-server bin/hf3fs-meta-proxy lib/cmake/hf3fs_meta/hf3fs_meta-config.cmake lib/systemd/system/hf3fs-meta-server.service lib/systemd/system/hf3fs-meta-proxy.service; do
   [ -e "$prefix/$f" ] || { echo "not installed: $f"; exit 1; }
 done
 soname=$(objdump -p "$prefix"/lib/libhf3fs_meta_client.so | awk '/SONAME/ {print $2}')
