@@ -7,15 +7,18 @@ import json
 import os
 import re
 import signal
+import ssl
 import time
 import urllib.error
 import urllib.request
 
 
 def _get(url, timeout=2.0):
-    """(status, body) of GET url; (0, why) when nothing answered."""
+    """(status, body) of GET url; (0, why) when nothing answered. An https:// member is checked
+    against $HF3FS_META_CA_FILE (scripts/cluster --tls) when it is set."""
+    context = ssl.create_default_context(cafile=os.environ.get("HF3FS_META_CA_FILE") or None)
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as answer:
+        with urllib.request.urlopen(url, timeout=timeout, context=context) as answer:
             return answer.status, answer.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode()
