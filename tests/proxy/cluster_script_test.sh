@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/cluster itself: a usage error exits 2 naming what is wrong; a command sees the cluster it
 # asked for (its environment, every proxy healthy, with_etcd's etcd), its exit status is cluster's,
-# and afterwards nothing cluster started runs and its files are gone.
+# and afterwards nothing cluster started runs and its files are gone; SIGTERM to cluster's PID stops
+# it all.
 # Usage: cluster_script_test.sh CLUSTER SERVER_BINARY PROXY_BINARY
 set -uo pipefail
 cluster=$1 server=$2 proxy=$3
@@ -50,6 +51,27 @@ status=0
 [ "$(wc -l <"$scratch/pids")" -eq 5 ] || fail "not 2 members and 3 proxies: $(cat "$scratch/pids")"
 while read -r pid; do
   ! kill -0 "$pid" 2>/dev/null || fail "process $pid still runs after cluster"
+done <"$scratch/pids"
+[ ! -e "$(cat "$scratch/dir")" ] || fail "$(cat "$scratch/dir") is left behind"
+
+# SIGTERM to cluster's own PID (as a harness stops it) stops the command and everything cluster
+# started, within its bounds.
+rm -f "$scratch/pids"
+# shellcheck disable=SC2016  # expanded by the command's shell
+"$cluster" "${bins[@]}" -- bash -c 'cat "$HF3FS_META_CLUSTER_DIR"/*/pid >"$0/pids.tmp"; echo "$$" >>"$0/pids.tmp";
+                                     echo "$HF3FS_META_CLUSTER_DIR" >"$0/dir"; mv "$0/pids.tmp" "$0/pids"; exec sleep 120' \
+  "$scratch" >/dev/null 2>&1 &
+outer=$!
+for _ in $(seq 1 300); do [ -s "$scratch/pids" ] && break; sleep 0.1; done
+[ -s "$scratch/pids" ] || fail "the cluster did not start within 30 s"
+kill -TERM $outer
+status=0
+for _ in $(seq 1 300); do kill -0 $outer 2>/dev/null || break; sleep 0.1; done
+kill -0 $outer 2>/dev/null && fail "cluster still runs 30 s after SIGTERM"
+wait $outer || status=$?
+[ $status -ne 0 ] || fail "cluster stopped by SIGTERM exited 0"
+while read -r pid; do
+  ! kill -0 "$pid" 2>/dev/null || fail "process $pid still runs after cluster was stopped"
 done <"$scratch/pids"
 [ ! -e "$(cat "$scratch/dir")" ] || fail "$(cat "$scratch/dir") is left behind"
 echo "cluster_script_test: ok"
