@@ -24,43 +24,13 @@ import threading
 import time
 
 import requests
-from requests.adapters import HTTPAdapter
-from urllib3.util.retry import Retry
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "python"))
+from loopback_cluster import metric  # noqa: E402
+from vllm_like import VllmLikeClient, save  # noqa: E402  (vLLM's client, shared with scripts/demo)
 
 SERVER, PROXY = sys.argv[1], sys.argv[2]
 STARTED = []  # every process started, stopped at the end whatever happens
-
-
-class VllmLikeClient:
-    """vLLM's Hf3fsGlobalMetadataClient, as its connector builds it (no timeout, no token, no id)."""
-
-    def __init__(self, url):
-        self.url = url
-        self.session = requests.Session()
-        retry = Retry(total=3, backoff_factor=0.3, status_forcelist=[500, 502, 503, 504],
-                      allowed_methods=["GET", "POST"])
-        self.session.mount("http://", HTTPAdapter(max_retries=retry))
-
-    def _post(self, endpoint, body):
-        response = self.session.post(f"{self.url}/{endpoint}", json=body)
-        response.raise_for_status()
-        return response
-
-    def initialize(self, rank, num_pages):
-        self._post(f"rank/{rank}/initialize", {"num_pages": num_pages})
-
-    def allocate_pages_for_keys(self, rank, keys):
-        return self._post("keys/batch_allocate", {"rank": rank, "keys": keys}).json()["results"]
-
-    def confirm_write_for_keys(self, rank, confirmations, pages_to_release):
-        self._post("keys/confirm_write",
-                   {"rank": rank, "confirmations": confirmations, "pages_to_release": pages_to_release})
-
-    def batch_key_exists(self, keys):
-        return self._post("keys/batch_exists", {"keys": keys}).json()["exists"]
-
-    def get_key_locations(self, rank, keys):
-        return self._post("keys/get_locations", {"rank": rank, "keys": keys}).json()["locations"]
 
 
 def start(args, timeout=20.0):
@@ -98,21 +68,6 @@ def start_server(port, *flags):
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.1)
-
-
-def proxy_metric(url, name):
-    text = requests.get(f"{url}/metrics", timeout=10).text
-    found = re.search(rf"^{re.escape(name)} (\S+)$", text, re.MULTILINE)
-    return float(found.group(1)) if found else None
-
-
-def save(client, rank, key):
-    """One block saved as vLLM's worker saves it; returns its page (None: no page free)."""
-    [[_, page]] = client.allocate_pages_for_keys(rank, [[key, ""]])
-    if page < 0:
-        return None
-    client.confirm_write_for_keys(rank, [[key, page]], [])
-    return page
 
 
 def durable_server_killed_and_restarted():
@@ -183,7 +138,7 @@ def memory_server_restarted():
         assert not thread.is_alive(), "the client hung"
         assert result.get("page") == 0, result  # a fresh rank 0, initialized again by the proxy
         assert client.batch_key_exists([f"after-{restart}", "memory-0"]) == [True, False]
-    assert proxy_metric(proxy_url, "hf3fs_meta_proxy_reinitializations_total") == 2
+    assert metric(proxy_url, "hf3fs_meta_proxy_reinitializations_total") == 2
     print("memory only: 2 restarts, rank 0 initialized again by the proxy each time, no exception")
     stop(proxy)
     stop(server)
