@@ -103,12 +103,19 @@ std::string sentence(const Error& e) {
     case errc::unavailable:
       return "the metadata server is unavailable" + d + "; try again later";
     case errc::unexpected_status:
-      // A server started with --auth-token-file refuses a missing or wrong bearer token; a proxy may
-      // answer 403 for the same reason.
-      if (e.status == 401 || e.status == 403) {
+      // 401: a missing or unknown bearer token (--auth-token-file, --tenants-file). 403: a known
+      // token that may not act in the namespace asked for (a tenant's token reaches its own only).
+      if (e.status == 401) {
         return "the server refused the request's credentials" + d +
-               "; send the bearer token of the server's --auth-token-file: the CLI's --token-file, "
-               "$HF3FS_META_TOKEN, Python's token=, or ClientOptions::auth_token";
+               "; send a token the server knows (its --auth-token-file's, or a line of its --tenants-file): "
+               "the CLI's --token-file, $HF3FS_META_TOKEN, Python's token=, or ClientOptions::auth_token";
+      }
+      if (e.status == 403) {
+        return "the server refused the request's credentials" + d +
+               "; this token may not act in the namespace asked for: ask for the namespace its "
+               "--tenants-file line names (the CLI's --namespace, $HF3FS_META_NAMESPACE, Python's "
+               "namespace=, ClientOptions::namespace_name), or send that namespace's token: the CLI's "
+               "--token-file, $HF3FS_META_TOKEN, Python's token=, or ClientOptions::auth_token";
       }
       return "the server answered with an unexpected status" + d +
              "; check that the base URL points at an HF3FS metadata server";

@@ -420,6 +420,8 @@ TEST(ClientGuardsTest, A401Or403NamesTheTokenAndWhereToSetIt) {
       EXPECT_THAT(m, HasSubstr(where)) << status;
     }
     EXPECT_THAT(m, Not(HasSubstr("base URL"))) << status;
+    // 403 is a known token outside its namespace: the advice names the namespace settings too.
+    EXPECT_EQ(m.find("ClientOptions::namespace_name") != std::string::npos, status == 403) << m;
   }
   Error other;
   other.code = errc::unexpected_status;
