@@ -82,23 +82,17 @@ def main() -> int:
     build(build_dir)
     sys.path.insert(0, str(build_dir / "python"))
     import hf3fs_meta
-    import requests
-    from requests.adapters import HTTPAdapter
-    from urllib3.util.retry import Retry
+    sys.path.insert(0, str(ROOT / "examples" / "python"))
+    from vllm_like import VllmLikeClient  # vLLM's client, as the proxy's tests drive it
 
     with tempfile.TemporaryFile(mode="w+") as log:
         server, url = start_server(build_dir / "mock_server" / "hf3fs-meta-server", log)
         try:
             dropin = hf3fs_meta.Hf3fsGlobalMetadataClient(url)
-            session = requests.Session()
-            retry = Retry(total=3, backoff_factor=0.3, status_forcelist=[500, 502, 503, 504],
-                          allowed_methods=["GET", "POST"])
-            session.mount("http://", HTTPAdapter(max_retries=retry))
+            vllm_client = VllmLikeClient(url)
 
             def vllm_style() -> list:
-                response = session.post(f"{url}/keys/batch_exists", json={"keys": [KEY]})
-                response.raise_for_status()
-                return response.json().get("exists", [])
+                return vllm_client.batch_key_exists([KEY])
 
             assert dropin.batch_key_exists([KEY]) == vllm_style() == [False]
             results = {"sdk": [], "drop-in": [], "requests": []}
