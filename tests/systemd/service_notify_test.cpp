@@ -156,6 +156,38 @@ std::string status_of(const std::string& line) {
   return out;
 }
 
+// The start every program must make: READY=1 within kStartTimeout, after its listening line (on the
+// pipe already) and saying that line as STATUS=, and only one notice. The port it listens on, or 0
+// after a failure recorded.
+std::uint16_t expect_ready_once_listening(NotifySocket& socket, const NotifiedProgram& program) {
+  const auto ready = socket.receive(kStartTimeout);
+  if (!ready) {
+    ADD_FAILURE() << "no notice within 20 s";
+    return 0;
+  }
+  if (!program.output_waiting()) {
+    ADD_FAILURE() << "READY=1 came before the listening line";
+    return 0;
+  }
+  const auto line = program.first_line();
+  if (!line.complete) {
+    ADD_FAILURE() << "no listening line: " << line.line;
+    return 0;
+  }
+  EXPECT_EQ(*ready, status_of(line.line));
+  EXPECT_EQ(socket.receive(std::chrono::milliseconds(0)), std::nullopt) << "more than one notice at start";
+  return listening_port(line.line);
+}
+
+// SIGTERM: STOPPING=1 at once, then exit 0 within `exit_within`, and no notice after.
+void expect_stopping_then_exit_zero(NotifySocket& socket, NotifiedProgram& program,
+                                    std::chrono::seconds exit_within) {
+  program.signal(SIGTERM);
+  EXPECT_EQ(socket.receive(std::chrono::seconds(10)), "STOPPING=1");
+  EXPECT_EQ(program.reap(exit_within), 0);
+  EXPECT_EQ(socket.receive(std::chrono::milliseconds(0)), std::nullopt);
+}
+
 // --- the sender ---
 
 TEST(ServiceNotifySend, SendsTheStateAsOneDatagramToAPath) {
@@ -226,23 +258,12 @@ TEST(ServiceNotifyServer, ReadyAfterRecoveryAndListeningThenStoppingOnSigterm) {
   NotifiedProgram server({ServerProcess::binary_path(), "--host", "127.0.0.1", "--port", "0", "--threads", "1",
                           "--data-dir", data},
                          socket.path());
-  const auto ready = socket.receive(kStartTimeout);
-  ASSERT_TRUE(ready) << "no notice within 20 s";
-  // Said after the listening line, so that line is on the pipe already, and the port serves the
-  // recovered state at once.
-  ASSERT_TRUE(server.output_waiting()) << "READY=1 came before the listening line";
-  const auto line = server.first_line();
-  ASSERT_TRUE(line.complete) << line.line;
-  EXPECT_EQ(*ready, status_of(line.line));
-  const auto port = listening_port(line.line);
+  // Said after the listening line, and the port serves the recovered state at once.
+  const auto port = expect_ready_once_listening(socket, server);
+  ASSERT_NE(port, 0);
   EXPECT_EQ(raw_request("127.0.0.1", port, "POST", "/keys/batch_exists", R"({"keys":["k"]})").body,
             R"({"exists":[true]})");
-  EXPECT_EQ(socket.receive(std::chrono::milliseconds(0)), std::nullopt) << "more than one notice at start";
-
-  server.signal(SIGTERM);
-  EXPECT_EQ(socket.receive(std::chrono::seconds(10)), "STOPPING=1");
-  EXPECT_EQ(server.reap(std::chrono::seconds(10)), 0);
-  EXPECT_EQ(socket.receive(std::chrono::milliseconds(0)), std::nullopt);
+  expect_stopping_then_exit_zero(socket, server, std::chrono::seconds(10));
 }
 
 // A socket nobody listens on: one line on stderr per notice, and the server serves and stops as
@@ -281,18 +302,11 @@ TEST(ServiceNotifyServer, AnHaMemberIsReadyOnceItsMemberStartedAndItListens) {
                           "--data-dir", dir.str() + "/data", "--ha-etcd", etcd.endpoints(), "--ha-cluster",
                           "systemd-notify", "--ha-name", "a"},
                          socket.path());
-  const auto ready = socket.receive(kStartTimeout);
-  ASSERT_TRUE(ready) << "no notice within 20 s";
-  ASSERT_TRUE(server.output_waiting()) << "READY=1 came before the listening line";
-  const auto line = server.first_line();
-  ASSERT_TRUE(line.complete) << line.line;
-  EXPECT_EQ(*ready, status_of(line.line));
+  const auto port = expect_ready_once_listening(socket, server);
+  ASSERT_NE(port, 0);
   // It answers at once, leader or not yet (/healthz says which).
-  EXPECT_NE(raw_request("127.0.0.1", listening_port(line.line), "GET", "/healthz").status, 0);
-
-  server.signal(SIGTERM);
-  EXPECT_EQ(socket.receive(std::chrono::seconds(10)), "STOPPING=1");
-  EXPECT_EQ(server.reap(std::chrono::seconds(20)), 0);
+  EXPECT_NE(raw_request("127.0.0.1", port, "GET", "/healthz").status, 0);
+  expect_stopping_then_exit_zero(socket, server, std::chrono::seconds(20));
 }
 
 // The proxy: READY=1 once it listens (here its upstream answers, so /healthz is 200 at once);
@@ -304,18 +318,10 @@ TEST(ServiceNotifyProxy, ReadyWhenListeningThenStoppingOnSigterm) {
   NotifiedProgram proxy({ProxyProcess::binary_path(), "--listen", "127.0.0.1:0", "--upstream", upstream.base_url(),
                          "--threads", "2"},
                         socket.path());
-  const auto ready = socket.receive(kStartTimeout);
-  ASSERT_TRUE(ready) << "no notice within 20 s";
-  ASSERT_TRUE(proxy.output_waiting()) << "READY=1 came before the listening line";
-  const auto line = proxy.first_line();
-  ASSERT_TRUE(line.complete) << line.line;
-  EXPECT_EQ(*ready, status_of(line.line));
-  EXPECT_EQ(raw_request("127.0.0.1", listening_port(line.line), "GET", "/healthz").status, 200);
-  EXPECT_EQ(socket.receive(std::chrono::milliseconds(0)), std::nullopt) << "more than one notice at start";
-
-  proxy.signal(SIGTERM);
-  EXPECT_EQ(socket.receive(std::chrono::seconds(10)), "STOPPING=1");
-  EXPECT_EQ(proxy.reap(std::chrono::seconds(10)), 0);
+  const auto port = expect_ready_once_listening(socket, proxy);
+  ASSERT_NE(port, 0);
+  EXPECT_EQ(raw_request("127.0.0.1", port, "GET", "/healthz").status, 200);
+  expect_stopping_then_exit_zero(socket, proxy, std::chrono::seconds(10));
 }
 
 // --help says what a service manager gets.
