@@ -65,6 +65,10 @@ struct Exchange {
   // tenant's namespace; empty for the default one. Views the request or the tenant table.
   std::string_view ns;
   Stage stage = Stage::admit;
+  // Set by the front before await: the connection is the only one on its I/O thread, and stays so
+  // until await returns, so a backend may block there (the proxy's upstream call) and hold no one
+  // up. The Router never blocks.
+  bool alone = false;
   bool answered = false;  // dedup answered (a kept answer or a refusal): nothing to serve
   std::uint64_t durable_seq = 0;  // --fsync always: the record the reply waits for
   std::string durable_error;      // set by the journal's syncer before the session is woken
@@ -85,6 +89,7 @@ struct Exchange {
     target.route = Route::not_found;
     ns = {};
     stage = Stage::admit;
+    alone = false;
     answered = false;
     durable_seq = 0;
     durable_error.clear();

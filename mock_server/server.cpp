@@ -76,7 +76,33 @@ class Session;
 
 class Worker {
  public:
-  explicit Worker(std::size_t index) : index(index), ioc(1), guard(asio::make_work_guard(ioc)) {}
+  // Worker 0 holds the acceptor, which counts as one of its connections: it is never alone, so no
+  // backend blocks its thread (accepting never waits) and admission always has a worker to use.
+  explicit Worker(std::size_t index)
+      : index(index), ioc(1), guard(asio::make_work_guard(ioc)), load(index == 0 ? kConnection : 0) {}
+
+  // Invariant: a worker whose thread a backend call blocks (Exchange::alone) has exactly one
+  // connection, the caller's, and is given no other until the call returns; so no connection waits
+  // behind another's call. Both sides move `load` by compare-and-swap, so neither can slip between
+  // the other's look and its change: admission (Server::pick_worker) skips a worker marked inline,
+  // and claim_inline() fails once a second connection is counted.
+  bool claim_inline() noexcept {
+    std::uint64_t alone = kConnection;
+    return load.compare_exchange_strong(alone, kConnection | kInline, std::memory_order_acq_rel);
+  }
+  void end_inline() noexcept { load.fetch_and(~kInline, std::memory_order_release); }
+  // Counts a connection, unless a call blocks the thread.
+  bool try_join() noexcept {
+    std::uint64_t seen = load.load(std::memory_order_acquire);
+    while ((seen & kInline) == 0) {
+      if (load.compare_exchange_weak(seen, seen + kConnection, std::memory_order_acq_rel)) return true;
+    }
+    return false;
+  }
+  void leave() noexcept { load.fetch_sub(kConnection, std::memory_order_relaxed); }
+
+  static constexpr std::uint64_t kInline = 1;
+  static constexpr std::uint64_t kConnection = 2;
 
   std::size_t index;
   asio::io_context ioc;
@@ -84,6 +110,9 @@ class Worker {
   std::mutex mutex;  // sessions: a session may be destroyed on another thread (see DedupCache::wait)
   std::unordered_map<Session*, std::weak_ptr<Session>> sessions;
   std::atomic<std::uint64_t> served{0};
+  // Live connections (each kConnection, counted from admission to the session's end), | kInline
+  // while a backend call blocks the thread.
+  std::atomic<std::uint64_t> load;
 };
 
 // What every session shares: the backend, the options, and the accounting of the server's limits.
@@ -113,8 +142,11 @@ class Session : public std::enable_shared_from_this<Session> {
   ~Session() {
     context_.body_budget.give_back(std::exchange(body_held_, 0));
     context_.limits.connections.fetch_sub(1, std::memory_order_relaxed);
-    std::lock_guard lock(worker_.mutex);
-    worker_.sessions.erase(this);
+    {
+      std::lock_guard lock(worker_.mutex);
+      worker_.sessions.erase(this);
+    }
+    worker_.leave();  // counted by Server::pick_worker
   }
 
   void start() {
@@ -339,8 +371,16 @@ class Session : public std::enable_shared_from_this<Session> {
         });
         return;
       case Backend::Next::durable:
-      case Backend::Next::wait:
+      case Backend::Next::wait: {
         busy_ = true;
+        exchange_.alone = worker_.claim_inline();
+        // Cleared however await ends: a worker left marked inline would admit no connection again.
+        const struct InlineClaim {
+          Worker* worker;
+          ~InlineClaim() {
+            if (worker) worker->end_inline();
+          }
+        } claim{exchange_.alone ? &worker_ : nullptr};
         backend_.await(next, request_, exchange_, [self = shared_from_this()] {
           asio::post(self->socket_.get_executor(), [self] {
             self->guarded([&] {
@@ -350,6 +390,7 @@ class Session : public std::enable_shared_from_this<Session> {
           });
         });
         return;
+      }
     }
   }
 
@@ -584,23 +625,24 @@ tcp::endpoint Server::listen() {
   acceptor_->set_option(asio::socket_base::reuse_address(true));
   acceptor_->bind(endpoint);
   acceptor_->listen(asio::socket_base::max_listen_connections);
+  protocol_ = endpoint.protocol();
   do_accept();
   return acceptor_->local_endpoint();
 }
 
 void Server::do_accept() {
-  auto& worker = *workers_[next_worker_];
-  next_worker_ = (next_worker_ + 1) % workers_.size();
-  acceptor_->async_accept(worker.ioc, [this, &worker](error_code ec, tcp::socket socket) {
+  // Accepted on worker 0, the acceptor's, then moved to the worker admit() picks: which one can
+  // only be known once the connection is there (a worker may be blocked inline meanwhile).
+  acceptor_->async_accept([this](error_code ec, tcp::socket socket) {
     if (stopping_.load() || ec == asio::error::operation_aborted) return;
     try {
       if (ec == asio::error::no_descriptors || ec.value() == ENFILE) {
-        on_out_of_descriptors(worker);
+        on_out_of_descriptors();
       } else if (ec) {
         backend_.metrics().limits.accept_failures.fetch_add(1, std::memory_order_relaxed);
         std::fprintf(stderr, "%s: accept failed: %s\n", options_.program.c_str(), ec.message().c_str());
       } else {
-        admit(worker, std::move(socket));
+        admit(std::move(socket));
       }
     } catch (const std::exception& e) {
       // Out of memory for one connection: it is dropped (its socket closes), the listener goes on.
@@ -611,44 +653,83 @@ void Server::do_accept() {
   });
 }
 
-void Server::admit(Worker& worker, tcp::socket socket) {
+// The worker with the fewest connections, of those no backend call blocks (Worker::claim_inline),
+// counting the newcomer there. Worker 0 is never blocked, so there is always one.
+Worker& Server::pick_worker() {
+  for (;;) {
+    Worker* best = nullptr;
+    std::uint64_t best_load = std::numeric_limits<std::uint64_t>::max();
+    for (auto& worker : workers_) {
+      const std::uint64_t load = worker->load.load(std::memory_order_acquire);
+      if ((load & Worker::kInline) == 0 && load < best_load) {
+        best = worker.get();
+        best_load = load;
+      }
+    }
+    if (best->try_join()) return *best;  // else blocked since: look again
+  }
+}
+
+void Server::admit(tcp::socket socket) {
   if (spare_fd_ < 0) spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);  // given up earlier: take it back
   auto& limits = backend_.metrics().limits;
-  if (limits.connections.load(std::memory_order_relaxed) >= max_connections_ && !evict_longest_idle()) {
+  Worker* place = nullptr;  // the evicted connection's worker
+  if (limits.connections.load(std::memory_order_relaxed) >= max_connections_ && !(place = evict_longest_idle())) {
     // Every connection is in the middle of a request: the newcomer is the one turned away.
     limits.connections_refused.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  auto session = std::make_shared<Session>(worker, *context_, std::move(socket));
+  // A newcomer that evicted takes the evicted one's worker: there, the eviction runs before the
+  // newcomer is served, so that no request is served over the limit.
+  Worker& worker = place && place->try_join() ? *place : pick_worker();
+  std::shared_ptr<Session> session;
+  try {
+    if (&worker != workers_.front().get()) {
+      const int fd = socket.release();
+      tcp::socket moved(worker.ioc);
+      error_code ec;
+      moved.assign(protocol_, fd, ec);
+      if (ec) {
+        ::close(fd);
+        throw boost::system::system_error(ec, "moving the connection to its I/O thread");
+      }
+      socket = std::move(moved);
+    }
+    session = std::make_shared<Session>(worker, *context_, std::move(socket));
+  } catch (...) {
+    worker.leave();  // the session, which would have, was never made
+    throw;
+  }
   asio::post(worker.ioc, [session] { session->start(); });
 }
 
 // accept() failed for want of a descriptor (other files, or a limit lowered under us): the client
 // is still waiting in the backlog. Free the spare to take it, and close the longest-idle connection
 // so that the spare can be taken back at the next accept.
-void Server::on_out_of_descriptors(Worker& worker) {
+void Server::on_out_of_descriptors() {
   backend_.metrics().limits.accept_failures.fetch_add(1, std::memory_order_relaxed);
   evict_longest_idle();
   if (spare_fd_ >= 0) {
     ::close(std::exchange(spare_fd_, -1));
     const int fd = ::accept4(acceptor_->native_handle(), nullptr, nullptr, SOCK_CLOEXEC);
     if (fd >= 0) {
-      tcp::socket socket(worker.ioc);
+      tcp::socket socket(workers_.front()->ioc);
       error_code ec;
-      socket.assign(acceptor_->local_endpoint().protocol(), fd, ec);
+      socket.assign(protocol_, fd, ec);
       if (ec) {
         ::close(fd);
       } else {
-        admit(worker, std::move(socket));
+        admit(std::move(socket));
       }
     }
   }
 }
 
-bool Server::evict_longest_idle() {
+Worker* Server::evict_longest_idle() {
   // The scan holds each worker's lock in turn; only a weak reference leaves it, so that no session
   // is destroyed (which takes that lock) while it is held.
   std::weak_ptr<Session> candidate;
+  Worker* home = nullptr;
   std::int64_t oldest = kWorking;
   for (auto& worker : workers_) {
     std::lock_guard lock(worker->mutex);
@@ -656,15 +737,16 @@ bool Server::evict_longest_idle() {
       const std::int64_t since = raw->idle_since();
       if (since < oldest && !raw->evicting()) {
         candidate = weak;
+        home = worker.get();
         oldest = since;
       }
     }
   }
   auto victim = candidate.lock();
-  if (!victim || !victim->claim_for_eviction()) return false;
+  if (!victim || !victim->claim_for_eviction()) return nullptr;
   auto executor = victim->executor();
   asio::post(executor, [victim = std::move(victim)] { victim->evict(); });
-  return true;
+  return home;
 }
 
 void Server::run() {

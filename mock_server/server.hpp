@@ -1,6 +1,7 @@
 // The network side of hf3fs-meta-server: one io_context per I/O thread (so a connection's handlers
-// never need a strand), an acceptor that deals connections out round-robin, and HTTP/1.1 keep-alive
-// sessions that hand complete requests to a Backend (router.hpp): the Router, or the proxy's.
+// never need a strand), an acceptor that gives each connection to the I/O thread with the fewest,
+// and HTTP/1.1 keep-alive sessions that hand complete requests to a Backend (router.hpp): the
+// Router, or the proxy's.
 #pragma once
 
 #include <atomic>
@@ -48,16 +49,18 @@ class Server {
 
  private:
   void do_accept();
-  void admit(Worker& worker, boost::asio::ip::tcp::socket socket);
-  void on_out_of_descriptors(Worker& worker);
-  bool evict_longest_idle();
+  Worker& pick_worker();
+  void admit(boost::asio::ip::tcp::socket socket);
+  void on_out_of_descriptors();
+  // The evicted connection's worker, or null if no connection was idle.
+  Worker* evict_longest_idle();
 
   const ServerOptions& options_;
   Backend& backend_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::unique_ptr<boost::asio::ssl::context> tls_;  // null: plain HTTP
   std::unique_ptr<boost::asio::ip::tcp::acceptor> acceptor_;
-  std::size_t next_worker_ = 0;
+  boost::asio::ip::tcp protocol_ = boost::asio::ip::tcp::v4();  // the listener's
   std::atomic<bool> stopping_{false};
   BodyBudget body_budget_;
   std::unique_ptr<SessionContext> context_;

@@ -86,7 +86,7 @@ void define(CLI::App& app, ProxyOptions& o) {
          "how long one vLLM request may take upstream, retries and failovers included; then 503")
       ->default_str(std::to_string(o.deadline.count()))
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
-  app.add_option("--threads", o.threads, "upstream calls in flight at once, each on a worker thread")
+  app.add_option("--threads", o.threads, "I/O threads, and as many workers for upstream calls (a connection alone on an I/O thread makes its calls there)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
   server::define_front_limits(app, o.front);
@@ -98,7 +98,6 @@ void define(CLI::App& app, ProxyOptions& o) {
 
 ParsedProxyOptions parse_proxy_options(const std::vector<std::string>& args) {
   ProxyOptions options;
-  options.front.threads = kIoThreads;
   options.front.program = "hf3fs-meta-proxy";
   (void)parse_listen(kDefaultListen, options.front);
   CLI::App app("A sidecar that gives vLLM's HF3FS connector the hf3fs-meta SDK's guarantees.", "hf3fs-meta-proxy");
@@ -115,6 +114,7 @@ ParsedProxyOptions parse_proxy_options(const std::vector<std::string>& args) {
     // CLI11's own exit codes are 100 and up; every usage error exits 2.
     return ParsedProxyOptions{std::nullopt, 2, "hf3fs-meta-proxy: " + std::string(e.what()) + "\n(see --help)\n"};
   }
+  options.front.threads = options.threads;
   return ParsedProxyOptions{std::move(options), 0, {}};
 }
 

@@ -12,8 +12,9 @@ namespace hf3fs_meta::proxy {
 
 struct ProxyOptions {
   // The HTTP front vLLM speaks to: --listen's host and port, and the server's connection and body
-  // limits (define_front_limits). Its other members keep their defaults; its I/O threads are
-  // kIoThreads (a front that only parses and hands over needs few).
+  // limits (define_front_limits). Its other members keep their defaults; it has `threads` I/O
+  // threads, so that each of up to threads - 1 connections (a node's vLLM processes) can be alone
+  // on one and make its calls there (server::Exchange::alone); worker 0's holds the acceptor.
   server::ServerOptions front;
   // The SDK's side: ClientOptions::endpoints, namespace_name, auth_token and ca_file.
   std::vector<std::string> upstream;
@@ -23,11 +24,11 @@ struct ProxyOptions {
   // Each vLLM request's bound: the SDK's retries, failovers and re-initializations happen within it,
   // then vLLM gets 503.
   std::chrono::milliseconds deadline{30000};
-  // Upstream calls block (libcurl): this many run at once, each on its own worker thread.
+  // Upstream calls block (libcurl): this many I/O threads, and as many pool workers for the calls
+  // of connections that share an I/O thread. At most 2 * threads - 1 calls are in flight at once.
   unsigned threads = 16;
 };
 
-inline constexpr unsigned kIoThreads = 1;
 inline constexpr const char* kDefaultListen = "127.0.0.1:18000";
 
 struct ParsedProxyOptions {

@@ -1,6 +1,7 @@
 // hf3fs-meta-proxy's backend for the server's HTTP front (server.hpp): each protocol request is
-// forwarded through the SDK's Client on a pool of worker threads (the SDK's calls block), and the
-// connection waits, as it waits for an fsync in the server, until the worker wakes it.
+// forwarded through the SDK's Client, whose calls block: on the I/O thread that read it when its
+// connection is the only one there (server::Exchange::alone), else on a pool of worker threads, the
+// connection waiting, as it waits for an fsync in the server, until the worker wakes it.
 #pragma once
 
 #include <chrono>
@@ -53,6 +54,8 @@ class UpstreamBackend final : public server::Backend {
   void stop();
 
  private:
+  // run(), with an exception answered as the server answers one.
+  void answer(const server::Request& request, server::Exchange& exchange) noexcept;
   void run(const server::Request& request, server::Exchange& exchange);
   void check_health(server::Reply& reply);
   void serve_metrics(server::Reply& reply) const;
@@ -63,6 +66,7 @@ class UpstreamBackend final : public server::Backend {
   std::shared_ptr<UpstreamCounters> counters_;
   prometheus::Family<prometheus::Counter>& forwarded_;
   prometheus::Histogram& latency_;
+  prometheus::Counter& inline_calls_;
   Client client_;
   boost::asio::thread_pool pool_;
   std::string default_host_;
