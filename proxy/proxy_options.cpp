@@ -86,7 +86,9 @@ void define(CLI::App& app, ProxyOptions& o) {
          "how long one vLLM request may take upstream, retries and failovers included; then 503")
       ->default_str(std::to_string(o.deadline.count()))
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
-  app.add_option("--threads", o.threads, "I/O threads, and as many workers for upstream calls (a connection alone on an I/O thread makes its calls there)")
+  app.add_option("--threads", o.threads,
+                 "I/O threads, and as many workers for upstream calls (a connection alone on an I/O thread "
+                 "makes its calls there)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
   server::define_front_limits(app, o.front);
