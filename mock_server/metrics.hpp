@@ -41,7 +41,8 @@ struct ServerRouteInfo {
 inline constexpr ServerRouteInfo kServerRoutes[] = {
     {ServerRoute::healthz, "/healthz", "GET", false, true},
     {ServerRoute::metrics, "/metrics", "GET", true, true},
-    {ServerRoute::faults, "/_faults", "DELETE, POST", true},
+    // --ha-etcd: on a member that is not the leader, DELETE and disk_error rules only (Router::serve_faults).
+    {ServerRoute::faults, "/_faults", "DELETE, POST", true, true},
     // --ha-etcd: the newest snapshot, for a member behind the compacted log (ha/snapshot_fetch.hpp).
     {ServerRoute::ha_snapshot, "/_ha/snapshot", "GET", true},
     {ServerRoute::bad_request, "bad_request", ""},

@@ -244,6 +244,12 @@ void Router::serve_faults(const Request& request, Exchange& exchange) {
     reply.set_json(400, protocol::encode_detail(parsed.error));
     return;
   }
+  // Every member takes a disk fault, its own process's (kServerRoutes: any_role); the other rules
+  // act on protocol requests or on the state, which only the leader serves and changes.
+  if (role_ && !role_->leading() && !parsed.request->disk) {
+    refuse_not_leader(reply);
+    return;
+  }
   if (parsed.request->disk) {
     const auto& disk = *parsed.request->disk;
     durable::inject_disk_error(disk.op, disk.err, disk.times);

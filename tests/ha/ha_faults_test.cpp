@@ -250,6 +250,56 @@ double metric(HaMembers& members, std::size_t i, const std::string& name) {
   return at == std::string::npos ? -1 : std::stod(answer.body.substr(at + line_start.size()));
 }
 
+// A standby's disk fails (disk_error rules on its own process): its journal refuses the next entry,
+// so it stops following, and the first snapshot taken to make the journal writable again (as it
+// stands down to follow again, or the store's retry) fails too. Once one succeeds it follows again
+// from what it holds, catches up with the leader, and can lead with every key. Its disk never costs
+// the cluster a change.
+TEST_F(HaFaultTest, AStandbyWhoseDiskFailsFollowsAgainOnceASnapshotSucceeds) {
+  HaMembers members(cluster_->endpoints(), test_name(), kLease);
+  members.add({"--enable-fault-injection"});
+  members.add({"--enable-fault-injection"});
+  const std::size_t leader = members.wait_leader(kWait);
+  ASSERT_NE(leader, kNone) << members.logs();
+  const std::size_t standby = 1 - leader;
+  initialize(members.process(leader));
+  std::vector<std::string> keys{"before"};
+  ASSERT_TRUE(write_key(members.process(leader), keys.back()));
+  ASSERT_EQ(members.wait_standby_at(standby, members.url(leader), members.health(leader).applied_seq, kWait).role,
+            "standby")
+      << members.logs();
+
+  // A standby takes disk faults only: the other rules act where it serves nothing.
+  const auto refused = post(members.process(standby), "/_faults", R"({"status":500})");
+  EXPECT_EQ(refused.status, 503) << refused.body;
+  EXPECT_THAT(refused.body, HasSubstr(kNotLeaderDetail));
+  for (const std::string_view op : {"journal_write", "snapshot_write"}) {
+    const auto r = post(members.process(standby), "/_faults",
+                        std::string(R"({"disk_error":"EIO","disk_op":")").append(op).append(R"(","times":1})"));
+    ASSERT_EQ(r.status, 200) << r.body;
+  }
+  for (int i = 0; i < 5; ++i) {
+    keys.push_back(std::string("during-").append(std::to_string(i)));
+    std::string failure;
+    ASSERT_TRUE(write_key(members.process(leader), keys.back(), &failure)) << failure;
+  }
+  const auto leader_health = members.health(leader);
+  const auto h = members.wait_standby_at(standby, members.url(leader), leader_health.applied_seq, kWait);
+  EXPECT_EQ(h.applied_seq, leader_health.applied_seq) << h.body << "\n" << members.logs();
+  EXPECT_EQ(metric(members, standby, "hf3fs_meta_disk_errors_total"), 1) << members.logs();
+  EXPECT_EQ(metric(members, standby, "hf3fs_meta_snapshot_failures_total"), 1) << members.logs();
+  EXPECT_GE(metric(members, standby, "hf3fs_meta_snapshots_total"), 1) << members.logs();
+  EXPECT_EQ(metric(members, standby, "hf3fs_meta_disk_failed"), 0) << members.logs();
+  EXPECT_THAT(members.logs(), HasSubstr("following the log ended"));
+
+  EXPECT_EQ(members.process(leader).terminate(), 0);
+  ASSERT_EQ(members.wait_leader(kWait, {standby}), standby) << members.logs();
+  const auto exists = post(members.process(standby), "/keys/batch_exists", keys_body(keys));
+  ASSERT_EQ(exists.status, 200) << exists.body;
+  EXPECT_EQ(count_exists(exists.body, keys.size()), static_cast<int>(keys.size())) << exists.body;
+  EXPECT_EQ(members.stop_all(), "") << members.logs();
+}
+
 // The leader deletes the entries every live member applied and its last snapshot holds (a snapshot
 // every 1000 journal bytes here), so the log stays short under load; a member that joins with an
 // empty data dir after that cannot follow from record 1, and starts from the leader's snapshot
