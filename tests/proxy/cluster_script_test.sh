@@ -2,7 +2,7 @@
 # scripts/cluster itself: a usage error exits 2 naming what is wrong; a command sees the cluster it
 # asked for (its environment, every proxy healthy, with_etcd's etcd), its exit status is cluster's,
 # and afterwards nothing cluster started runs and its files are gone; SIGTERM to cluster's PID stops
-# it all.
+# it all, and SIGKILL to it (no trap runs) kills it all too.
 # Usage: cluster_script_test.sh CLUSTER SERVER_BINARY PROXY_BINARY
 set -uo pipefail
 cluster=$1 server=$2 proxy=$3
@@ -74,4 +74,27 @@ while read -r pid; do
   ! kill -0 "$pid" 2>/dev/null || fail "process $pid still runs after cluster was stopped"
 done <"$scratch/pids"
 [ ! -e "$(cat "$scratch/dir")" ] || fail "$(cat "$scratch/dir") is left behind"
+
+# SIGKILL to cluster's PID (a harness's timeout) runs no trap: what it started, down to etcd, is
+# killed with it (setpriv --pdeathsig), within a bound. Its files are left (nothing runs to remove
+# them): under a TMPDIR of the scratch dir, which the EXIT trap removes.
+rm -f "$scratch/pids" "$scratch/etcd"
+mkdir -p "$scratch/tmp"
+# shellcheck disable=SC2016  # expanded by the command's shell
+TMPDIR=$scratch/tmp "$cluster" "${bins[@]}" -- bash -c 'cat "$HF3FS_META_CLUSTER_DIR"/*/pid >"$0/pids.tmp"; echo "$$" >>"$0/pids.tmp";
+                                     echo "$HF3FS_META_ETCD" >"$0/etcd"; echo "$HF3FS_META_CLUSTER_DIR" >"$0/dir";
+                                     mv "$0/pids.tmp" "$0/pids"; exec sleep 120' "$scratch" >/dev/null 2>&1 &
+outer=$!
+for _ in $(seq 1 300); do [ -s "$scratch/pids" ] && break; sleep 0.1; done
+[ -s "$scratch/pids" ] || fail "the cluster did not start within 30 s"
+kill -KILL $outer
+wait $outer 2>/dev/null
+gone() {
+  local pid url
+  while read -r pid; do ! kill -0 "$pid" 2>/dev/null || return 1; done <"$scratch/pids"
+  IFS=, read -r -a etcd <<<"$(cat "$scratch/etcd")"
+  for url in "${etcd[@]}"; do ! curl -s --noproxy '*' -m 1 "$url/health" >/dev/null || return 1; done
+}
+for _ in $(seq 1 100); do gone && break; sleep 0.1; done
+gone || fail "10 s after SIGKILL to cluster, something it started still runs (pids: $(tr '\n' ' ' <"$scratch/pids"), etcd: $(cat "$scratch/etcd"))"
 echo "cluster_script_test: ok"
