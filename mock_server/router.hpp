@@ -43,6 +43,14 @@ struct Reply {
     location.clear();
     allow.clear();
   }
+  // The answer to an error nothing handled (out of memory, a bug): uvicorn's, as vLLM's server gives.
+  void set_unhandled_error() {
+    status = 500;
+    content_type = "text/plain; charset=utf-8";
+    body = "Internal Server Error";
+    location.clear();
+    allow.clear();
+  }
 };
 
 // Where a request is in the router. The stages run once each, in this order; a stage that makes the

@@ -335,16 +335,11 @@ class Session : public std::enable_shared_from_this<Session> {
     try {
       next = backend_.step(request_, exchange_);
     } catch (const std::exception& e) {
-      // Out of memory or a bug below: answer as uvicorn does for an unhandled error, never crash.
+      // Out of memory or a bug below: answered, never a crash.
       std::fprintf(stderr, "%s: %s %s failed: %s\n", options_.program.c_str(), request_.method.c_str(),
                    request_.target.c_str(), e.what());
       exchange_.claim.reset();
-      auto& reply = exchange_.reply;
-      reply.status = 500;
-      reply.content_type = "text/plain; charset=utf-8";
-      reply.body = "Internal Server Error";
-      reply.location.clear();
-      reply.allow.clear();
+      exchange_.reply.set_unhandled_error();
       return write_reply();
     }
     switch (next) {

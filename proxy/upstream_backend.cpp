@@ -154,11 +154,7 @@ void UpstreamBackend::answer(const Request& request, Exchange& exchange) noexcep
     run(request, exchange);
   } catch (const std::exception& e) {
     // Out of memory, say: answered as the server answers an unhandled error.
-    exchange.reply.status = 500;
-    exchange.reply.content_type = "text/plain; charset=utf-8";
-    exchange.reply.body = "Internal Server Error";
-    exchange.reply.location.clear();
-    exchange.reply.allow.clear();
+    exchange.reply.set_unhandled_error();
     std::fprintf(stderr, "hf3fs-meta-proxy: %s %s failed: %s\n", request.method.c_str(), request.target.c_str(),
                  e.what());
   }
