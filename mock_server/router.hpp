@@ -73,9 +73,9 @@ struct Exchange {
   // tenant's namespace; empty for the default one. Views the request or the tenant table.
   std::string_view ns;
   Stage stage = Stage::admit;
-  // Set by the front before await: the connection is the only one on its I/O thread, and stays so
-  // until await returns, so a backend may block there (the proxy's upstream call) and hold no one
-  // up. The Router never blocks.
+  // Set by the front before await, for a backend that blocks when it may (Backend::blocks_when_alone):
+  // the connection is the only one on its I/O thread, and stays so until await returns, so the
+  // backend may block there (the proxy's upstream call) and hold no one up.
   bool alone = false;
   bool answered = false;  // dedup answered (a kept answer or a refusal): nothing to serve
   std::uint64_t durable_seq = 0;  // --fsync always: the record the reply waits for
@@ -129,6 +129,9 @@ class Backend {
   // After step() returned `next` (wait or durable): calls `wake` once, from any thread, when the
   // exchange may step again. `request` and `exchange` stay as they are until then.
   virtual void await(Next next, const Request& request, Exchange& exchange, std::function<void()> wake) = 0;
+  // Whether await() blocks its thread when Exchange::alone allows it: the front then claims the
+  // thread for the call (no other connection is given it meanwhile). The Router never blocks.
+  virtual bool blocks_when_alone() const noexcept { return false; }
   virtual Metrics& metrics() noexcept = 0;
   // Header lines ("name: value\r\n") every answer carries.
   virtual const std::string& answer_headers() const noexcept = 0;

@@ -368,7 +368,7 @@ class Session : public std::enable_shared_from_this<Session> {
       case Backend::Next::durable:
       case Backend::Next::wait: {
         busy_ = true;
-        exchange_.alone = worker_.claim_inline();
+        exchange_.alone = backend_.blocks_when_alone() && worker_.claim_inline();
         // Cleared however await ends: a worker left marked inline would admit no connection again.
         const struct InlineClaim {
           Worker* worker;

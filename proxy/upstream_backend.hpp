@@ -45,6 +45,7 @@ class UpstreamBackend final : public server::Backend {
   Next step(const server::Request& request, server::Exchange& exchange) override;
   void await(Next next, const server::Request& request, server::Exchange& exchange,
              std::function<void()> wake) override;
+  bool blocks_when_alone() const noexcept override { return true; }
   server::Metrics& metrics() noexcept override { return metrics_; }
   const std::string& answer_headers() const noexcept override { return no_headers_; }
 
