@@ -24,6 +24,11 @@ constexpr std::chrono::milliseconds kHealthDeadline{2000};
 // connection) and a failover (503 not the leader) are ridden out whatever the count.
 constexpr int kMaxAttempts = 8;
 
+// A counter without labels, registered in `registry`.
+prometheus::Counter& counter(prometheus::Registry& registry, const std::string& name, const std::string& help) {
+  return prometheus::BuildCounter().Name(name).Help(help).Register(registry).Add({});
+}
+
 ClientOptions client_options(const ProxyOptions& options, std::shared_ptr<ClientObserver> observer) {
   ClientOptions client;
   client.endpoints = options.upstream;
@@ -39,22 +44,13 @@ ClientOptions client_options(const ProxyOptions& options, std::shared_ptr<Client
 
 UpstreamCounters::UpstreamCounters(prometheus::Registry& registry, bool several_endpoints)
     : several_endpoints_(several_endpoints),
-      retries_(prometheus::BuildCounter()
-                   .Name("hf3fs_meta_proxy_retries_total")
-                   .Help("Upstream attempts the SDK repeated (after a failure it classed as repeatable).")
-                   .Register(registry)
-                   .Add({})),
-      failovers_(prometheus::BuildCounter()
-                     .Name("hf3fs_meta_proxy_failovers_total")
-                     .Help("Of those, the ones sent to another upstream member: after a 503 not the leader, or a "
-                           "connection that failed with more than one --upstream.")
-                     .Register(registry)
-                     .Add({})),
-      reinitializations_(prometheus::BuildCounter()
-                             .Name("hf3fs_meta_proxy_reinitializations_total")
-                             .Help("Ranks the SDK initialized again after the upstream said it had forgotten them.")
-                             .Register(registry)
-                             .Add({})) {}
+      retries_(counter(registry, "hf3fs_meta_proxy_retries_total",
+                       "Upstream attempts the SDK repeated (after a failure it classed as repeatable).")),
+      failovers_(counter(registry, "hf3fs_meta_proxy_failovers_total",
+                         "Of those, the ones sent to another upstream member: after a 503 not the leader, or a "
+                         "connection that failed with more than one --upstream.")),
+      reinitializations_(counter(registry, "hf3fs_meta_proxy_reinitializations_total",
+                                 "Ranks the SDK initialized again after the upstream said it had forgotten them.")) {}
 
 void UpstreamCounters::on_retry(const RetryEvent& event) {
   retries_.Increment();
@@ -81,12 +77,9 @@ UpstreamBackend::UpstreamBackend(const ProxyOptions& options)
                    .Register(registry_)
                    .Add({}, prometheus::Histogram::BucketBoundaries{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
                                                                     0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30})),
-      inline_calls_(prometheus::BuildCounter()
-                        .Name("hf3fs_meta_proxy_inline_calls_total")
-                        .Help("Of the upstream calls, those made on the I/O thread that read the request, its "
-                              "connection being the only one there; the others are handed to a worker.")
-                        .Register(registry_)
-                        .Add({})),
+      inline_calls_(counter(registry_, "hf3fs_meta_proxy_inline_calls_total",
+                            "Of the upstream calls, those made on the I/O thread that read the request, its "
+                            "connection being the only one there; the others are handed to a worker.")),
       client_(client_options(options, counters_)),
       pool_(options.threads) {}
 
