@@ -9,6 +9,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -234,67 +236,178 @@ Result<T> give_up_at_deadline(const RetryLoopPolicies& p, const CallSpec& s, Loo
   return give_up<T>(p, std::move(e));
 }
 
-// Runs attempts until one succeeds or decide() stops the call: the loop itself only counts, times
-// and waits.
-// - attempt(const AttemptTimeouts&) -> AttemptOutcome<T>
-// - initialize: as restore_rank() takes it.
-// `dedup_window_ms` is the server's deduplication window as the client knew it before the call (0:
-// none); an answer of this call may declare another.
-template <class T, class Attempt, class Initialize>
-Result<T> retry_loop(const RetryLoopPolicies& p, RankRegistry& ranks, const CallSpec& s, std::int64_t dedup_window_ms,
-                     Attempt&& attempt, Initialize&& initialize) {
-  LoopState state;
-  state.dedup_window_ms = dedup_window_ms;
-  for (;;) {
-    const auto now = p.clock.now();
-    if (now >= s.deadline) return give_up_at_deadline<T>(p, s, state);
-    ++state.attempts;
-    if (p.observer) p.observer->on_attempt(AttemptEvent{s.request_id, s.operation, state.attempts});
-    const auto left = std::chrono::ceil<std::chrono::milliseconds>(s.deadline - now);
-    state.timeouts = AttemptTimeouts{std::min(p.per_attempt.connect, left), std::min(p.per_attempt.total, left)};
-    const std::uint64_t epoch = ranks.epoch();
-    if (!state.first_sent) state.first_sent = now;
+// One call's loop as steps, so that a caller that blocks (retry_loop below) and one that is called
+// back (the async call in client.cpp) run the same decisions: begin() before each attempt, after()
+// with its outcome, restore() when after() asks for it; each says what the caller does next.
+template <class T>
+class RetryLoop {
+ public:
+  struct Step {
+    enum class Kind : std::uint8_t {
+      attempt,  // make an attempt now, with timeouts()
+      wait,     // wait `delay` (the backoff), then begin()
+      next,     // begin() at once
+      restore,  // call restore() (it may block: a restore is a call of its own), which says what next
+      done,     // take_result()
+    };
+    Kind kind = Kind::done;
+    std::chrono::nanoseconds delay{0};
+  };
+  using Kind = typename Step::Kind;
 
-    AttemptOutcome<T> outcome = attempt(state.timeouts);
-    if (outcome.dedup_window_ms) state.dedup_window_ms = *outcome.dedup_window_ms;
-    if (outcome.answered_2xx) p.budget.on_success();
+  // `dedup_window_ms` is the server's deduplication window as the client knew it before the call
+  // (0: none); an answer of this call may declare another.
+  RetryLoop(const RetryLoopPolicies& p, RankRegistry& ranks, const CallSpec& s, std::int64_t dedup_window_ms)
+      : p_(p), ranks_(ranks), s_(s) {
+    state_.dedup_window_ms = dedup_window_ms;
+  }
+
+  Step begin() {
+    const auto now = p_.clock.now();
+    if (now >= s_.deadline) return finish(give_up_at_deadline<T>(p_, s_, state_));
+    ++state_.attempts;
+    if (p_.observer) p_.observer->on_attempt(AttemptEvent{s_.request_id, s_.operation, state_.attempts});
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(s_.deadline - now);
+    state_.timeouts =
+        AttemptTimeouts{std::min(p_.per_attempt.connect, left), std::min(p_.per_attempt.total, left)};
+    epoch_ = ranks_.epoch();
+    if (!state_.first_sent) state_.first_sent = now;
+    return {Kind::attempt};
+  }
+
+  const AttemptTimeouts& timeouts() const { return state_.timeouts; }
+
+  Step after(AttemptOutcome<T> outcome) {
+    if (outcome.dedup_window_ms) state_.dedup_window_ms = *outcome.dedup_window_ms;
+    if (outcome.answered_2xx) p_.budget.on_success();
     if (outcome.result) {
-      if (p.observer) {
-        p.observer->on_success(SuccessEvent{s.request_id, s.operation, state.attempts, state.reinitialized});
+      if (p_.observer) {
+        p_.observer->on_success(SuccessEvent{s_.request_id, s_.operation, state_.attempts, state_.reinitialized});
       }
-      return std::move(outcome.result);
+      return finish(std::move(outcome.result));
     }
     Error e = std::move(outcome.result).error();
-    e.operation = s.operation;
-    e.request_id = s.request_id;
-    e.attempts = state.attempts;
-    e.reinitialized = state.reinitialized;
-    note_tried(state, e, outcome.endpoint, outcome.not_leader, outcome.leader, outcome.unreachable);
+    e.operation = s_.operation;
+    e.request_id = s_.request_id;
+    e.attempts = state_.attempts;
+    e.reinitialized = state_.reinitialized;
+    note_tried(state_, e, outcome.endpoint, outcome.not_leader, outcome.leader, outcome.unreachable);
 
-    Decision next = decide(p, s, state,
+    Decision next = decide(p_, s_, state_,
                            FailedAttempt{e, outcome.answered_2xx, outcome.unreachable, outcome.not_leader,
                                          outcome.not_leader && !outcome.leader.empty()});
     switch (next.action) {
       case Decision::Action::stop:
         e.stop_reason = std::move(next.stop_reason);
-        return give_up<T>(p, std::move(e));
+        return finish(give_up<T>(p_, std::move(e)));
       case Decision::Action::stop_at_deadline:
-        return give_up_at_deadline<T>(p, s, state);
+        return finish(give_up_at_deadline<T>(p_, s_, state_));
       case Decision::Action::restore_rank:
-        if (auto why = restore_rank(p, ranks, s, epoch, e, initialize)) {
-          e.stop_reason = std::move(*why);
-          return give_up<T>(p, std::move(e));
-        }
-        state.reinitialized = true;
-        break;  // the attempt again, at once
+        failed_ = std::move(e);
+        return {Kind::restore};
       case Decision::Action::retry:
-        if (!next.to_leader) ++state.retries;
-        if (p.observer) p.observer->on_retry(RetryEvent{s.request_id, s.operation, state.attempts, next.delay, e});
-        if (!next.to_leader) p.sleeper.sleep_for(next.delay);
-        break;
+        if (!next.to_leader) ++state_.retries;
+        if (p_.observer) {
+          p_.observer->on_retry(RetryEvent{s_.request_id, s_.operation, state_.attempts, next.delay, e});
+        }
+        state_.hopped = next.to_leader;
+        state_.last = std::move(e);
+        if (next.to_leader) return {Kind::next};
+        return {Kind::wait, next.delay};
     }
-    state.hopped = next.action == Decision::Action::retry && next.to_leader;
-    state.last = std::move(e);
+    return finish(give_up<T>(p_, std::move(e)));
+  }
+
+  // - initialize: as restore_rank() takes it.
+  template <class Initialize>
+  Step restore(Initialize& initialize) {
+    Error e = std::move(*failed_);
+    failed_.reset();
+    if (auto why = restore_rank(p_, ranks_, s_, epoch_, e, initialize)) {
+      e.stop_reason = std::move(*why);
+      return finish(give_up<T>(p_, std::move(e)));
+    }
+    state_.reinitialized = true;
+    state_.hopped = false;
+    state_.last = std::move(e);
+    return {Kind::next};  // the attempt again, at once
+  }
+
+  Result<T> take_result() { return std::move(*result_); }
+
+ private:
+  Step finish(Result<T> result) {
+    result_.emplace(std::move(result));
+    return {Kind::done};
+  }
+
+  const RetryLoopPolicies& p_;
+  RankRegistry& ranks_;
+  const CallSpec& s_;
+  LoopState state_;
+  std::uint64_t epoch_ = 0;      // the registry's, when the last attempt began
+  std::optional<Error> failed_;  // the attempt a restore is about
+  std::optional<Result<T>> result_;
+};
+
+// Runs attempts until one succeeds or decide() stops the call, blocking in the attempts, the
+// sleeper and the restores.
+// - attempt(const AttemptTimeouts&) -> AttemptOutcome<T>
+// - initialize: as restore_rank() takes it.
+template <class T, class Attempt, class Initialize>
+Result<T> retry_loop(const RetryLoopPolicies& p, RankRegistry& ranks, const CallSpec& s, std::int64_t dedup_window_ms,
+                     Attempt&& attempt, Initialize&& initialize) {
+  RetryLoop<T> loop(p, ranks, s, dedup_window_ms);
+  using Kind = typename RetryLoop<T>::Kind;
+  for (auto step = loop.begin();;) {
+    switch (step.kind) {
+      case Kind::attempt:
+        step = loop.after(attempt(loop.timeouts()));
+        break;
+      case Kind::wait:
+        p.sleeper.sleep_for(step.delay);
+        step = loop.begin();
+        break;
+      case Kind::next:
+        step = loop.begin();
+        break;
+      case Kind::restore:
+        step = loop.restore(initialize);
+        break;
+      case Kind::done:
+        return loop.take_result();
+    }
+  }
+}
+
+// Runs a call's loop from `step` without blocking: `call` holds the loop and makes its attempts,
+// waits and restores, each calling back what comes next. `call` is a shared_ptr to:
+// - loop: the RetryLoop<T>
+// - attempt(const AttemptTimeouts&, std::function<void(AttemptOutcome<T>)> next)
+// - wait(std::chrono::nanoseconds, std::function<void()> next)
+// - restore(std::function<void(Step)> next): loop.restore() where blocking is allowed, then next
+// - finish(Result<T>)
+// Each `next` runs on the call's own thread, after the function that took it returned.
+template <class Call>
+void drive_async(const std::shared_ptr<Call>& call, typename decltype(Call::loop)::Step step) {
+  using Step = typename decltype(Call::loop)::Step;
+  using Kind = typename Step::Kind;
+  for (;;) {
+    switch (step.kind) {
+      case Kind::next:
+        step = call->loop.begin();
+        continue;
+      case Kind::attempt:
+        return call->attempt(call->loop.timeouts(), [call](auto outcome) {
+          drive_async(call, call->loop.after(std::move(outcome)));
+        });
+      case Kind::wait:
+        return call->wait(step.delay, [call] { drive_async(call, call->loop.begin()); });
+      case Kind::restore:
+        return call->restore(std::function<void(Step)>([call](Step next) { drive_async(call, next); }));
+      case Kind::done:
+        return call->finish(call->loop.take_result());
+    }
   }
 }
 

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -41,7 +42,7 @@ Error lost_rank(Rank rank) {
 
 double three_quarters() { return 0.75; }
 
-class RetryLoopTest : public ::testing::Test {
+class RetryLoopTest : public ::testing::TestWithParam<bool> {
  protected:
   RetryLoopPolicies policies() {
     return RetryLoopPolicies{*retry,  backoff, idempotency,     budget,
@@ -54,26 +55,71 @@ class RetryLoopTest : public ::testing::Test {
     return CallSpec{op, rank, false, now, now + deadline, deadline, "rid-1"};
   }
 
-  // Runs the loop over `script` (one outcome per attempt; running out is a failure).
+  // Runs the loop over `script` (one outcome per attempt; running out is a failure): blocking
+  // (retry_loop), or called back (drive_async) when the test's parameter says so. Both must decide
+  // alike, so every test runs on both.
   Result<int> run(const CallSpec& s, std::deque<AttemptOutcome<int>> script, std::int64_t dedup_window_ms = 0) {
-    return retry_loop<int>(
-        policies(), ranks, s, dedup_window_ms,
-        [&](const AttemptTimeouts& t) {
-          timeouts.push_back(t);
-          clock->advance(attempt_takes);
-          if (script.empty()) {
-            ADD_FAILURE() << "more attempts than scripted";
-            return AttemptOutcome<int>{failure(errc::invalid_request, 400)};
-          }
-          auto next = std::move(script.front());
-          script.pop_front();
-          return next;
-        },
-        [&](Rank rank, std::int64_t num_pages, Role role, const CallSpec& caller) -> Result<std::string> {
-          initializes.push_back({rank, num_pages, role, caller.request_id});
-          if (restore_error) return *restore_error;
-          return std::string("ok");
-        });
+    const auto attempt = [&](const AttemptTimeouts& t) {
+      timeouts.push_back(t);
+      clock->advance(attempt_takes);
+      if (script.empty()) {
+        ADD_FAILURE() << "more attempts than scripted";
+        return AttemptOutcome<int>{failure(errc::invalid_request, 400)};
+      }
+      auto next = std::move(script.front());
+      script.pop_front();
+      return next;
+    };
+    const auto initialize = [&](Rank rank, std::int64_t num_pages, Role role,
+                                const CallSpec& caller) -> Result<std::string> {
+      initializes.push_back({rank, num_pages, role, caller.request_id});
+      if (restore_error) return *restore_error;
+      return std::string("ok");
+    };
+    if (!GetParam()) return retry_loop<int>(policies(), ranks, s, dedup_window_ms, attempt, initialize);
+    return run_async(s, dedup_window_ms, attempt, initialize);
+  }
+
+  // A call for drive_async whose callbacks are queued and run after the step that made them
+  // returned, as an I/O loop runs them; its waits go through the fake sleeper.
+  template <class Attempt, class Initialize>
+  struct QueuedCall {
+    QueuedCall(RetryLoopTest& t, const CallSpec& s, std::int64_t dedup, Attempt& a, Initialize& i)
+        : test(t), attempt_(a), initialize(i), loop(*t.policies_, t.ranks, s, dedup) {}
+    void attempt(const AttemptTimeouts& timeouts, std::function<void(AttemptOutcome<int>)> next) {
+      test.queue.push_back([next, outcome = attempt_(timeouts)] { next(outcome); });
+    }
+    void wait(nanoseconds delay, std::function<void()> next) {
+      test.sleeper.sleep_for(delay);
+      test.queue.push_back(std::move(next));
+    }
+    void restore(std::function<void(RetryLoop<int>::Step)> next) {
+      test.queue.push_back([next, step = loop.restore(initialize)] { next(step); });
+    }
+    void finish(Result<int> r) { result.emplace(std::move(r)); }
+
+    RetryLoopTest& test;
+    Attempt& attempt_;
+    Initialize& initialize;
+    std::optional<Result<int>> result;
+    RetryLoop<int> loop;
+  };
+
+  template <class Attempt, class Initialize>
+  Result<int> run_async(const CallSpec& s, std::int64_t dedup_window_ms, Attempt& attempt, Initialize& initialize) {
+    policies_.emplace(policies());
+    auto call = std::make_shared<QueuedCall<Attempt, Initialize>>(*this, s, dedup_window_ms, attempt, initialize);
+    drive_async(call, call->loop.begin());
+    while (!queue.empty()) {
+      auto next = std::move(queue.front());
+      queue.pop_front();
+      next();
+    }
+    if (!call->result) {
+      ADD_FAILURE() << "the call never finished";
+      return failure(errc::invalid_request, 400);
+    }
+    return std::move(*call->result);
   }
 
   static AttemptOutcome<int> fails(Error e) { return AttemptOutcome<int>{std::move(e)}; }
@@ -98,6 +144,8 @@ class RetryLoopTest : public ::testing::Test {
   std::vector<Initialize> initializes;
   std::optional<Error> restore_error;
   nanoseconds attempt_takes{0};  // how long each scripted attempt takes on the fake clock
+  std::deque<std::function<void()>> queue;  // run_async's callbacks, in order
+  std::optional<RetryLoopPolicies> policies_;  // run_async's, which its loop views
 };
 
 TEST(DefaultRetryClassTest, IsDesignsTable) {
@@ -128,7 +176,7 @@ class RepeatEverything final : public RetryPolicy {
   RetryClass classify(const Error&) const override { return RetryClass::unapplied; }
 };
 
-TEST_F(RetryLoopTest, A2xxThatDidNotDecodeIsNeverRepeatedWhateverThePolicySays) {
+TEST_P(RetryLoopTest, A2xxThatDidNotDecodeIsNeverRepeatedWhateverThePolicySays) {
   retry = std::make_unique<RepeatEverything>();
   AttemptOutcome<int> garbled{failure(errc::protocol_error, 200), true};
   auto r = run(call(Operation::allocate), {garbled});  // a second attempt would be unscripted: a failure
@@ -140,7 +188,7 @@ TEST_F(RetryLoopTest, A2xxThatDidNotDecodeIsNeverRepeatedWhateverThePolicySays) 
   EXPECT_TRUE(repeated);
 }
 
-TEST_F(RetryLoopTest, FirstSuccessIsReturnedWithoutWaiting) {
+TEST_P(RetryLoopTest, FirstSuccessIsReturnedWithoutWaiting) {
   auto r = run(call(Operation::allocate), {succeeds(7)});
   ASSERT_TRUE(r);
   EXPECT_EQ(r.value(), 7);
@@ -148,7 +196,7 @@ TEST_F(RetryLoopTest, FirstSuccessIsReturnedWithoutWaiting) {
   EXPECT_THAT(observer.trace(), ElementsAre("attempt 1", "success 1"));
 }
 
-TEST_F(RetryLoopTest, UnappliedFailuresRepeatAfterTheBackoffsDelayEvenForAnUnsafeCall) {
+TEST_P(RetryLoopTest, UnappliedFailuresRepeatAfterTheBackoffsDelayEvenForAnUnsafeCall) {
   auto r = run(call(Operation::allocate), {fails(http(503, errc::unavailable)), fails(refused()), succeeds(1)});
   ASSERT_TRUE(r) << r.error().message();
   // 0.75 of 50 ms, then of 100 ms: the backoff's draws, handed to the sleeper.
@@ -156,7 +204,7 @@ TEST_F(RetryLoopTest, UnappliedFailuresRepeatAfterTheBackoffsDelayEvenForAnUnsaf
   EXPECT_THAT(observer.trace(), ElementsAre("attempt 1", "retry 1", "attempt 2", "retry 2", "attempt 3", "success 3"));
 }
 
-TEST_F(RetryLoopTest, AnAmbiguousFailureRepeatsOnlyWhatIsSafe) {
+TEST_P(RetryLoopTest, AnAmbiguousFailureRepeatsOnlyWhatIsSafe) {
   auto safe = run(call(Operation::batch_exists), {fails(http(502, errc::unavailable)), succeeds(1)});
   EXPECT_TRUE(safe);
 
@@ -168,7 +216,7 @@ TEST_F(RetryLoopTest, AnAmbiguousFailureRepeatsOnlyWhatIsSafe) {
   EXPECT_EQ(sent.error().stop_reason, "not safe to repeat clear after timeout (request sent)");
 }
 
-TEST_F(RetryLoopTest, AnAmbiguousAllocateRepeatsOnlyInsideTheServersDedupWindow) {
+TEST_P(RetryLoopTest, AnAmbiguousAllocateRepeatsOnlyInsideTheServersDedupWindow) {
   // Declared by an answer of this call.
   AttemptOutcome<int> declared{http(503, errc::unavailable)};
   declared.dedup_window_ms = 60000;
@@ -187,7 +235,7 @@ TEST_F(RetryLoopTest, AnAmbiguousAllocateRepeatsOnlyInsideTheServersDedupWindow)
   EXPECT_FALSE(run(call(Operation::allocate), {std::move(withdrawn)}, 60000));
 }
 
-TEST_F(RetryLoopTest, OtherFailuresStopAtOnceWithoutAReasonOrAToken) {
+TEST_P(RetryLoopTest, OtherFailuresStopAtOnceWithoutAReasonOrAToken) {
   auto r = run(call(Operation::allocate), {fails(http(400, errc::invalid_request))});
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, errc::invalid_request);
@@ -201,7 +249,7 @@ TEST_F(RetryLoopTest, OtherFailuresStopAtOnceWithoutAReasonOrAToken) {
   EXPECT_TRUE(run(call(Operation::allocate), {fails(http(503, errc::unavailable)), succeeds(1)}));
 }
 
-TEST_F(RetryLoopTest, ThePolicysAttemptCountStopsTheLoopAndSaysSo) {
+TEST_P(RetryLoopTest, ThePolicysAttemptCountStopsTheLoopAndSaysSo) {
   retry = std::make_unique<LimitedAttemptsRetryPolicy>(3);
   auto r = run(call(Operation::batch_exists),
                {fails(http(503, errc::unavailable)), fails(http(503, errc::unavailable)), fails(http(503, errc::unavailable))});
@@ -213,7 +261,7 @@ TEST_F(RetryLoopTest, ThePolicysAttemptCountStopsTheLoopAndSaysSo) {
   EXPECT_THAT(r.error().message(), ::testing::HasSubstr("retry policy exhausted after 3 attempts"));
 }
 
-TEST_F(RetryLoopTest, TheLoopDoesNotSleepPastTheDeadline) {
+TEST_P(RetryLoopTest, TheLoopDoesNotSleepPastTheDeadline) {
   auto r = run(call(Operation::batch_exists, std::nullopt, milliseconds(100)),
                {fails(http(503, errc::unavailable)), fails(http(503, errc::unavailable))});
   ASSERT_FALSE(r);
@@ -224,7 +272,7 @@ TEST_F(RetryLoopTest, TheLoopDoesNotSleepPastTheDeadline) {
   EXPECT_THAT(sleeper.sleeps(), ElementsAre(milliseconds(37) + std::chrono::microseconds(500)));
 }
 
-TEST_F(RetryLoopTest, ADeadlineAlreadyPassedIsATimeoutWithoutAnAttempt) {
+TEST_P(RetryLoopTest, ADeadlineAlreadyPassedIsATimeoutWithoutAnAttempt) {
   auto r = run(call(Operation::get_locations, 3, milliseconds(0)), {});
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, errc::timeout);
@@ -233,7 +281,7 @@ TEST_F(RetryLoopTest, ADeadlineAlreadyPassedIsATimeoutWithoutAnAttempt) {
   EXPECT_EQ(r.error().stop_reason, "deadline of 0 s reached after 0 attempts in 0 s");
 }
 
-TEST_F(RetryLoopTest, AConnectionNothingAcceptedIsRepeatedPastTheAttemptCountUntilTheDeadline) {
+TEST_P(RetryLoopTest, AConnectionNothingAcceptedIsRepeatedPastTheAttemptCountUntilTheDeadline) {
   retry = std::make_unique<LimitedAttemptsRetryPolicy>(2);
   AttemptOutcome<int> unreachable{refused()};
   unreachable.unreachable = true;
@@ -256,7 +304,7 @@ TEST_F(RetryLoopTest, AConnectionNothingAcceptedIsRepeatedPastTheAttemptCountUnt
 
 // Issue 23: a policy that does not ride out restarts (the Python drop-in's, as vLLM's urllib3 Retry)
 // counts a connection nothing accepted as any other attempt: max_attempts, then the error.
-TEST_F(RetryLoopTest, APolicyThatCountsUnreachableStopsAtItsAttemptCount) {
+TEST_P(RetryLoopTest, APolicyThatCountsUnreachableStopsAtItsAttemptCount) {
   retry = std::make_unique<LimitedAttemptsRetryPolicy>(3, milliseconds(10000), Unreachable::count);
   EXPECT_FALSE(retry->rides_out_restarts());
   EXPECT_TRUE(LimitedAttemptsRetryPolicy().rides_out_restarts());
@@ -272,7 +320,7 @@ TEST_F(RetryLoopTest, APolicyThatCountsUnreachableStopsAtItsAttemptCount) {
 
 // Under load, the last attempt before the deadline gets a connect timeout of a millisecond or two and
 // can run out of it before the kernel refuses the connection: the call still failed on refusals.
-TEST_F(RetryLoopTest, AnUnsentTimeoutOfAnAttemptTheDeadlineCutReportsTheErrorBeforeIt) {
+TEST_P(RetryLoopTest, AnUnsentTimeoutOfAnAttemptTheDeadlineCutReportsTheErrorBeforeIt) {
   AttemptOutcome<int> unreachable{refused()};
   unreachable.unreachable = true;
   AttemptOutcome<int> cut{failure(errc::timeout, std::nullopt, false)};
@@ -307,7 +355,7 @@ TEST_F(RetryLoopTest, AnUnsentTimeoutOfAnAttemptTheDeadlineCutReportsTheErrorBef
   EXPECT_EQ(timeouts[2].connect, milliseconds(1000));
 }
 
-TEST_F(RetryLoopTest, EachAttemptsTimeoutsAreCutToWhatIsLeftOfTheDeadline) {
+TEST_P(RetryLoopTest, EachAttemptsTimeoutsAreCutToWhatIsLeftOfTheDeadline) {
   auto r = run(call(Operation::batch_exists, std::nullopt, milliseconds(2000)),
                {fails(http(503, errc::unavailable)), succeeds(1)});
   ASSERT_TRUE(r);
@@ -317,7 +365,7 @@ TEST_F(RetryLoopTest, EachAttemptsTimeoutsAreCutToWhatIsLeftOfTheDeadline) {
   EXPECT_EQ(timeouts[1].total, milliseconds(1963));  // 2000 - 37.5, rounded up
 }
 
-TEST_F(RetryLoopTest, TheBudgetStopsRetriesWhenHalfIsSpent) {
+TEST_P(RetryLoopTest, TheBudgetStopsRetriesWhenHalfIsSpent) {
   // 10 tokens, a failure takes 1: the fifth failure leaves 5, and retries stop at 5 or fewer.
   for (int i = 0; i < 4; ++i) {
     ASSERT_TRUE(run(call(Operation::batch_exists), {fails(http(503, errc::unavailable)), succeeds(1)}));
@@ -344,7 +392,7 @@ class ConflictsRepeatPolicy final : public RetryPolicy {
   }
 };
 
-TEST_F(RetryLoopTest, TheRetryPolicyDecidesWhichOutcomesRepeat) {
+TEST_P(RetryLoopTest, TheRetryPolicyDecidesWhichOutcomesRepeat) {
   retry = std::make_unique<ConflictsRepeatPolicy>();
   EXPECT_TRUE(run(call(Operation::confirm_write, 3), {fails(http(409, errc::stale_allocation)), succeeds(1)}));
   auto r = run(call(Operation::batch_exists), {fails(http(503, errc::unavailable))});
@@ -352,7 +400,7 @@ TEST_F(RetryLoopTest, TheRetryPolicyDecidesWhichOutcomesRepeat) {
   EXPECT_EQ(r.error().attempts, 1);
 }
 
-TEST_F(RetryLoopTest, ALostRegisteredRankIsRestoredOnceThenTheCallRepeatsAtOnce) {
+TEST_P(RetryLoopTest, ALostRegisteredRankIsRestoredOnceThenTheCallRepeatsAtOnce) {
   ranks.add(3, 64, Role::worker);
   auto r = run(call(Operation::allocate, 3), {fails(lost_rank(3)), succeeds(5)});
   ASSERT_TRUE(r) << r.error().message();
@@ -364,7 +412,7 @@ TEST_F(RetryLoopTest, ALostRegisteredRankIsRestoredOnceThenTheCallRepeatsAtOnce)
   EXPECT_THAT(observer.trace(), ElementsAre("attempt 1", "reinitialize 3", "attempt 2", "success 2"));
 }
 
-TEST_F(RetryLoopTest, ARestoreIsAllowedPastTheAttemptCountButOnlyOncePerCall) {
+TEST_P(RetryLoopTest, ARestoreIsAllowedPastTheAttemptCountButOnlyOncePerCall) {
   retry = std::make_unique<LimitedAttemptsRetryPolicy>(1);
   ranks.add(3, 64, Role::worker);
   EXPECT_TRUE(run(call(Operation::get_locations, 3), {fails(lost_rank(3)), succeeds(5)}));
@@ -375,7 +423,7 @@ TEST_F(RetryLoopTest, ARestoreIsAllowedPastTheAttemptCountButOnlyOncePerCall) {
   EXPECT_EQ(twice.error().stop_reason, "rank 3 was not initialized again after the client restored it");
 }
 
-TEST_F(RetryLoopTest, ACallNamingPagesIsNotRepeatedAfterARestore) {
+TEST_P(RetryLoopTest, ACallNamingPagesIsNotRepeatedAfterARestore) {
   ranks.add(3, 64, Role::worker);
   CallSpec confirm = call(Operation::confirm_write, 3);
   confirm.names_pages = true;  // as the route table says of confirm_write
@@ -387,7 +435,7 @@ TEST_F(RetryLoopTest, ACallNamingPagesIsNotRepeatedAfterARestore) {
   EXPECT_EQ(initializes.size(), 1u);
 }
 
-TEST_F(RetryLoopTest, ALostRankThatCannotBeRestoredSaysWhy) {
+TEST_P(RetryLoopTest, ALostRankThatCannotBeRestoredSaysWhy) {
   auto unregistered = run(call(Operation::allocate, 3), {fails(lost_rank(3))});
   ASSERT_FALSE(unregistered);
   EXPECT_EQ(unregistered.error().stop_reason,
@@ -411,6 +459,11 @@ TEST_F(RetryLoopTest, ALostRankThatCannotBeRestoredSaysWhy) {
 
 
 // ---- decide(): the decision after a failed attempt, on its own, for each way the loop stops ----
+
+INSTANTIATE_TEST_SUITE_P(BlockingAndCalledBack, RetryLoopTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "CalledBack" : "Blocking";
+                         });
 
 class DecideTest : public RetryLoopTest {
  protected:
