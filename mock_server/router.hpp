@@ -11,6 +11,8 @@
 #include <string>
 #include <string_view>
 
+#include <boost/asio/io_context.hpp>
+
 #include "dedup_cache.hpp"
 #include "durable/store.hpp"
 #include "fault_injector.hpp"
@@ -77,6 +79,7 @@ struct Exchange {
   // the connection is the only one on its I/O thread, and stays so until await returns, so the
   // backend may block there (the proxy's upstream call) and hold no one up.
   bool alone = false;
+  std::size_t thread = 0;  // the I/O thread the connection lives on (Backend::thread_started)
   bool answered = false;  // dedup answered (a kept answer or a refusal): nothing to serve
   std::uint64_t durable_seq = 0;  // --fsync always: the record the reply waits for
   std::string durable_error;      // set by the journal's syncer before the session is woken
@@ -132,6 +135,11 @@ class Backend {
   // Whether await() blocks its thread when Exchange::alone allows it: the front then claims the
   // thread for the call (no other connection is given it meanwhile). The Router never blocks.
   virtual bool blocks_when_alone() const noexcept { return false; }
+  // The front's I/O threads, each running its own io_context: thread_started before any runs (the
+  // io_context of Exchange::thread `index`), thread_ended on that thread once its io_context ran
+  // out of work, before the io_context goes. For a backend that does its own I/O on them (the proxy).
+  virtual void thread_started(std::size_t /*index*/, boost::asio::io_context& /*io*/) {}
+  virtual void thread_ended(std::size_t /*index*/) {}
   virtual Metrics& metrics() noexcept = 0;
   // Header lines ("name: value\r\n") every answer carries.
   virtual const std::string& answer_headers() const noexcept = 0;

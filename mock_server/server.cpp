@@ -137,6 +137,7 @@ class Session : public std::enable_shared_from_this<Session> {
         idle_timer_(socket_.get_executor()),
         delay_timer_(socket_.get_executor()) {
     context_.limits.connections.fetch_add(1, std::memory_order_relaxed);
+    exchange_.thread = worker.index;
   }
 
   ~Session() {
@@ -745,11 +746,14 @@ Worker* Server::evict_longest_idle() {
 }
 
 void Server::run() {
+  for (auto& worker : workers_) backend_.thread_started(worker->index, worker->ioc);
+  const auto run = [this](Worker* worker) {
+    worker->ioc.run();
+    backend_.thread_ended(worker->index);
+  };
   std::vector<std::thread> threads;
-  for (std::size_t i = 1; i < workers_.size(); ++i) {
-    threads.emplace_back([worker = workers_[i].get()] { worker->ioc.run(); });
-  }
-  workers_.front()->ioc.run();
+  for (std::size_t i = 1; i < workers_.size(); ++i) threads.emplace_back(run, workers_[i].get());
+  run(workers_.front().get());
   for (auto& thread : threads) thread.join();
 }
 

@@ -1,6 +1,10 @@
 #include "forward.hpp"
 
+#include <cstdio>
+#include <functional>
+#include <memory>
 #include <optional>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -39,33 +43,64 @@ Outcome answer_error(const Error& e, std::chrono::milliseconds deadline, Reply& 
   return Outcome::unavailable;
 }
 
+// One forwarded request while its upstream call runs: what its answer needs. The request's target,
+// body and reply belong to the connection, which waits for `done`.
+struct Forwarding {
+  internal::AsyncClient& client;
+  internal::AsyncTransport& transport;
+  const RoutedTarget& target;
+  std::string_view body;
+  CallOptions call;
+  Reply& reply;
+  std::function<void(Outcome)> done;
+
+  // Runs a call's answer: an exception there (out of memory) is answered as the server answers an
+  // unhandled error, since nothing above the transport's callback would catch it.
+  template <class F>
+  void answer(F&& work) noexcept {
+    try {
+      work();
+    } catch (const std::exception& e) {
+      reply.set_unhandled_error();
+      std::fprintf(stderr, "hf3fs-meta-proxy: %s failed: %s\n", std::string(to_string(target.route)).c_str(), e.what());
+      done(Outcome::failed);
+    }
+  }
+};
+using Call = std::shared_ptr<Forwarding>;
+
 // The body as it came, for a request the SDK refuses before sending (a duplicate key, an empty key,
 // a negative page...) but the server answers with its own words: Client::raw sends it unchanged.
-Outcome forward_raw(Client& client, const RoutedTarget& target, std::string_view body, const CallOptions& call,
-                    std::chrono::milliseconds deadline, Reply& reply) {
-  auto answer = client.raw(target.raw, body, call);
-  if (!answer) return answer_error(answer.error(), deadline, reply);
-  RawResponse& r = answer.value();
-  set_reply(reply, r.status, std::move(r.content_type), std::move(r.body));
-  return Outcome::ok;
+void forward_raw(const Call& f) {
+  f->client.raw(f->transport, f->target.raw, f->body, f->call, [f](Result<RawResponse> answer) {
+    f->answer([&] {
+      if (!answer) return f->done(answer_error(answer.error(), f->call.deadline.value(), f->reply));
+      RawResponse& r = answer.value();
+      set_reply(f->reply, r.status, std::move(r.content_type), std::move(r.body));
+      f->done(Outcome::ok);
+    });
+  });
 }
 
-// A typed call's result: its 2xx rendered by `encode` (-> the body; nullopt: 204), an SDK refusal
-// sent raw, any other failure through answer_error.
+// What a typed call's result becomes: its 2xx rendered by `encode` (-> the body; for a void call,
+// 204), an SDK refusal sent raw, any other failure through answer_error. `encode` holds what the
+// call views (the decoded request) until the call ends.
 template <class T, class Encode>
-Outcome finish(Result<T> result, Encode&& encode, Client& client, const RoutedTarget& target, std::string_view body,
-               const CallOptions& call, std::chrono::milliseconds deadline, Reply& reply) {
-  if (!result) {
-    if (result.error().code == errc::invalid_argument) return forward_raw(client, target, body, call, deadline, reply);
-    return answer_error(result.error(), deadline, reply);
-  }
-  if constexpr (std::is_void_v<T>) {
-    (void)encode;
-    no_content(reply);
-  } else {
-    reply.set_json(200, encode(result.value()));
-  }
-  return Outcome::ok;
+internal::AsyncClient::Then<T> finish(const Call& f, Encode encode) {
+  return [f, encode = std::move(encode)](Result<T> result) {
+    f->answer([&] {
+      if (!result) {
+        if (result.error().code == errc::invalid_argument) return forward_raw(f);
+        return f->done(answer_error(result.error(), f->call.deadline.value(), f->reply));
+      }
+      if constexpr (std::is_void_v<T>) {
+        no_content(f->reply);
+      } else {
+        f->reply.set_json(200, encode(result.value()));
+      }
+      f->done(Outcome::ok);
+    });
+  };
 }
 
 std::vector<std::string> owned(const std::vector<std::string_view>& views) {
@@ -79,6 +114,22 @@ std::optional<std::vector<std::string>> key_list(std::string_view body) {
   return owned(views.keys);
 }
 
+// The encoder takes the state's KeyInfo, whose pages give the ranks (the answer names no page).
+std::string key_status_body(const KeyStatusAnswer& answer) {
+  std::vector<std::optional<KeyInfo>> status;
+  status.reserve(answer.status.size());
+  for (const auto& s : answer.status) {
+    if (!s) {
+      status.emplace_back();
+      continue;
+    }
+    KeyInfo info{s->tp_world_size, {}, s->complete};
+    for (const Rank rank : s->ranks) info.pages.emplace_back(rank, 0);
+    status.emplace_back(std::move(info));
+  }
+  return protocol::encode_key_status_response(answer.ranks_initialized, status);
+}
+
 }  // namespace
 
 std::string_view to_string(Outcome outcome) noexcept {
@@ -87,6 +138,7 @@ std::string_view to_string(Outcome outcome) noexcept {
     case Outcome::answered: return "answered";
     case Outcome::local: return "local";
     case Outcome::unavailable: return "unavailable";
+    case Outcome::failed: return "failed";
   }
   return "unknown";
 }
@@ -104,16 +156,17 @@ void answer_locally(const RoutedTarget& target, std::string_view body, std::stri
   }
 }
 
-Outcome forward(Client& client, const RoutedTarget& target, std::string_view body, std::chrono::milliseconds deadline,
-                Reply& reply) {
-  const CallOptions call{deadline};
+void forward(internal::AsyncClient& client, internal::AsyncTransport& transport, const RoutedTarget& target,
+             std::string_view body, std::chrono::milliseconds deadline, Reply& reply,
+             std::function<void(Outcome)> done) {
+  const auto f = std::make_shared<Forwarding>(Forwarding{client, transport, target, body, CallOptions{deadline},
+                                                         reply, std::move(done)});
+  const CallOptions& call = f->call;
   const auto refused = [&] {
     answer_locally(target, body, {}, reply);
-    return Outcome::local;
+    f->done(Outcome::local);
   };
-  const auto done = [&](auto result, auto&& encode) {
-    return finish(std::move(result), encode, client, target, body, call, deadline, reply);
-  };
+  // Each decoded request is held by the shared_ptr its encoder keeps, since the call views it.
   switch (target.route) {
     case Route::initialize: {
       const auto rank = protocol::parse_path_rank(target.rank_segment());
@@ -121,94 +174,99 @@ Outcome forward(Client& client, const RoutedTarget& target, std::string_view bod
       if (!rank || !request) return refused();
       const auto message = [](const std::string& m) { return protocol::encode_message(m); };
       // A worker's rank is registered, so that the SDK initializes it again when the upstream forgets it.
-      return done(client.ensure_initialized(*rank, request.value().num_pages, request.value().role, call), message);
+      return client.ensure_initialized(transport, *rank, request.value().num_pages, request.value().role, call,
+                                       finish<std::string>(f, message));
     }
     case Route::batch_allocate: {
       auto request = protocol::decode_allocate_request(body);
       if (!request) return refused();
-      const auto& r = request.value();
-      return done(client.allocate(r.rank, r.keys, call),
-                  [&](const std::vector<Page>& pages) { return protocol::encode_allocate_response(r.rank, r.keys, pages); });
+      const auto r = std::make_shared<protocol::AllocateRequest>(std::move(request).value());
+      return client.allocate(transport, r->rank, r->keys, call,
+                             finish<std::vector<Page>>(f, [r](const std::vector<Page>& pages) {
+                               return protocol::encode_allocate_response(r->rank, r->keys, pages);
+                             }));
     }
     case Route::confirm_write: {
       auto request = protocol::decode_confirm_write_request(body);
       if (!request) return refused();
-      const auto& r = request.value();
-      if (!r.release_keys.empty()) {
+      const auto r = std::make_shared<protocol::ConfirmWriteRequest>(std::move(request).value());
+      if (!r->release_keys.empty()) {
         // The proxy does not advertise kKeyedReleaseHeader: vLLM sends bare pages only.
         reply.set_json(400, protocol::encode_detail(
-                                "pages_to_release[" + std::to_string(r.release_keys.front().index) +
+                                "pages_to_release[" + std::to_string(r->release_keys.front().index) +
                                 "]: hf3fs-meta-proxy takes bare pages only (keyed releases are not forwarded)"));
-        return Outcome::local;
+        return f->done(Outcome::local);
       }
-      return done(client.confirm_write(r.rank, r.confirmations, r.pages_to_release, call), 0);
+      return client.confirm_write(transport, r->rank, r->confirmations, r->pages_to_release, call,
+                                  finish<void>(f, [r](auto&&...) { return std::string(); }));
     }
     case Route::batch_exists: {
       auto keys = key_list(body);
       if (!keys) return refused();
-      return done(client.batch_exists(*keys, call),
-                  [](const std::vector<bool>& exists) { return protocol::encode_batch_exists_response(exists); });
+      const auto k = std::make_shared<std::vector<std::string>>(std::move(*keys));
+      return client.batch_exists(transport, *k, call, finish<std::vector<bool>>(f, [k](const std::vector<bool>& e) {
+                                   return protocol::encode_batch_exists_response(e);
+                                 }));
     }
     case Route::get_locations: {
       protocol::KeyListRequest views;
       if (protocol::decode_get_locations_request(body, views)) return refused();
       const Rank rank = views.rank;
-      return done(client.get_locations(rank, owned(views.keys), call), [](const std::vector<std::optional<Page>>& l) {
-        return protocol::encode_get_locations_response(l);
-      });
+      const auto k = std::make_shared<std::vector<std::string>>(owned(views.keys));
+      return client.get_locations(transport, rank, *k, call,
+                                  finish<std::vector<std::optional<Page>>>(
+                                      f, [k](const std::vector<std::optional<Page>>& l) {
+                                        return protocol::encode_get_locations_response(l);
+                                      }));
     }
     case Route::clear:
-      return done(client.clear(call), 0);
+      return client.clear(transport, call, finish<void>(f, [](auto&&...) { return std::string(); }));
     case Route::delete_keys: {
       auto keys = key_list(body);
       if (!keys) return refused();
-      return done(client.delete_keys(*keys, call),
-                  [](const std::vector<bool>& deleted) { return protocol::encode_delete_keys_response(deleted); });
+      const auto k = std::make_shared<std::vector<std::string>>(std::move(*keys));
+      return client.delete_keys(transport, *k, call, finish<std::vector<bool>>(f, [k](const std::vector<bool>& d) {
+                                  return protocol::encode_delete_keys_response(d);
+                                }));
     }
     case Route::stats:
-      return done(client.stats(call), [](const StateStats& stats) { return protocol::encode_stats_response(stats); });
+      return client.stats(transport, call, finish<StateStats>(f, [](const StateStats& stats) {
+                            return protocol::encode_stats_response(stats);
+                          }));
     case Route::drop_rank: {
       const auto rank = protocol::parse_path_rank(target.rank_segment());
       if (!rank) return refused();
-      return done(client.drop_rank(*rank, call),
-                  [&](const DropOutcome& outcome) { return protocol::encode_drop_response(*rank, outcome); });
+      return client.drop_rank(transport, *rank, call, finish<DropOutcome>(f, [rank = *rank](const DropOutcome& o) {
+                                return protocol::encode_drop_response(rank, o);
+                              }));
     }
     case Route::namespaces:
-      return done(client.namespaces(call), [](const std::vector<NamespaceSummary>& all) {
-        return protocol::encode_namespaces_response(all);
-      });
+      return client.namespaces(transport, call,
+                               finish<std::vector<NamespaceSummary>>(f, [](const std::vector<NamespaceSummary>& all) {
+                                 return protocol::encode_namespaces_response(all);
+                               }));
     case Route::drop_namespace: {
-      const std::string name(target.name_segment());
-      if (!valid_namespace_name(name)) return refused();
-      return done(client.drop_namespace(name, call), [&](const NamespaceDropOutcome& outcome) {
-        return protocol::encode_drop_namespace_response(name, outcome);
-      });
+      const auto name = std::make_shared<std::string>(target.name_segment());
+      if (!valid_namespace_name(*name)) return refused();
+      return client.drop_namespace(transport, *name, call,
+                                   finish<NamespaceDropOutcome>(f, [name](const NamespaceDropOutcome& o) {
+                                     return protocol::encode_drop_namespace_response(*name, o);
+                                   }));
     }
     case Route::key_status: {
       auto keys = key_list(body);
       if (!keys) return refused();
-      return done(client.key_status(*keys, call), [](const KeyStatusAnswer& answer) {
-        // The encoder takes the state's KeyInfo, whose pages give the ranks (the answer names no page).
-        std::vector<std::optional<KeyInfo>> status;
-        status.reserve(answer.status.size());
-        for (const auto& s : answer.status) {
-          if (!s) {
-            status.emplace_back();
-            continue;
-          }
-          KeyInfo info{s->tp_world_size, {}, s->complete};
-          for (const Rank rank : s->ranks) info.pages.emplace_back(rank, 0);
-          status.emplace_back(std::move(info));
-        }
-        return protocol::encode_key_status_response(answer.ranks_initialized, status);
-      });
+      const auto k = std::make_shared<std::vector<std::string>>(std::move(*keys));
+      return client.key_status(transport, *k, call, finish<KeyStatusAnswer>(f, [k](const KeyStatusAnswer& answer) {
+                                 return key_status_body(answer);
+                               }));
     }
     case Route::redirect:
     case Route::method_not_allowed:
     case Route::not_found:
       break;
   }
-  return refused();
+  refused();
 }
 
 }  // namespace hf3fs_meta::proxy

@@ -5,9 +5,11 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 
+#include "client/async_client.hpp"
 #include "hf3fs_meta/client.hpp"
 #include "hf3fs_meta/service.hpp"
 #include "router.hpp"  // Reply
@@ -20,6 +22,7 @@ enum class Outcome : std::uint8_t {
   answered,     // the upstream's own refusal or failure (4xx, 500...), passed on as it was
   local,        // answered here without a round trip (bad input, no such route)
   unavailable,  // no answer from the upstream within the deadline: the proxy's 503
+  failed,       // an error in the proxy (out of memory): the server's 500 for an unhandled error
 };
 std::string_view to_string(Outcome outcome) noexcept;
 
@@ -27,8 +30,11 @@ std::string_view to_string(Outcome outcome) noexcept;
 // a request its decoders refuse (400, 422). `host` makes a 307's location absolute.
 void answer_locally(const RoutedTarget& target, std::string_view body, std::string_view host, server::Reply& reply);
 
-// `target` is routed to one of the protocol's endpoints. Blocks for the upstream call.
-Outcome forward(Client& client, const RoutedTarget& target, std::string_view body, std::chrono::milliseconds deadline,
-                server::Reply& reply);
+// `target` is routed to one of the protocol's endpoints: the call of its route, on `transport`'s
+// thread, which sets `reply` and then calls `done` there (at once when answered locally). `target`,
+// `body` and `reply` stay valid until then.
+void forward(internal::AsyncClient& client, internal::AsyncTransport& transport, const RoutedTarget& target,
+             std::string_view body, std::chrono::milliseconds deadline, server::Reply& reply,
+             std::function<void(Outcome)> done);
 
 }  // namespace hf3fs_meta::proxy

@@ -71,8 +71,7 @@ int main(int argc, char** argv) {
     std::thread signal_thread([&] { signal_context.run(); });
 
     std::fprintf(stderr,
-                 "hf3fs-meta-proxy: ready (upstream %s%s%s, deadline %lld ms, %u I/O threads and as many upstream "
-                 "workers, max connections %zu)\n",
+                 "hf3fs-meta-proxy: ready (upstream %s%s%s, deadline %lld ms, %u I/O threads, max connections %zu)\n",
                  joined(options.upstream).c_str(), options.namespace_name.empty() ? "" : ", namespace ",
                  options.namespace_name.c_str(), static_cast<long long>(options.deadline.count()), options.threads,
                  server.max_connections());
@@ -85,7 +84,6 @@ int main(int argc, char** argv) {
     server.run();
     signals.cancel();
     signal_thread.join();
-    backend.stop();
     std::fprintf(stderr, "hf3fs-meta-proxy: stopped (%s), %llu requests served\n",
                  caught == SIGINT ? "SIGINT" : caught == SIGTERM ? "SIGTERM" : "no signal",
                  static_cast<unsigned long long>(server.requests_served()));

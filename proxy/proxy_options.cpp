@@ -87,8 +87,7 @@ void define(CLI::App& app, ProxyOptions& o) {
       ->default_str(std::to_string(o.deadline.count()))
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
   app.add_option("--threads", o.threads,
-                 "I/O threads, and as many workers for upstream calls (a connection alone on an I/O thread "
-                 "makes its calls there)")
+                 "I/O threads; each makes its connections' upstream calls itself, without blocking")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
   server::define_front_limits(app, o.front);

@@ -24,9 +24,9 @@ struct ProxyOptions {
   // Each vLLM request's bound: the SDK's retries, failovers and re-initializations happen within it,
   // then vLLM gets 503.
   std::chrono::milliseconds deadline{30000};
-  // Upstream calls block (libcurl): this many I/O threads, and as many pool workers for the calls
-  // of connections that share an I/O thread. At most 2 * threads - 1 calls are in flight at once.
-  unsigned threads = 16;
+  // I/O threads: each reads its connections' requests and makes their upstream calls itself,
+  // without blocking (libcurl's multi interface), as many at once as its connections ask.
+  unsigned threads = 2;
 };
 
 inline constexpr const char* kDefaultListen = "127.0.0.1:18000";

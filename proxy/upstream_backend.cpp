@@ -2,7 +2,6 @@
 
 #include <utility>
 
-#include <boost/asio/post.hpp>
 
 #include "hf3fs_meta/policies.hpp"
 #include "hf3fs_meta/protocol_server.hpp"
@@ -77,15 +76,17 @@ UpstreamBackend::UpstreamBackend(const ProxyOptions& options)
                    .Register(registry_)
                    .Add({}, prometheus::Histogram::BucketBoundaries{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
                                                                     0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30})),
-      inline_calls_(counter(registry_, "hf3fs_meta_proxy_inline_calls_total",
-                            "Of the upstream calls, those made on the I/O thread that read the request, its "
-                            "connection being the only one there; the others are handed to a worker.")),
-      client_(client_options(options, counters_)),
-      pool_(options.threads) {}
+      client_(client_options(options, counters_)) {}
 
-UpstreamBackend::~UpstreamBackend() { stop(); }
+UpstreamBackend::~UpstreamBackend() = default;
 
-void UpstreamBackend::stop() { pool_.join(); }
+void UpstreamBackend::thread_started(std::size_t index, boost::asio::io_context& io) {
+  if (transports_.size() <= index) transports_.resize(index + 1);
+  transports_[index] = internal::make_curl_multi_transport(io, options_.upstream.front(), options_.ca_file);
+}
+
+// On the thread, whose io_context has no work left: no call is in flight.
+void UpstreamBackend::thread_ended(std::size_t index) { transports_[index].reset(); }
 
 server::Backend::Next UpstreamBackend::step(const Request& request, Exchange& exchange) {
   if (exchange.stage == Stage::finish) return Next::reply;  // woken: the worker set the reply
@@ -129,52 +130,39 @@ server::Backend::Next UpstreamBackend::step(const Request& request, Exchange& ex
 }
 
 void UpstreamBackend::await(Next, const Request& request, Exchange& exchange, std::function<void()> wake) {
-  if (exchange.alone) {
-    // Nothing else is on this I/O thread (server::Exchange::alone): making the call here saves two
-    // hand-overs between threads, most of the proxy's own cost on a round trip.
-    inline_calls_.Increment();
-    answer(request, exchange);
-    return wake();
+  internal::AsyncTransport& transport = *transports_[exchange.thread];
+  if (exchange.label.index() == server::RouteLabel(ServerRoute::healthz).index()) {
+    return check_health(transport, exchange.reply, std::move(wake));
   }
-  boost::asio::post(pool_, [this, &request, &exchange, wake = std::move(wake)] {
-    answer(request, exchange);
-    wake();
-  });
-}
-
-void UpstreamBackend::answer(const Request& request, Exchange& exchange) noexcept {
-  try {
-    run(request, exchange);
-  } catch (const std::exception& e) {
-    // Out of memory, say: answered as the server answers an unhandled error.
-    exchange.reply.set_unhandled_error();
-    std::fprintf(stderr, "hf3fs-meta-proxy: %s %s failed: %s\n", request.method.c_str(), request.target.c_str(),
-                 e.what());
-  }
-}
-
-void UpstreamBackend::run(const Request& request, Exchange& exchange) {
-  if (exchange.label.index() == server::RouteLabel(ServerRoute::healthz).index()) return check_health(exchange.reply);
   const auto started = std::chrono::steady_clock::now();
-  const Outcome outcome = forward(client_, exchange.target, request.body, options_.deadline, exchange.reply);
-  if (outcome != Outcome::local) {
-    latency_.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
-  }
-  forwarded_.Add({{"route", std::string(to_string(exchange.target.route))}, {"outcome", std::string(to_string(outcome))}})
-      .Increment();
+  forward(client_, transport, exchange.target, request.body, options_.deadline, exchange.reply,
+          [this, &exchange, started, wake = std::move(wake)](Outcome outcome) {
+            if (outcome != Outcome::local) {
+              latency_.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+            }
+            forwarded_
+                .Add({{"route", std::string(to_string(exchange.target.route))},
+                      {"outcome", std::string(to_string(outcome))}})
+                .Increment();
+            wake();
+          });
 }
 
-void UpstreamBackend::check_health(Reply& reply) {
+void UpstreamBackend::check_health(internal::AsyncTransport& transport, Reply& reply, std::function<void()> wake) {
   // GET /stats is a read every member that leads answers (a tenant's token included): an answer
   // means a leader serves this proxy's namespace with its token.
-  auto stats = client_.stats(CallOptions{std::min(options_.deadline, kHealthDeadline)});
-  if (stats) {
-    reply.set_json(200, R"({"status":"ok"})");
-    return;
-  }
-  std::string body = protocol::encode_detail("no upstream leader answered: " + stats.error().message());
-  body.insert(1, R"("status":"unavailable",)");
-  reply.set_json(503, std::move(body));
+  client_.stats(transport, CallOptions{std::min(options_.deadline, kHealthDeadline)},
+                [&reply, wake = std::move(wake)](Result<StateStats> stats) {
+                  if (stats) {
+                    reply.set_json(200, R"({"status":"ok"})");
+                  } else {
+                    std::string body =
+                        protocol::encode_detail("no upstream leader answered: " + stats.error().message());
+                    body.insert(1, R"("status":"unavailable",)");
+                    reply.set_json(503, std::move(body));
+                  }
+                  wake();
+                });
 }
 
 void UpstreamBackend::serve_metrics(Reply& reply) const {

@@ -1,19 +1,22 @@
 // hf3fs-meta-proxy's backend for the server's HTTP front (server.hpp): each protocol request is
-// forwarded through the SDK's Client, whose calls block: on the I/O thread that read it when its
-// connection is the only one there (server::Exchange::alone), else on a pool of worker threads, the
-// connection waiting, as it waits for an fsync in the server, until the worker wakes it.
+// forwarded through the SDK's calls that do not block (internal::AsyncClient), on the I/O thread that
+// read it, over that thread's own libcurl multi transport; the connection waits, as it waits for an
+// fsync in the server, until the call's answer wakes it.
 #pragma once
 
 #include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
-#include <boost/asio/thread_pool.hpp>
+#include <boost/asio/io_context.hpp>
 #include <prometheus/counter.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include "client/async_client.hpp"
+#include "client/async_transport.hpp"
 #include "forward.hpp"
 #include "hf3fs_meta/client.hpp"
 #include "metrics.hpp"
@@ -45,20 +48,16 @@ class UpstreamBackend final : public server::Backend {
   Next step(const server::Request& request, server::Exchange& exchange) override;
   void await(Next next, const server::Request& request, server::Exchange& exchange,
              std::function<void()> wake) override;
-  bool blocks_when_alone() const noexcept override { return true; }
+  void thread_started(std::size_t index, boost::asio::io_context& io) override;
+  void thread_ended(std::size_t index) override;
   server::Metrics& metrics() noexcept override { return metrics_; }
   const std::string& answer_headers() const noexcept override { return no_headers_; }
 
   // The proxy's own host:port, for a 307's location when the request had no Host.
   void set_default_host(std::string host_port) { default_host_ = std::move(host_port); }
-  // Waits for the upstream calls in flight; none is started after.
-  void stop();
 
  private:
-  // run(), with an exception answered as the server answers one.
-  void answer(const server::Request& request, server::Exchange& exchange) noexcept;
-  void run(const server::Request& request, server::Exchange& exchange);
-  void check_health(server::Reply& reply);
+  void check_health(internal::AsyncTransport& transport, server::Reply& reply, std::function<void()> wake);
   void serve_metrics(server::Reply& reply) const;
 
   const ProxyOptions& options_;
@@ -67,9 +66,10 @@ class UpstreamBackend final : public server::Backend {
   std::shared_ptr<UpstreamCounters> counters_;
   prometheus::Family<prometheus::Counter>& forwarded_;
   prometheus::Histogram& latency_;
-  prometheus::Counter& inline_calls_;
-  Client client_;
-  boost::asio::thread_pool pool_;
+  internal::AsyncClient client_;
+  // One per I/O thread (server::Exchange::thread), made on it: a libcurl multi handle and its
+  // connections to the upstream.
+  std::vector<std::unique_ptr<internal::AsyncTransport>> transports_;
   std::string default_host_;
   const std::string no_headers_;
 };

@@ -18,6 +18,8 @@ class AsyncTransport {
   virtual void async_post(const HttpRequest& request, const AttemptTimeouts& timeouts, Done done) = 0;
   // Runs `fn` on the io_context's thread after `delay` (0: soon, never inline). Callable from any thread.
   virtual void after(std::chrono::nanoseconds delay, std::function<void()> fn) = 0;
+  // The io_context it runs on (a caller that hands work to another thread keeps it running).
+  virtual boost::asio::io_context& io_context() = 0;
 };
 // libcurl's multi interface on `ioc` (one multi handle, its connection cache shared by the transfers),
 // with CurlTransport's semantics (make_curl_transport in include/hf3fs_meta/transport.hpp).

@@ -19,6 +19,7 @@
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/thread_pool.hpp>
+#include <boost/asio/executor_work_guard.hpp>
 
 #include "hf3fs_meta/client.hpp"
 #include "hf3fs_meta/protocol.hpp"
@@ -433,7 +434,9 @@ class AsyncCall : public std::enable_shared_from_this<AsyncCall<T>> {
   void wait(std::chrono::nanoseconds delay, std::function<void()> next) { transport_.after(delay, std::move(next)); }
   using Step = typename RetryLoop<T>::Step;
   void restore(std::function<void(Step)> next) {
-    boost::asio::post(blocking_, [self = this->shared_from_this(), next = std::move(next)]() mutable {
+    // The transport's io_context is kept running meanwhile: nothing else of this call is queued there.
+    boost::asio::post(blocking_, [self = this->shared_from_this(), next = std::move(next),
+                                  work = boost::asio::make_work_guard(transport_.io_context())]() mutable {
       auto initialize = [&](Rank rank, std::int64_t num_pages, Role role, const CallSpec& caller) {
         return self->client_->restore(rank, num_pages, role, caller);
       };
