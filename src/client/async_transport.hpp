@@ -1,0 +1,29 @@
+#pragma once
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+#include <boost/asio/io_context.hpp>
+#include "hf3fs_meta/transport.hpp"
+namespace hf3fs_meta::internal {
+// An HTTP exchange that does not block: started on the thread that runs its io_context, finished there.
+class AsyncTransport {
+ public:
+  virtual ~AsyncTransport() = default;
+  using Done = std::function<void(TransportResult)>;
+  // Starts the request; `done` runs once, later, on the io_context's thread (never inside async_post),
+  // with what post() would have returned. Call on the io_context's thread only. `request` must stay
+  // valid (unchanged) until `done` runs.
+  virtual void async_post(const HttpRequest& request, const AttemptTimeouts& timeouts, Done done) = 0;
+  // Runs `fn` on the io_context's thread after `delay` (0: soon, never inline). Callable from any thread.
+  virtual void after(std::chrono::nanoseconds delay, std::function<void()> fn) = 0;
+};
+// libcurl's multi interface on `ioc` (one multi handle, its connection cache shared by the transfers),
+// with CurlTransport's semantics (make_curl_transport in include/hf3fs_meta/transport.hpp).
+// Destroy it on the io_context's thread (or after the io_context stopped); transfers in flight are
+// abandoned and their `done` never runs.
+std::unique_ptr<AsyncTransport> make_curl_multi_transport(boost::asio::io_context& ioc, std::string base_url,
+                                                          std::string ca_file = {},
+                                                          std::size_t max_answer_bytes = kDefaultMaxAnswerBytes);
+}  // namespace hf3fs_meta::internal
