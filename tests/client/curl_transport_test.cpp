@@ -1,4 +1,7 @@
-// CurlTransport against a real HTTP peer on 127.0.0.1 (issue 3).
+// CurlTransport against a real HTTP peer on 127.0.0.1 (issue 3). The transport's own tests
+// (CurlTransportTest) run against both libcurl transports: the blocking one (easy handles) and the
+// asynchronous one (CurlMultiTransport, driven to completion by BlockingAsyncTransport); a Client's
+// (CurlClientTest) over the blocking one, which Client uses.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -7,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "client/blocking_async_transport.hpp"
 #include "client/http_peer.hpp"
 #include "hf3fs_meta/client.hpp"
 #include "hf3fs_meta/transport.hpp"
@@ -25,6 +29,21 @@ HttpRequest request_of(std::string path, std::string body, std::string id = "id-
   return HttpRequest{std::move(path), std::move(body), {{"X-Request-Id", std::move(id)}}};
 }
 
+enum class Kind { easy, multi };
+
+class CurlTransportTest : public ::testing::TestWithParam<Kind> {
+ protected:
+  static std::shared_ptr<Transport> make(std::string url, std::size_t max_answer_bytes = kDefaultMaxAnswerBytes) {
+    if (GetParam() == Kind::easy) return make_curl_transport(std::move(url), {}, max_answer_bytes);
+    return std::make_shared<testing::BlockingAsyncTransport>(std::move(url), max_answer_bytes);
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Transports, CurlTransportTest, ::testing::Values(Kind::easy, Kind::multi),
+                         [](const ::testing::TestParamInfo<Kind>& info) {
+                           return std::string(info.param == Kind::easy ? "easy" : "multi");
+                         });
+
 PeerResponse echo(const PeerRequest& r) {
   PeerResponse out;
   out.body = R"({"path":")" + r.target + "\"}";
@@ -32,9 +51,9 @@ PeerResponse echo(const PeerRequest& r) {
   return out;
 }
 
-TEST(CurlTransportTest, ConnectionRefusedIsConnectionFailedNotSent) {
+TEST_P(CurlTransportTest, ConnectionRefusedIsConnectionFailedNotSent) {
   RefusingPort port;
-  auto transport = make_curl_transport(port.url());
+  auto transport = make(port.url());
   auto r = transport->post(request_of("/clear", ""), AttemptTimeouts{1000ms, 2000ms});
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, errc::connection_failed);
@@ -43,8 +62,8 @@ TEST(CurlTransportTest, ConnectionRefusedIsConnectionFailedNotSent) {
   EXPECT_THAT(r.error().message, HasSubstr("onnect"));  // curl's own words
 }
 
-TEST(CurlTransportTest, UnresolvableHostIsNotSent) {
-  auto transport = make_curl_transport("http://no-such-host.invalid:1");
+TEST_P(CurlTransportTest, UnresolvableHostIsNotSent) {
+  auto transport = make("http://no-such-host.invalid:1");
   auto r = transport->post(request_of("/clear", ""), AttemptTimeouts{1000ms, 2000ms});
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, errc::connection_failed);
@@ -52,9 +71,9 @@ TEST(CurlTransportTest, UnresolvableHostIsNotSent) {
   EXPECT_FALSE(r.error().unreachable);  // a wrong name is not a restart: bounded by the attempt count
 }
 
-TEST(CurlTransportTest, SilentPeerTimesOutWithinTheLimitAndWasSent) {
+TEST_P(CurlTransportTest, SilentPeerTimesOutWithinTheLimitAndWasSent) {
   HttpPeer peer(HttpPeer::Mode::silent);
-  auto transport = make_curl_transport(peer.url());
+  auto transport = make(peer.url());
   const auto start = std::chrono::steady_clock::now();
   auto r = transport->post(request_of("/keys/batch_exists", R"({"keys":["k"]})"), AttemptTimeouts{1000ms, 300ms});
   const auto took = std::chrono::steady_clock::now() - start;
@@ -100,9 +119,9 @@ class FullBacklog {
   std::vector<int> fillers_;
 };
 
-TEST(CurlTransportTest, ConnectTimeoutIsTimeoutNotSent) {
+TEST_P(CurlTransportTest, ConnectTimeoutIsTimeoutNotSent) {
   FullBacklog peer;
-  auto transport = make_curl_transport(peer.url());
+  auto transport = make(peer.url());
   const auto start = std::chrono::steady_clock::now();
   auto r = transport->post(request_of("/clear", ""), AttemptTimeouts{200ms, 5000ms});
   const auto took = std::chrono::steady_clock::now() - start;
@@ -112,9 +131,9 @@ TEST(CurlTransportTest, ConnectTimeoutIsTimeoutNotSent) {
   EXPECT_LT(took, 200ms + 1500ms);  // the connect timeout, not the total one
 }
 
-TEST(CurlTransportTest, PeerHangingUpAfterReadingIsConnectionFailedSent) {
+TEST_P(CurlTransportTest, PeerHangingUpAfterReadingIsConnectionFailedSent) {
   HttpPeer peer(HttpPeer::Mode::hang_up);
-  auto transport = make_curl_transport(peer.url());
+  auto transport = make(peer.url());
   auto r = transport->post(request_of("/keys/batch_allocate", "{}"), AttemptTimeouts{1000ms, 2000ms});
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, errc::connection_failed);
@@ -124,9 +143,9 @@ TEST(CurlTransportTest, PeerHangingUpAfterReadingIsConnectionFailedSent) {
 // libcurl resends a request by itself when a reused connection dies before any answer ("Connection
 // died, retrying a fresh connect"). The request may have been applied, so that repeat is the
 // client's decision (docs/design.md, "Retries"), never libcurl's: the peer must see it once.
-TEST(CurlTransportTest, DeadReusedConnectionIsNotResentByLibcurl) {
+TEST_P(CurlTransportTest, DeadReusedConnectionIsNotResentByLibcurl) {
   HttpPeer peer(HttpPeer::Mode::answer_once, echo);
-  auto transport = make_curl_transport(peer.url());
+  auto transport = make(peer.url());
   ASSERT_TRUE(transport->post(request_of("/keys/batch_exists", "{}"), AttemptTimeouts{}));  // pools a connection
   auto r = transport->post(request_of("/keys/batch_allocate", R"({"rank":0,"keys":[["a",""]]})"), AttemptTimeouts{});
   ASSERT_FALSE(r) << "libcurl repeated the request on a fresh connection";
@@ -141,9 +160,9 @@ TEST(CurlTransportTest, DeadReusedConnectionIsNotResentByLibcurl) {
   EXPECT_EQ(peer.requests().size(), 3u);
 }
 
-TEST(CurlTransportTest, SendsBodyHeadersAndReadsAnswer) {
+TEST_P(CurlTransportTest, SendsBodyHeadersAndReadsAnswer) {
   HttpPeer peer(HttpPeer::Mode::answer, echo);
-  auto transport = make_curl_transport(peer.url() + "/");  // a trailing slash is tolerated
+  auto transport = make(peer.url() + "/");  // a trailing slash is tolerated
   auto r = transport->post(request_of("/keys/batch_exists", R"({"keys":["k"]})", "abc"), AttemptTimeouts{});
   ASSERT_TRUE(r) << r.error().message;
   EXPECT_EQ(r.value().status, 200);
@@ -161,9 +180,9 @@ TEST(CurlTransportTest, SendsBodyHeadersAndReadsAnswer) {
   EXPECT_FALSE(seen[0].header("expect"));
 }
 
-TEST(CurlTransportTest, LargeBodyIsSentWithoutExpectContinue) {
+TEST_P(CurlTransportTest, LargeBodyIsSentWithoutExpectContinue) {
   HttpPeer peer(HttpPeer::Mode::answer, echo);
-  auto transport = make_curl_transport(peer.url());
+  auto transport = make(peer.url());
   const std::string body(3 << 20, 'x');  // libcurl asks for 100-continue above 1 MB unless told not to
   auto r = transport->post(request_of("/keys/batch_exists", body), AttemptTimeouts{});
   ASSERT_TRUE(r) << r.error().message;
@@ -173,15 +192,15 @@ TEST(CurlTransportTest, LargeBodyIsSentWithoutExpectContinue) {
   EXPECT_FALSE(seen[0].header("expect"));
 }
 
-TEST(CurlTransportTest, EmptyBodyIsSentAsEmpty) {
+TEST_P(CurlTransportTest, EmptyBodyIsSentAsEmpty) {
   HttpPeer peer(HttpPeer::Mode::answer, echo);
-  auto transport = make_curl_transport(peer.url());
+  auto transport = make(peer.url());
   ASSERT_TRUE(transport->post(request_of("/clear", ""), AttemptTimeouts{}));
   ASSERT_EQ(peer.requests().size(), 1u);
   EXPECT_EQ(peer.requests()[0].header("content-length"), "0");
 }
 
-TEST(CurlTransportTest, NonSuccessStatusIsAnAnswerNotAnError) {
+TEST_P(CurlTransportTest, NonSuccessStatusIsAnAnswerNotAnError) {
   HttpPeer peer(HttpPeer::Mode::answer, [](const PeerRequest&) {
     PeerResponse out;
     out.status = 307;
@@ -189,16 +208,16 @@ TEST(CurlTransportTest, NonSuccessStatusIsAnAnswerNotAnError) {
     out.headers.push_back({"Location", "http://127.0.0.1:1/clear"});
     return out;
   });
-  auto transport = make_curl_transport(peer.url());
+  auto transport = make(peer.url());
   auto r = transport->post(request_of("/clear/", ""), AttemptTimeouts{});
   ASSERT_TRUE(r);
   EXPECT_EQ(r.value().status, 307);  // not followed
   EXPECT_EQ(peer.requests().size(), 1u);
 }
 
-TEST(CurlTransportTest, SequentialCallsReuseOneConnection) {
+TEST_P(CurlTransportTest, SequentialCallsReuseOneConnection) {
   HttpPeer peer(HttpPeer::Mode::answer, echo);
-  auto transport = make_curl_transport(peer.url());
+  auto transport = make(peer.url());
   for (int i = 0; i < 25; ++i) {
     auto r = transport->post(request_of(i % 2 ? "/keys/batch_exists" : "/keys/get_locations", "{}"), AttemptTimeouts{});
     ASSERT_TRUE(r) << r.error().message;
@@ -211,9 +230,9 @@ TEST(CurlTransportTest, SequentialCallsReuseOneConnection) {
 
 // One handle serves every call: a GET (GET /stats) must not turn the next POST into a GET, nor carry
 // a body; the POST after it carries its own.
-TEST(CurlTransportTest, AGetThenAPostOnOneHandleSendEachWithItsMethod) {
+TEST_P(CurlTransportTest, AGetThenAPostOnOneHandleSendEachWithItsMethod) {
   HttpPeer peer(HttpPeer::Mode::answer, echo);
-  auto transport = make_curl_transport(peer.url());
+  auto transport = make(peer.url());
   HttpRequest get = request_of("/stats", "");
   get.method = "GET";
   for (int round = 0; round < 2; ++round) {
@@ -234,20 +253,41 @@ TEST(CurlTransportTest, AGetThenAPostOnOneHandleSendEachWithItsMethod) {
   EXPECT_EQ(peer.accepts(), 1);
 }
 
-TEST(CurlTransportTest, ReconnectsWhenThePeerClosesTheConnection) {
+TEST_P(CurlTransportTest, ReconnectsWhenThePeerClosesTheConnection) {
   HttpPeer peer(HttpPeer::Mode::answer, [](const PeerRequest&) {
     PeerResponse out;
     out.body = "{}";
     out.close = true;
     return out;
   });
-  auto transport = make_curl_transport(peer.url());
+  auto transport = make(peer.url());
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(transport->post(request_of("/clear", ""), AttemptTimeouts{}));
   EXPECT_EQ(peer.accepts(), 3);
 }
 
 // A 2 GB answer must not take the worker's memory: reading stops at the limit.
-TEST(CurlTransportTest, AnAnswerOverTheLimitIsNotReadFurther) {
+TEST_P(CurlTransportTest, AnAnswerOverTheLimitIsAProtocolErrorSent) {
+  HttpPeer peer(HttpPeer::Mode::answer, [](const PeerRequest&) {
+    PeerResponse r;
+    r.body = std::string(4 << 20, ' ');
+    return r;
+  });
+  auto transport = make(peer.url(), 1 << 20);
+  auto r = transport->post(request_of("/keys/batch_exists", "{}"), AttemptTimeouts{});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, errc::protocol_error);
+  EXPECT_TRUE(r.error().sent);
+  EXPECT_THAT(r.error().message, HasSubstr("larger than 1048576 bytes"));
+  std::string request_text = "(POST ";
+  request_text.append(peer.url()).append("/keys/batch_exists)");
+  EXPECT_THAT(r.error().message, HasSubstr(request_text));
+  // Under a larger limit the same answer is read whole.
+  auto small = make(peer.url(), 8 << 20)->post(request_of("/keys/batch_exists", "{}"), AttemptTimeouts{});
+  ASSERT_TRUE(small) << small.error().message;
+  EXPECT_EQ(small.value().body.size(), std::size_t{4} << 20);
+}
+
+TEST(CurlClientTest, AnAnswerOverTheLimitIsNotReadFurther) {
   HttpPeer peer(HttpPeer::Mode::answer, [](const PeerRequest&) {
     PeerResponse r;
     r.body = std::string(4 << 20, ' ');
@@ -268,7 +308,7 @@ TEST(CurlTransportTest, AnAnswerOverTheLimitIsNotReadFurther) {
 // answer takes 10 s, an attempt's own timeout 5 s: a call over in well under 5 s was cut by its
 // deadline. How late a call may end (100 ms, README) is the retry loop's arithmetic, tested on a
 // fake clock (retry_loop_test); here a loaded machine's scheduling is allowed for.
-TEST(CurlTransportTest, ASlowAnswerEndsTheCallAtItsDeadline) {
+TEST(CurlClientTest, ASlowAnswerEndsTheCallAtItsDeadline) {
   HttpPeer peer(HttpPeer::Mode::answer, [](const PeerRequest&) {
     PeerResponse r;
     r.body = std::string(1000, ' ');  // 10 s at one byte per 10 ms
@@ -287,7 +327,7 @@ TEST(CurlTransportTest, ASlowAnswerEndsTheCallAtItsDeadline) {
   EXPECT_LT(took, 300ms + 2000ms);
 }
 
-TEST(CurlTransportTest, ClientOverCurlReusesOneConnection) {
+TEST(CurlClientTest, ClientOverCurlReusesOneConnection) {
   HttpPeer peer(HttpPeer::Mode::answer, [](const PeerRequest&) {
     PeerResponse out;
     out.body = R"({"exists":[true]})";
@@ -308,10 +348,10 @@ TEST(CurlTransportTest, ClientOverCurlReusesOneConnection) {
 
 // Issue 21: a request goes to its endpoint, else to the transport's base URL; a client of several
 // endpoints reaches the leader a standby names, over one transport, and keeps going there.
-TEST(CurlTransportTest, ARequestGoesToItsEndpointElseToTheBaseUrl) {
+TEST_P(CurlTransportTest, ARequestGoesToItsEndpointElseToTheBaseUrl) {
   HttpPeer base(HttpPeer::Mode::answer, echo);
   HttpPeer other(HttpPeer::Mode::answer, echo);
-  auto transport = make_curl_transport(base.url() + "/");
+  auto transport = make(base.url() + "/");
   HttpRequest to_other = request_of("/clear", "");
   to_other.endpoint = other.url() + "/";
   ASSERT_TRUE(transport->post(to_other, AttemptTimeouts{}));
@@ -322,7 +362,7 @@ TEST(CurlTransportTest, ARequestGoesToItsEndpointElseToTheBaseUrl) {
   EXPECT_EQ(base.requests()[0].target, "/clear");
 }
 
-TEST(CurlTransportTest, ClientOverCurlFollowsTheLeaderAStandbyNames) {
+TEST(CurlClientTest, ClientOverCurlFollowsTheLeaderAStandbyNames) {
   HttpPeer leader(HttpPeer::Mode::answer, [](const PeerRequest&) {
     PeerResponse out;
     out.body = R"({"exists":[true]})";
@@ -349,7 +389,7 @@ TEST(CurlTransportTest, ClientOverCurlFollowsTheLeaderAStandbyNames) {
   EXPECT_EQ(leader.requests().size(), 3u);
 }
 
-TEST(CurlTransportTest, ClientOverCurlRefusedGivesUpWithConnectionFailed) {
+TEST(CurlClientTest, ClientOverCurlRefusedGivesUpWithConnectionFailed) {
   RefusingPort port;
   ClientOptions options;
   options.base_url = port.url();
@@ -369,7 +409,7 @@ TEST(CurlTransportTest, ClientOverCurlRefusedGivesUpWithConnectionFailed) {
   EXPECT_LT(took, 200ms + 2000ms);
 }
 
-TEST(CurlTransportTest, ClientOverCurlDoesNotRepeatATimedOutAllocate) {
+TEST(CurlClientTest, ClientOverCurlDoesNotRepeatATimedOutAllocate) {
   HttpPeer peer(HttpPeer::Mode::silent);
   ClientOptions options;
   options.base_url = peer.url();
