@@ -75,10 +75,6 @@ struct Exchange {
   // tenant's namespace; empty for the default one. Views the request or the tenant table.
   std::string_view ns;
   Stage stage = Stage::admit;
-  // Set by the front before await, for a backend that blocks when it may (Backend::blocks_when_alone):
-  // the connection is the only one on its I/O thread, and stays so until await returns, so the
-  // backend may block there (the proxy's upstream call) and hold no one up.
-  bool alone = false;
   std::size_t thread = 0;  // the I/O thread the connection lives on (Backend::thread_started)
   bool answered = false;  // dedup answered (a kept answer or a refusal): nothing to serve
   std::uint64_t durable_seq = 0;  // --fsync always: the record the reply waits for
@@ -100,7 +96,6 @@ struct Exchange {
     target.route = Route::not_found;
     ns = {};
     stage = Stage::admit;
-    alone = false;
     answered = false;
     durable_seq = 0;
     durable_error.clear();
@@ -132,9 +127,6 @@ class Backend {
   // After step() returned `next` (wait or durable): calls `wake` once, from any thread, when the
   // exchange may step again. `request` and `exchange` stay as they are until then.
   virtual void await(Next next, const Request& request, Exchange& exchange, std::function<void()> wake) = 0;
-  // Whether await() blocks its thread when Exchange::alone allows it: the front then claims the
-  // thread for the call (no other connection is given it meanwhile). The Router never blocks.
-  virtual bool blocks_when_alone() const noexcept { return false; }
   // The front's I/O threads, each running its own io_context: thread_started before any runs (the
   // io_context of Exchange::thread `index`), thread_ended on that thread once its io_context ran
   // out of work, before the io_context goes. For a backend that does its own I/O on them (the proxy).

@@ -76,33 +76,12 @@ class Session;
 
 class Worker {
  public:
-  // Worker 0 holds the acceptor, which counts as one of its connections: it is never alone, so no
-  // backend blocks its thread (accepting never waits) and admission always has a worker to use.
+  // Worker 0 holds the acceptor, which counts as one of its connections.
   explicit Worker(std::size_t index)
-      : index(index), ioc(1), guard(asio::make_work_guard(ioc)), load(index == 0 ? kConnection : 0) {}
+      : index(index), ioc(1), guard(asio::make_work_guard(ioc)), connections(index == 0 ? 1 : 0) {}
 
-  // Invariant: a worker whose thread a backend call blocks (Exchange::alone) has exactly one
-  // connection, the caller's, and is given no other until the call returns; so no connection waits
-  // behind another's call. Both sides move `load` by compare-and-swap, so neither can slip between
-  // the other's look and its change: admission (Server::pick_worker) skips a worker marked inline,
-  // and claim_inline() fails once a second connection is counted.
-  bool claim_inline() noexcept {
-    std::uint64_t alone = kConnection;
-    return load.compare_exchange_strong(alone, kConnection | kInline, std::memory_order_acq_rel);
-  }
-  void end_inline() noexcept { load.fetch_and(~kInline, std::memory_order_release); }
-  // Counts a connection, unless a call blocks the thread.
-  bool try_join() noexcept {
-    std::uint64_t seen = load.load(std::memory_order_acquire);
-    while ((seen & kInline) == 0) {
-      if (load.compare_exchange_weak(seen, seen + kConnection, std::memory_order_acq_rel)) return true;
-    }
-    return false;
-  }
-  void leave() noexcept { load.fetch_sub(kConnection, std::memory_order_relaxed); }
-
-  static constexpr std::uint64_t kInline = 1;
-  static constexpr std::uint64_t kConnection = 2;
+  void join() noexcept { connections.fetch_add(1, std::memory_order_relaxed); }
+  void leave() noexcept { connections.fetch_sub(1, std::memory_order_relaxed); }
 
   std::size_t index;
   asio::io_context ioc;
@@ -110,9 +89,8 @@ class Worker {
   std::mutex mutex;  // sessions: a session may be destroyed on another thread (see DedupCache::wait)
   std::unordered_map<Session*, std::weak_ptr<Session>> sessions;
   std::atomic<std::uint64_t> served{0};
-  // Live connections (each kConnection, counted from admission to the session's end), | kInline
-  // while a backend call blocks the thread.
-  std::atomic<std::uint64_t> load;
+  // Live connections, counted from admission to the session's end (Server::pick_worker).
+  std::atomic<std::uint64_t> connections;
 };
 
 // What every session shares: the backend, the options, and the accounting of the server's limits.
@@ -369,14 +347,6 @@ class Session : public std::enable_shared_from_this<Session> {
       case Backend::Next::durable:
       case Backend::Next::wait: {
         busy_ = true;
-        exchange_.alone = backend_.blocks_when_alone() && worker_.claim_inline();
-        // Cleared however await ends: a worker left marked inline would admit no connection again.
-        const struct InlineClaim {
-          Worker* worker;
-          ~InlineClaim() {
-            if (worker) worker->end_inline();
-          }
-        } claim{exchange_.alone ? &worker_ : nullptr};
         backend_.await(next, request_, exchange_, [self = shared_from_this()] {
           asio::post(self->socket_.get_executor(), [self] {
             self->guarded([&] {
@@ -649,21 +619,17 @@ void Server::do_accept() {
   });
 }
 
-// The worker with the fewest connections, of those no backend call blocks (Worker::claim_inline),
-// counting the newcomer there. Worker 0 is never blocked, so there is always one.
+// The worker with the fewest connections, counting the newcomer there. Only the acceptor's thread
+// admits, so no two admissions race; a count that falls meanwhile only makes the choice a little stale.
 Worker& Server::pick_worker() {
-  for (;;) {
-    Worker* best = nullptr;
-    std::uint64_t best_load = std::numeric_limits<std::uint64_t>::max();
-    for (auto& worker : workers_) {
-      const std::uint64_t load = worker->load.load(std::memory_order_acquire);
-      if ((load & Worker::kInline) == 0 && load < best_load) {
-        best = worker.get();
-        best_load = load;
-      }
+  Worker* best = workers_.front().get();
+  for (auto& worker : workers_) {
+    if (worker->connections.load(std::memory_order_relaxed) < best->connections.load(std::memory_order_relaxed)) {
+      best = worker.get();
     }
-    if (best->try_join()) return *best;  // else blocked since: look again
   }
+  best->join();
+  return *best;
 }
 
 void Server::admit(tcp::socket socket) {
@@ -677,7 +643,8 @@ void Server::admit(tcp::socket socket) {
   }
   // A newcomer that evicted takes the evicted one's worker: there, the eviction runs before the
   // newcomer is served, so that no request is served over the limit.
-  Worker& worker = place && place->try_join() ? *place : pick_worker();
+  Worker& worker = place ? *place : pick_worker();
+  if (place) place->join();
   std::shared_ptr<Session> session;
   try {
     if (&worker != workers_.front().get()) {
