@@ -68,7 +68,7 @@ UpstreamBackend::UpstreamBackend(const ProxyOptions& options)
                      .Name("hf3fs_meta_proxy_forwarded_total")
                      .Help("Protocol requests, by route and outcome: ok (the upstream's 2xx), answered (its "
                            "refusal, passed on), local (bad input, answered without a round trip), unavailable "
-                           "(no answer within --deadline-ms: 503).")
+                           "(no answer within --deadline-ms: 503), failed (an error in the proxy, out of memory: 500).")
                      .Register(registry_)),
       latency_(prometheus::BuildHistogram()
                    .Name("hf3fs_meta_proxy_upstream_duration_seconds")

@@ -81,8 +81,9 @@ Result<T> success_of(auto&& decoded) {
 // The decoder of an answer whose body says nothing (a 2xx is the whole answer).
 inline protocol::Decoded<void> no_body(const HttpResponse&) { return boost::outcome_v2::success(); }
 
-// The connection's state: its policies, transport and registered ranks; each call is one HTTP
-// exchange repeated by the retry loop (retry_loop.hpp).
+// The connection's state: its policies, transport and registered ranks. Each call is prepared
+// (prepared_calls.cpp), then its one HTTP exchange is repeated by the retry loop (retry_loop.hpp):
+// blocking in run(), or called back in an AsyncCall (below).
 struct ClientImpl {
   explicit ClientImpl(ClientOptions o)
       : options(std::move(o)),
