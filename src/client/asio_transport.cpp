@@ -4,17 +4,19 @@
 // Why not libcurl: under load every system call is dear, and libcurl makes two polls per request
 // of its own (a liveness check of a reused connection, one after sending). Here a request costs a
 // sendmsg and, once the answer is there, a recvmsg or two:
-// - each connection keeps one wait_read pending at all times (idle or busy). On an idle connection
-//   it means the peer closed it (or sent what nobody asked for): the connection leaves the pool, so a
-//   dead connection is mostly gone before it is reused. On a busy one it means the answer came; it
-//   is then read without blocking until the parser is done or the socket would block (no
-//   speculative recv that finds nothing, as async_read_some does). A connection idle for long is
-//   checked with a recv(MSG_PEEK) before reuse, in case its close is still unread.
+// - a busy connection waits with wait_read for its answer, which is then read without blocking until
+//   the parser is done or the socket would block. (asio re-arms such a wait with an EPOLL_CTL_MOD,
+//   one call per wait, as async_read_some would spend a speculative recv: the floor on asio's
+//   reactor.) An idle connection is not watched, so that nothing is left in the io_context once
+//   nothing is in flight (its owner's run() returns; the proxy's shutdown counts on it); one idle
+//   for longer than kPeekIdleAfter is checked with a recv(MSG_PEEK) before reuse, in case the peer
+//   closed it meanwhile (libcurl polls every reused connection so).
 // - the request (head and body) goes out in one non-blocking write; only a write that would block
 //   waits for wait_write.
 // - timeouts: one timer for all transfers, armed at the earliest deadline and moved only to an
 //   earlier one (each move of the io_context's earliest timer is a timerfd_settime). When it fires,
-//   it times out what is due and re-arms at the next deadline; a finished transfer leaves it alone.
+//   it times out what is due and re-arms at the next deadline; a finished transfer leaves it alone,
+//   except the last one in flight, which cancels it (no work left in the io_context).
 //
 // Lifetimes: handlers hold the Connection they wait on and a weak pointer to the Core; a closed
 // connection (its transfer failed, or the transport shut down) and a closed Core do nothing. All on
@@ -56,9 +58,10 @@ using Clock = std::chrono::steady_clock;
 
 // As many idle connections per endpoint as CurlTransport keeps idle handles.
 constexpr std::size_t kMaxIdleConnections = 64;
-// A connection idle this long may have been closed by the peer with its close not yet read: peeked
-// before reuse. Under load connections are idle for microseconds and never peeked.
-constexpr std::chrono::seconds kPeekIdleAfter{1};
+// A connection idle this long may have been closed by the peer meanwhile: peeked before reuse. Under
+// load connections are idle for a few milliseconds at most and never peeked; a close that races a
+// reuse within it fails the request as sent (as one between libcurl's poll and its send does).
+constexpr std::chrono::milliseconds kPeekIdleAfter{50};
 constexpr std::size_t kReadChunk = 16384;
 
 struct Transfer;
@@ -256,6 +259,7 @@ class Core : public std::enable_shared_from_this<Core> {
       t.reused = true;
       t.phase = Phase::writing;
       watch(t.deadline());
+      arm_read(t.conn);
       return write(t);
     }
     start_fresh(t);
@@ -393,7 +397,7 @@ class Core : public std::enable_shared_from_this<Core> {
 
   void readable(const std::shared_ptr<Connection>& conn, const error_code& ec) {
     if (conn->transfer == nullptr) {
-      // Idle: the peer closed it, or sent what nobody asked for. It leaves the pool.
+      // Idle (not watched: a wait that completed after its transfer ended): it leaves the pool.
       auto& idle = conn->endpoint->idle;
       std::erase(idle, conn);
       return close(*conn);
@@ -486,7 +490,6 @@ class Core : public std::enable_shared_from_this<Core> {
     Endpoint& e = *conn->endpoint;
     if (reusable && e.idle.size() < kMaxIdleConnections) {
       conn->idle_since = Clock::now();
-      arm_read(conn);
       e.idle.push_back(conn);
     } else {
       close(*conn);
@@ -514,6 +517,11 @@ class Core : public std::enable_shared_from_this<Core> {
   void finish(Transfer& t, TransportResult result) {
     AsyncTransport::Done done = std::move(t.done);
     transfers_.erase(t.self);
+    if (transfers_.empty() && timer_armed_) {
+      timer_armed_ = false;
+      error_code ignored;
+      timer_.cancel(ignored);
+    }
     if (in_post_) {  // `done` never runs inside async_post
       asio::post(ioc_, [weak = weak_from_this(), done = std::move(done), result = std::move(result)]() mutable {
         const auto core = weak.lock();

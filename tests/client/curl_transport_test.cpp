@@ -290,6 +290,18 @@ TEST_P(CurlTransportTest, AnAnswerOverTheLimitIsAProtocolErrorSent) {
   EXPECT_EQ(small.value().body.size(), std::size_t{4} << 20);
 }
 
+// The asio transport has no TLS: an https:// endpoint fails without anything sent, and not as
+// unreachable (no restart to ride out), so that a client does not wait on it until its deadline.
+TEST(AsioTransportTest, AnHttpsEndpointIsRefusedNotSent) {
+  testing::BlockingAsyncTransport transport("https://127.0.0.1:1", kDefaultMaxAnswerBytes, /*asio=*/true);
+  auto r = transport.post(request_of("/clear", ""), AttemptTimeouts{});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, errc::connection_failed);
+  EXPECT_FALSE(r.error().sent);
+  EXPECT_FALSE(r.error().unreachable);
+  EXPECT_THAT(r.error().message, HasSubstr("https:// is not supported"));
+}
+
 TEST(CurlClientTest, AnAnswerOverTheLimitIsNotReadFurther) {
   HttpPeer peer(HttpPeer::Mode::answer, [](const PeerRequest&) {
     PeerResponse r;
