@@ -1,4 +1,4 @@
-// A blocking Transport over CurlMultiTransport on an io_context of its own: post() starts the
+// A blocking Transport over an AsyncTransport (CurlMultiTransport or the asio one) on an io_context of its own: post() starts the
 // request and runs the io_context until its `done` ran, so that CurlTransport's tests
 // (curl_transport_test.cpp) hold for the asynchronous transport too. One caller at a time.
 #pragma once
@@ -18,8 +18,11 @@ namespace hf3fs_meta::testing {
 
 class BlockingAsyncTransport final : public Transport {
  public:
-  explicit BlockingAsyncTransport(std::string base_url, std::size_t max_answer_bytes = kDefaultMaxAnswerBytes)
-      : async_(internal::make_curl_multi_transport(ioc_, std::move(base_url), {}, max_answer_bytes)) {}
+  // asio: make_asio_transport's, else CurlMultiTransport.
+  explicit BlockingAsyncTransport(std::string base_url, std::size_t max_answer_bytes = kDefaultMaxAnswerBytes,
+                                  bool asio = false)
+      : async_(asio ? internal::make_asio_transport(ioc_, std::move(base_url), {}, max_answer_bytes)
+                    : internal::make_curl_multi_transport(ioc_, std::move(base_url), {}, max_answer_bytes)) {}
 
   TransportResult post(const HttpRequest& request, const AttemptTimeouts& timeouts) override {
     std::optional<TransportResult> out;

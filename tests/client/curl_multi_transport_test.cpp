@@ -1,5 +1,5 @@
-// CurlMultiTransport's own behaviour, beyond CurlTransport's semantics (which curl_transport_test.cpp
-// checks against both transports): many transfers at once on one io_context, connections shared
+// The asynchronous transports' own behaviour (CurlMultiTransport's and the asio one's), beyond
+// CurlTransport's semantics (which curl_transport_test.cpp checks against every transport): many transfers at once on one io_context, connections shared
 // between transfers, `done` starting the next request or destroying the transport, after(), and a
 // transport destroyed with transfers in flight. Against HttpPeer on 127.0.0.1; every wait is bounded.
 #include <dirent.h>
@@ -28,10 +28,25 @@ namespace {
 
 using namespace std::chrono_literals;
 using internal::AsyncTransport;
-using internal::make_curl_multi_transport;
 using testing::HttpPeer;
 using testing::PeerRequest;
 using testing::PeerResponse;
+
+// Each case runs over CurlMultiTransport and over the asio transport (make_asio_transport).
+enum class Kind { multi, asio };
+
+class AsyncTransportTest : public ::testing::TestWithParam<Kind> {
+ protected:
+  static std::unique_ptr<AsyncTransport> make(boost::asio::io_context& ioc, std::string url) {
+    if (GetParam() == Kind::asio) return internal::make_asio_transport(ioc, std::move(url));
+    return internal::make_curl_multi_transport(ioc, std::move(url));
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Transports, AsyncTransportTest, ::testing::Values(Kind::multi, Kind::asio),
+                         [](const ::testing::TestParamInfo<Kind>& info) {
+                           return std::string(info.param == Kind::multi ? "multi" : "asio");
+                         });
 
 HttpRequest request_of(std::string path, std::string body) {
   return HttpRequest{std::move(path), std::move(body), {{"X-Request-Id", "id"}}};
@@ -78,7 +93,7 @@ PeerResponse echo_body(const PeerRequest& r) {
 
 // Every request is held at the peer until all of them arrived: they complete only if all are in
 // flight at once, each on a connection of its own, and each answer must reach its own `done`.
-TEST(CurlMultiTransportTest, ManyTransfersInFlightAtOnceCompleteWithTheirOwnAnswers) {
+TEST_P(AsyncTransportTest, ManyTransfersInFlightAtOnceCompleteWithTheirOwnAnswers) {
   constexpr int kTransfers = 16;
   std::mutex mutex;
   std::condition_variable all_arrived;
@@ -90,7 +105,7 @@ TEST(CurlMultiTransportTest, ManyTransfersInFlightAtOnceCompleteWithTheirOwnAnsw
     return echo_body(r);
   });
   boost::asio::io_context ioc;
-  auto transport = make_curl_multi_transport(ioc, peer.url());
+  auto transport = make(ioc, peer.url());
   std::vector<HttpRequest> requests;
   for (int i = 0; i < kTransfers; ++i) {
     std::string path = "/keys/batch_exists/";
@@ -122,10 +137,10 @@ TEST(CurlMultiTransportTest, ManyTransfersInFlightAtOnceCompleteWithTheirOwnAnsw
 
 // A done that starts the next request (the retry loop's way): never run inside async_post, and the
 // chain goes over one connection, which the multi handle's cache keeps between transfers.
-TEST(CurlMultiTransportTest, ADoneThatStartsTheNextRequestReusesTheConnection) {
+TEST_P(AsyncTransportTest, ADoneThatStartsTheNextRequestReusesTheConnection) {
   HttpPeer peer(HttpPeer::Mode::answer, echo_body);
   boost::asio::io_context ioc;
-  auto transport = make_curl_multi_transport(ioc, peer.url());
+  auto transport = make(ioc, peer.url());
   constexpr int kRequests = 10;
   std::vector<HttpRequest> requests;
   for (int i = 0; i < kRequests; ++i) requests.push_back(request_of("/clear", std::to_string(i)));
@@ -154,9 +169,9 @@ TEST(CurlMultiTransportTest, ADoneThatStartsTheNextRequestReusesTheConnection) {
   EXPECT_TRUE(runs_out_of_work(ioc));
 }
 
-TEST(CurlMultiTransportTest, AfterRunsItsFunctionOnceTheDelayPassedAndNeverInline) {
+TEST_P(AsyncTransportTest, AfterRunsItsFunctionOnceTheDelayPassedAndNeverInline) {
   boost::asio::io_context ioc;
-  auto transport = make_curl_multi_transport(ioc, "http://127.0.0.1:1");
+  auto transport = make(ioc, "http://127.0.0.1:1");
   int soon = 0;
   std::optional<std::chrono::steady_clock::duration> later;
   const auto start = std::chrono::steady_clock::now();
@@ -168,9 +183,9 @@ TEST(CurlMultiTransportTest, AfterRunsItsFunctionOnceTheDelayPassedAndNeverInlin
   EXPECT_GE(*later, 50ms);
 }
 
-TEST(CurlMultiTransportTest, AfterCalledFromAnotherThreadRunsOnTheIoContextsThread) {
+TEST_P(AsyncTransportTest, AfterCalledFromAnotherThreadRunsOnTheIoContextsThread) {
   boost::asio::io_context ioc;
-  auto transport = make_curl_multi_transport(ioc, "http://127.0.0.1:1");
+  auto transport = make(ioc, "http://127.0.0.1:1");
   auto work = boost::asio::make_work_guard(ioc);  // the io_context waits for the other thread's posts
   const auto io_thread = std::this_thread::get_id();
   std::vector<std::thread::id> ran_on;
@@ -189,12 +204,12 @@ TEST(CurlMultiTransportTest, AfterCalledFromAnotherThreadRunsOnTheIoContextsThre
 // Destroyed with a transfer in flight (to a peer that never answers) and an after() pending: no
 // done and no fn runs, the io_context runs out of work (nothing of the transport is left in it),
 // and no descriptor is left open (memory: ASan's leak check).
-TEST(CurlMultiTransportTest, DestroyedWithATransferInFlightRunsNoDoneAndLeavesNothingOpen) {
+TEST_P(AsyncTransportTest, DestroyedWithATransferInFlightRunsNoDoneAndLeavesNothingOpen) {
   const int descriptors_before = open_descriptors();
   {
     HttpPeer peer(HttpPeer::Mode::silent);
     boost::asio::io_context ioc;
-    auto transport = make_curl_multi_transport(ioc, peer.url());
+    auto transport = make(ioc, peer.url());
     const HttpRequest request = request_of("/keys/batch_allocate", "{}");
     bool done_ran = false;
     bool fn_ran = false;
@@ -214,11 +229,11 @@ TEST(CurlMultiTransportTest, DestroyedWithATransferInFlightRunsNoDoneAndLeavesNo
 
 // A done may destroy its own transport (an owner going away on an answer): the other transfer in
 // flight is abandoned and the io_context is left with nothing of the transport.
-TEST(CurlMultiTransportTest, ADoneThatDestroysTheTransportAbandonsTheOthers) {
+TEST_P(AsyncTransportTest, ADoneThatDestroysTheTransportAbandonsTheOthers) {
   HttpPeer answering(HttpPeer::Mode::answer, echo_body);
   HttpPeer silent(HttpPeer::Mode::silent);
   boost::asio::io_context ioc;
-  std::unique_ptr<AsyncTransport> transport = make_curl_multi_transport(ioc, answering.url());
+  std::unique_ptr<AsyncTransport> transport = make(ioc, answering.url());
   const HttpRequest answered = request_of("/clear", "a");
   HttpRequest unanswered = request_of("/clear", "b");
   unanswered.endpoint = silent.url();

@@ -1,6 +1,7 @@
 // CurlTransport against a real HTTP peer on 127.0.0.1 (issue 3). The transport's own tests
 // (CurlTransportTest) run against both libcurl transports: the blocking one (easy handles) and the
-// asynchronous one (CurlMultiTransport, driven to completion by BlockingAsyncTransport); a Client's
+// asynchronous ones (CurlMultiTransport and the asio one, driven to completion by
+// BlockingAsyncTransport); a Client's
 // (CurlClientTest) over the blocking one, which Client uses.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -29,19 +30,21 @@ HttpRequest request_of(std::string path, std::string body, std::string id = "id-
   return HttpRequest{std::move(path), std::move(body), {{"X-Request-Id", std::move(id)}}};
 }
 
-enum class Kind { easy, multi };
+enum class Kind { easy, multi, asio };
 
 class CurlTransportTest : public ::testing::TestWithParam<Kind> {
  protected:
   static std::shared_ptr<Transport> make(std::string url, std::size_t max_answer_bytes = kDefaultMaxAnswerBytes) {
     if (GetParam() == Kind::easy) return make_curl_transport(std::move(url), {}, max_answer_bytes);
-    return std::make_shared<testing::BlockingAsyncTransport>(std::move(url), max_answer_bytes);
+    return std::make_shared<testing::BlockingAsyncTransport>(std::move(url), max_answer_bytes, GetParam() == Kind::asio);
   }
 };
 
-INSTANTIATE_TEST_SUITE_P(Transports, CurlTransportTest, ::testing::Values(Kind::easy, Kind::multi),
+INSTANTIATE_TEST_SUITE_P(Transports, CurlTransportTest, ::testing::Values(Kind::easy, Kind::multi, Kind::asio),
                          [](const ::testing::TestParamInfo<Kind>& info) {
-                           return std::string(info.param == Kind::easy ? "easy" : "multi");
+                           return std::string(info.param == Kind::easy    ? "easy"
+                                              : info.param == Kind::multi ? "multi"
+                                                                          : "asio");
                          });
 
 PeerResponse echo(const PeerRequest& r) {
@@ -285,6 +288,18 @@ TEST_P(CurlTransportTest, AnAnswerOverTheLimitIsAProtocolErrorSent) {
   auto small = make(peer.url(), 8 << 20)->post(request_of("/keys/batch_exists", "{}"), AttemptTimeouts{});
   ASSERT_TRUE(small) << small.error().message;
   EXPECT_EQ(small.value().body.size(), std::size_t{4} << 20);
+}
+
+// The asio transport has no TLS: an https:// endpoint fails without anything sent, and not as
+// unreachable (no restart to ride out), so that a client does not wait on it until its deadline.
+TEST(AsioTransportTest, AnHttpsEndpointIsRefusedNotSent) {
+  testing::BlockingAsyncTransport transport("https://127.0.0.1:1", kDefaultMaxAnswerBytes, /*asio=*/true);
+  auto r = transport.post(request_of("/clear", ""), AttemptTimeouts{});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, errc::connection_failed);
+  EXPECT_FALSE(r.error().sent);
+  EXPECT_FALSE(r.error().unreachable);
+  EXPECT_THAT(r.error().message, HasSubstr("https:// is not supported"));
 }
 
 TEST(CurlClientTest, AnAnswerOverTheLimitIsNotReadFurther) {
