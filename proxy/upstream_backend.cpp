@@ -1,7 +1,5 @@
 #include "upstream_backend.hpp"
 
-#include <cstdlib>
-#include <string_view>
 #include <utility>
 
 
@@ -84,14 +82,7 @@ UpstreamBackend::~UpstreamBackend() = default;
 
 void UpstreamBackend::thread_started(std::size_t index, boost::asio::io_context& io) {
   if (transports_.size() <= index) transports_.resize(index + 1);
-  // Experiment only (measuring the asio transport against libcurl's): HF3FS_META_PROXY_TRANSPORT=asio,
-  // for an http:// upstream (the asio transport has no TLS).
-  const char* choice = std::getenv("HF3FS_META_PROXY_TRANSPORT");
-  if (choice != nullptr && std::string_view(choice) == "asio" && !options_.upstream.front().starts_with("https")) {
-    transports_[index] = internal::make_asio_transport(io, options_.upstream.front(), options_.ca_file);
-    return;
-  }
-  transports_[index] = internal::make_curl_multi_transport(io, options_.upstream.front(), options_.ca_file);
+  transports_[index] = internal::make_async_transport(io, options_.upstream, options_.ca_file);
 }
 
 // On the thread, whose io_context has no work left: no call is in flight.

@@ -8,9 +8,10 @@
 //   the parser is done or the socket would block. (asio re-arms such a wait with an EPOLL_CTL_MOD,
 //   one call per wait, as async_read_some would spend a speculative recv: the floor on asio's
 //   reactor.) An idle connection is not watched, so that nothing is left in the io_context once
-//   nothing is in flight (its owner's run() returns; the proxy's shutdown counts on it); one idle
-//   for longer than kPeekIdleAfter is checked with a recv(MSG_PEEK) before reuse, in case the peer
-//   closed it meanwhile (libcurl polls every reused connection so).
+//   nothing is in flight (its owner's run() returns; the proxy's shutdown counts on it); it is
+//   checked with a recv(MSG_PEEK) before reuse, in case the peer closed it meanwhile (a restarted
+//   server): a request written to it would fail as sent, which an allocate cannot repeat, where a
+//   fresh connection is refused, unsent, and ridden out. libcurl polls every reused connection so.
 // - the request (head and body) goes out in one non-blocking write; only a write that would block
 //   waits for wait_write.
 // - timeouts: one timer for all transfers, armed at the earliest deadline and moved only to an
@@ -58,10 +59,6 @@ using Clock = std::chrono::steady_clock;
 
 // As many idle connections per endpoint as CurlTransport keeps idle handles.
 constexpr std::size_t kMaxIdleConnections = 64;
-// A connection idle this long may have been closed by the peer meanwhile: peeked before reuse. Under
-// load connections are idle for a few milliseconds at most and never peeked; a close that races a
-// reuse within it fails the request as sent (as one between libcurl's poll and its send does).
-constexpr std::chrono::milliseconds kPeekIdleAfter{50};
 constexpr std::size_t kReadChunk = 16384;
 
 struct Transfer;
@@ -75,7 +72,6 @@ struct Connection {
   Transfer* transfer = nullptr;  // the one it serves; nullptr: idle
   bool read_armed = false;       // its wait_read is pending
   bool closed = false;           // no handler acts on it any more
-  Clock::time_point idle_since{};
 };
 
 // One base URL: where it is, how it is named in requests, its idle connections.
@@ -250,7 +246,7 @@ class Core : public std::enable_shared_from_this<Core> {
     while (!e.idle.empty()) {
       std::shared_ptr<Connection> c = std::move(e.idle.back());
       e.idle.pop_back();
-      if (Clock::now() - c->idle_since >= kPeekIdleAfter && !alive(*c)) {
+      if (!alive(*c)) {
         close(*c);
         continue;
       }
@@ -489,7 +485,6 @@ class Core : public std::enable_shared_from_this<Core> {
     t.parser.reset();
     Endpoint& e = *conn->endpoint;
     if (reusable && e.idle.size() < kMaxIdleConnections) {
-      conn->idle_since = Clock::now();
       e.idle.push_back(conn);
     } else {
       close(*conn);

@@ -17,6 +17,7 @@
 #include "support/raw_http.hpp"
 #include "support/server_process.hpp"
 #include "support/temp_file.hpp"
+#include "support/test_certificate.hpp"
 
 namespace hf3fs_meta::contract {
 namespace {
@@ -265,6 +266,30 @@ TEST(ProxyConcurrencyTest, ACallHeldUpstreamDoesNotHoldTheOthers) {
   EXPECT_EQ(r.status, 200);
   EXPECT_EQ(r.body, R"({"rank":0,"results":[["k1",0]]})");
   EXPECT_EQ(proxy.terminate(), 0);  // under TSan, also: no data race between the front and the client
+}
+
+// An https:// upstream: the proxy's calls speak TLS (libcurl's multi transport; the asio one serves
+// plain http://), checking the server's certificate against --ca-file.
+TEST(ProxyTlsTest, AnHttpsUpstreamIsReachedOverTlsWithTheCaFile) {
+  testing::TestCertificate cert;
+  testing::TestCertificate other;  // a CA that did not sign the server's certificate
+  ServerProcess server({"--threads", "1", "--tls-cert", cert.cert_path(), "--tls-key", cert.key_path()});
+  ASSERT_THAT(server.base_url(), StartsWith("https://"));
+  ProxyProcess proxy(server.base_url(), {"--ca-file", cert.cert_path(), "--deadline-ms", "5000"});
+  const auto send = [](ProxyProcess& p, std::string_view target, std::string_view body) {
+    return testing::raw_request(p.host(), p.port(), "POST", target, body);
+  };
+  EXPECT_EQ(send(proxy, "/rank/0/initialize", R"({"num_pages":4})").status, 200);
+  EXPECT_EQ(send(proxy, kAllocate, R"({"rank":0,"keys":[["k1",""]]})").body, R"({"rank":0,"results":[["k1",0]]})");
+  EXPECT_EQ(send(proxy, kExists, R"({"keys":["k1"]})").body, R"({"exists":[false]})");
+  EXPECT_EQ(proxy.terminate(), 0);
+
+  // A certificate the CA file does not vouch for: nothing reaches the server, vLLM gets the 503.
+  ProxyProcess wrong(server.base_url(), {"--ca-file", other.cert_path(), "--deadline-ms", "1000"});
+  const auto refused = send(wrong, kExists, R"({"keys":["k1"]})");
+  EXPECT_EQ(refused.status, 503);
+  EXPECT_THAT(refused.body, HasSubstr("certificate"));
+  EXPECT_EQ(wrong.terminate(), 0);
 }
 
 TEST(ProxyFailoverTest, AnEndpointThatAcceptsNothingIsPassedOver) {
