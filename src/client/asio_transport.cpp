@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "client/async_transport.hpp"
+#include "client/core_transport.hpp"
 #include "internal/answer_limit.hpp"
 #include "internal/endpoint_url.hpp"
 
@@ -121,13 +122,19 @@ std::chrono::milliseconds at_least_1ms(std::chrono::milliseconds ms) { return st
 class Core : public std::enable_shared_from_this<Core> {
  public:
   Core(asio::io_context& ioc, std::string base_url, std::size_t max_answer_bytes)
-      : ioc_(ioc), base_url_(std::move(base_url)), max_answer_bytes_(max_answer_bytes), timer_(ioc), resolver_(ioc) {}
+      : delays(ioc),
+        ioc_(ioc),
+        base_url_(std::move(base_url)),
+        max_answer_bytes_(max_answer_bytes),
+        timer_(ioc),
+        resolver_(ioc) {}
   Core(const Core&) = delete;
   Core& operator=(const Core&) = delete;
   ~Core() { shutdown(); }
 
   asio::io_context& ioc() { return ioc_; }
   bool closed() const { return closed_; }
+  DelayTimers delays;  // after()'s (CoreTransport)
 
   void async_post(const HttpRequest& request, const AttemptTimeouts& timeouts, AsyncTransport::Done done) {
     const auto keep = shared_from_this();
@@ -152,19 +159,6 @@ class Core : public std::enable_shared_from_this<Core> {
     in_post_ = false;
   }
 
-  void start_delay(std::chrono::nanoseconds delay, std::function<void()> fn) {
-    if (delay <= std::chrono::nanoseconds::zero()) return fn();
-    const auto it = delays_.emplace(delays_.end(), ioc_);
-    it->expires_after(delay);
-    it->async_wait([weak = weak_from_this(), it, fn = std::move(fn)](const error_code& ec) {
-      if (ec == asio::error::operation_aborted) return;
-      const auto core = weak.lock();
-      if (!core || core->closed_) return;
-      core->delays_.erase(it);
-      fn();
-    });
-  }
-
   // Abandons every transfer (no `done` runs) and closes every connection. Idempotent.
   void shutdown() {
     if (closed_) return;
@@ -181,7 +175,7 @@ class Core : public std::enable_shared_from_this<Core> {
     error_code ignored;
     timer_.cancel(ignored);
     resolver_.cancel();
-    delays_.clear();
+    delays.clear();
   }
 
  private:
@@ -587,34 +581,8 @@ class Core : public std::enable_shared_from_this<Core> {
   tcp::resolver resolver_;
   std::vector<std::unique_ptr<Endpoint>> endpoints_;
   std::list<Transfer> transfers_;
-  std::list<asio::steady_timer> delays_;  // after()'s
   bool in_post_ = false;
   bool closed_ = false;
-};
-
-class AsioTransport final : public AsyncTransport {
- public:
-  explicit AsioTransport(std::shared_ptr<Core> core) : core_(std::move(core)) {}
-  ~AsioTransport() override { core_->shutdown(); }
-  AsioTransport(const AsioTransport&) = delete;
-  AsioTransport& operator=(const AsioTransport&) = delete;
-
-  void async_post(const HttpRequest& request, const AttemptTimeouts& timeouts, Done done) override {
-    core_->async_post(request, timeouts, std::move(done));
-  }
-
-  // Posted: the timer is made on the io_context's thread, and a transport destroyed meanwhile runs nothing.
-  void after(std::chrono::nanoseconds delay, std::function<void()> fn) override {
-    asio::post(core_->ioc(), [weak = std::weak_ptr<Core>(core_), delay, fn = std::move(fn)]() mutable {
-      const auto core = weak.lock();
-      if (core && !core->closed()) core->start_delay(delay, std::move(fn));
-    });
-  }
-
-  asio::io_context& io_context() override { return core_->ioc(); }
-
- private:
-  std::shared_ptr<Core> core_;
 };
 
 }  // namespace
@@ -622,7 +590,7 @@ class AsioTransport final : public AsyncTransport {
 std::unique_ptr<AsyncTransport> make_asio_transport(boost::asio::io_context& ioc, std::string base_url,
                                                     std::string ca_file, std::size_t max_answer_bytes) {
   (void)ca_file;  // https:// is not supported here (a request to it fails, not sent)
-  return std::make_unique<AsioTransport>(std::make_shared<Core>(ioc, std::move(base_url), max_answer_bytes));
+  return std::make_unique<CoreTransport<Core>>(std::make_shared<Core>(ioc, std::move(base_url), max_answer_bytes));
 }
 
 }  // namespace hf3fs_meta::internal

@@ -24,7 +24,6 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
-#include <list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -33,6 +32,7 @@
 #include <vector>
 
 #include "client/async_transport.hpp"
+#include "client/core_transport.hpp"
 #include "client/curl_handle.hpp"
 
 namespace hf3fs_meta::internal {
@@ -97,7 +97,8 @@ struct Watched {
 class Core : public std::enable_shared_from_this<Core> {
  public:
   Core(asio::io_context& ioc, std::string base_url, std::string ca_file, std::size_t max_answer_bytes)
-      : ioc_(ioc),
+      : delays(ioc),
+        ioc_(ioc),
         base_url_(std::move(base_url)),
         ca_file_(std::move(ca_file)),
         max_answer_bytes_(max_answer_bytes),
@@ -121,6 +122,7 @@ class Core : public std::enable_shared_from_this<Core> {
 
   asio::io_context& ioc() { return ioc_; }
   bool closed() const { return closed_; }
+  DelayTimers delays;  // after()'s (CoreTransport)
 
   void async_post(const HttpRequest& request, const AttemptTimeouts& timeouts, AsyncTransport::Done done) {
     if (multi_ == nullptr) {
@@ -143,21 +145,6 @@ class Core : public std::enable_shared_from_this<Core> {
     }
   }
 
-  // On the io_context's thread, from a handler (so never inline of after()).
-  void start_delay(std::chrono::nanoseconds delay, std::function<void()> fn) {
-    if (delay <= std::chrono::nanoseconds::zero()) return fn();
-    // A list: the handler erases its own timer by iterator, which stays valid while others come and go.
-    const auto it = delays_.emplace(delays_.end(), ioc_);
-    it->expires_after(delay);
-    it->async_wait([weak = weak_from_this(), it, fn = std::move(fn)](const error_code& ec) {
-      if (ec == asio::error::operation_aborted) return;
-      const auto core = weak.lock();
-      if (!core || core->closed_) return;  // shutdown() already destroyed the timer `it` names
-      core->delays_.erase(it);
-      fn();
-    });
-  }
-
   // Abandons every transfer (their `done` never runs) and closes every connection. Idempotent; the
   // Core may outlive it while a handler of its own still holds it (a `done` destroyed the transport).
   void shutdown() {
@@ -173,7 +160,7 @@ class Core : public std::enable_shared_from_this<Core> {
     watched_.clear();  // a socket libcurl did not close is closed by its destructor: no descriptor leaks
     error_code ignored;
     timer_.cancel(ignored);
-    delays_.clear();
+    delays.clear();
   }
 
  private:
@@ -389,41 +376,14 @@ class Core : public std::enable_shared_from_this<Core> {
   std::unordered_map<curl_socket_t, std::shared_ptr<Watched>> watched_;
   std::unordered_map<CURL*, Transfer> transfers_;
   std::vector<std::unique_ptr<CurlHandle>> idle_;
-  std::list<asio::steady_timer> delays_;  // after()'s
   bool closed_ = false;
-};
-
-class CurlMultiTransport final : public AsyncTransport {
- public:
-  explicit CurlMultiTransport(std::shared_ptr<Core> core) : core_(std::move(core)) {}
-  ~CurlMultiTransport() override { core_->shutdown(); }
-  CurlMultiTransport(const CurlMultiTransport&) = delete;
-  CurlMultiTransport& operator=(const CurlMultiTransport&) = delete;
-
-  void async_post(const HttpRequest& request, const AttemptTimeouts& timeouts, Done done) override {
-    core_->async_post(request, timeouts, std::move(done));
-  }
-
-  // Posted, so that the timer is made and armed on the io_context's thread like everything else,
-  // and so that a transport destroyed meanwhile runs nothing.
-  void after(std::chrono::nanoseconds delay, std::function<void()> fn) override {
-    asio::post(core_->ioc(), [weak = std::weak_ptr<Core>(core_), delay, fn = std::move(fn)]() mutable {
-      const auto core = weak.lock();
-      if (core && !core->closed()) core->start_delay(delay, std::move(fn));
-    });
-  }
-
-  asio::io_context& io_context() override { return core_->ioc(); }
-
- private:
-  std::shared_ptr<Core> core_;
 };
 
 }  // namespace
 
 std::unique_ptr<AsyncTransport> make_curl_multi_transport(boost::asio::io_context& ioc, std::string base_url,
                                                           std::string ca_file, std::size_t max_answer_bytes) {
-  return std::make_unique<CurlMultiTransport>(
+  return std::make_unique<CoreTransport<Core>>(
       std::make_shared<Core>(ioc, std::move(base_url), std::move(ca_file), max_answer_bytes));
 }
 
