@@ -73,8 +73,17 @@ class AsyncClientTest : public ScriptedClientTest {
     io.run();
   }
 
+  // allocate(3, {"k"}) through `client`, run to its answer.
+  std::optional<Result<std::vector<Page>>> allocate_k(AsyncClient& client) {
+    std::optional<Result<std::vector<Page>>> got;
+    client.allocate(async, 3, keys_k, {}, [&](Result<std::vector<Page>> r) { got.emplace(std::move(r)); });
+    run();
+    return got;
+  }
+
   boost::asio::io_context io;
   ScriptedAsyncTransport async{io, transport, clock};
+  const std::vector<BlockKey> keys_k{"k"};
 };
 
 TransportResult ok_allocate() { return http_answer(200, R"({"rank":3,"results":[["k",7]]})"); }
@@ -141,10 +150,7 @@ TEST_F(AsyncClientTest, AForgottenRankIsRestoredOffTheTransportsThreadThenTheCal
   client->ensure_initialized(async, 3, 64, Role::worker, {}, [&](Result<std::string> r) { initialized.emplace(std::move(r)); });
   run();
   ASSERT_TRUE(initialized && *initialized);
-  const std::vector<BlockKey> keys{"k"};
-  std::optional<Result<std::vector<Page>>> got;
-  client->allocate(async, 3, keys, {}, [&](Result<std::vector<Page>> r) { got.emplace(std::move(r)); });
-  run();
+  const auto got = allocate_k(*client);
   ASSERT_TRUE(got && *got) << (got ? got->error().message() : "no answer");
   EXPECT_THAT(got->value(), ElementsAre(7));
   const auto& posted = transport->posted();
@@ -176,10 +182,7 @@ TEST_F(AsyncClientTest, BothKindsOfCallShareOneState) {
   transport->then(detail_answer(500, "Allocation failed: Rank 3 not initialized"));
   transport->then(ok_init());
   transport->then(ok_allocate());
-  const std::vector<BlockKey> keys{"k"};
-  std::optional<Result<std::vector<Page>>> got;
-  client->allocate(async, 3, keys, {}, [&](Result<std::vector<Page>> r) { got.emplace(std::move(r)); });
-  run();
+  const auto got = allocate_k(*client);
   ASSERT_TRUE(got && *got) << (got ? got->error().message() : "no answer");
   EXPECT_THAT(got->value(), ElementsAre(7));
   EXPECT_THAT(observer->trace(), ::testing::Contains("reinitialize 3"));
