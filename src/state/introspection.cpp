@@ -140,7 +140,7 @@ bool MetadataState::holds(NamespaceRef ns, Rank rank, std::span<const Page> page
     const auto page = static_cast<std::uint32_t>(pages[i]);
     const HashedKey key{keys[i].key};
     const std::uint32_t owner = r.owner[page];
-    const bool held = owner == kAllocated ? r.allocated_for[page] == key.short_hash()
+    const bool held = owner == kAllocated ? r.allocated_for[page] == page_tag(key.name)
                                           : owner < kKeyIdLimit && owner == im->id_of(key);
     if (!held) return false;
   }

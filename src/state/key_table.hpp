@@ -20,6 +20,7 @@
 #include <boost/container/small_vector.hpp>
 #include <boost/unordered/unordered_flat_map.hpp>
 
+#include "hash/keyed_hash.hpp"
 #include "state/index_list.hpp"
 #include "state/key_index.hpp"
 #include "state/page_lists.hpp"
@@ -35,19 +36,28 @@ inline constexpr std::size_t kInlineNameBytes = 32;
 
 // A key with its hash, computed once per key per call and kept in the table: growing the table then
 // rehashes without touching (or re-reading) the key bytes, and a probe compares hashes before bytes.
+// The hash is keyed (hash/keyed_hash.hpp), so no client can choose keys that share a probe run; it
+// is this process's own and is never written anywhere.
 struct HashedKey {
   std::string_view name;
   std::size_t hash = 0;
 
-  // What an allocated page remembers of its key: a collision (one in 2^32 for a wrong key) lets a
-  // wrong confirm through, as before this check existed; it never refuses a right one.
-  // It is also the key's tag in the key table.
   static std::uint32_t short_hash_of(std::size_t h) noexcept { return static_cast<std::uint32_t>(h ^ (h >> 32)); }
+  // The key's tag in the key table.
   std::uint32_t short_hash() const noexcept { return short_hash_of(hash); }
 
-  explicit HashedKey(std::string_view s) : name(s), hash(std::hash<std::string_view>{}(s)) {}
+  explicit HashedKey(std::string_view s) : name(s), hash(hash::KeyedHash{}(s)) {}
   HashedKey(std::string_view s, std::size_t h) : name(s), hash(h) {}
 };
+
+// What an allocated page remembers of the key it was allocated for (PagePool::allocated_for): a
+// collision (one in 2^32 for a wrong key) lets a wrong confirm through, as before this check
+// existed; it never refuses a right one. Snapshots hold it and members of one cluster compare it, so
+// it is the same in every process and every version: std::hash (libstdc++'s), unkeyed. It indexes
+// nothing, so a client that makes two keys share it gains nothing but a confirm of its own page.
+inline std::uint32_t page_tag(std::string_view key) noexcept {
+  return HashedKey::short_hash_of(std::hash<std::string_view>{}(key));
+}
 
 struct HashedKeyHash {
   std::size_t operator()(const HashedKey& k) const noexcept { return k.hash; }

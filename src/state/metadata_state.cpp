@@ -289,7 +289,8 @@ StateResult<std::vector<Page>> MetadataState::allocate(NamespaceRef ns, Rank ran
   for (std::size_t i = 0; i < keys.size(); ++i) {
     const std::uint32_t existing = existing_page(i);
     // A complete key's page is answered; the page taken for it goes back (as vLLM).
-    const std::uint32_t page = im.take_page(r, slot, hashed[i].short_hash(), existing == kNone);
+    const std::uint32_t page =
+        im.take_page(r, slot, existing == kNone ? page_tag(hashed[i].name) : 0, existing == kNone);
     result[i] = existing != kNone ? existing : page;
     if (record) s.allocated.push_back(AllocatedItem{keys[i].key, page, static_cast<std::uint32_t>(result[i])});
   }
@@ -321,7 +322,7 @@ StateResult<ConfirmOutcome> MetadataState::confirm_write(NamespaceRef ns, Rank r
     if (inserted) s.locals.push_back(LocalKey{key});
     s.local_of[i] = it->second;
   }
-  for (const ReleaseKey& keyed : release_keys) s.release_hashes.push_back(HashedKey(keyed.key).short_hash());
+  for (const ReleaseKey& keyed : release_keys) s.release_hashes.push_back(page_tag(keyed.key));
 
   Impl::RankAccess access(*core_, ns, rank);
   if (!access.space()) return not_initialized(rank);
@@ -387,7 +388,7 @@ StateResult<void> MetadataState::Impl::validate_confirmations(RankData& r, std::
         return refuse(StateErrc::conflict, " is draining");
       }
       if (owner < kKeyIdLimit && owner != local.id) other = keys[owner].name.view();
-      if (owner == kAllocated && r.allocated_for[page] != local.key.short_hash()) {
+      if (owner == kAllocated && r.allocated_for[page] != page_tag(local.key.name)) {
         return refuse(StateErrc::conflict, " was allocated for another key");
       }
     }

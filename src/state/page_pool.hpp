@@ -49,7 +49,7 @@ struct RankData {
   std::unique_ptr<std::uint32_t[]> ring;   // the free pool: free_count pages from head, wrapping
   // per page: key id, kFree, kAllocated or kOrphaned. A vector, so that an imported image's is moved in.
   std::vector<std::uint32_t> owner;
-  std::unique_ptr<std::uint32_t[]> allocated_for;  // per kAllocated page: short_hash() of its key
+  std::unique_ptr<std::uint32_t[]> allocated_for;  // per kAllocated page: page_tag() of its key
   std::uint32_t head = 0;
   std::uint32_t free_count = 0;
   std::uint32_t allocated = 0;
@@ -117,7 +117,7 @@ struct RankData {
   }
   bool in_range(Page page) const noexcept { return page >= 0 && page < Page{num_pages}; }
 
-  // Taken from the pool's front for a key whose short hash is `hash`.
+  // Taken from the pool's front for a key whose page_tag() is `hash`.
   void mark_allocated(std::uint32_t page, std::uint32_t hash) noexcept {
     owner[page] = kAllocated;
     allocated_for[page] = hash;

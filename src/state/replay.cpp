@@ -205,7 +205,7 @@ StateResult<void> MetadataState::Impl::apply_allocated(const Change& change, Ran
   }
   for (const AllocatedItem& item : change.allocated) {
     const bool keep = item.page == item.taken;
-    take_page(r, slot, keep ? HashedKey{item.key}.short_hash() : 0, keep);
+    take_page(r, slot, keep ? page_tag(item.key) : 0, keep);
   }
   return boost::outcome_v2::success();
 }

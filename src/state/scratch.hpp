@@ -39,7 +39,7 @@ struct Scratch {
   // confirm_write with read leases: the pages leased keys moved away from, which drain (page, the
   // draining record's id).
   std::vector<std::pair<std::uint32_t, std::uint32_t>> drains;
-  std::vector<std::uint32_t> release_hashes;  // confirm_write: each keyed release's key, short_hash()
+  std::vector<std::uint32_t> release_hashes;  // confirm_write: each keyed release's key, page_tag()
 
   void reset();
 };

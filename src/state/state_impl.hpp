@@ -45,6 +45,7 @@
 
 #include "hf3fs_meta/routes.hpp"  // valid_namespace_name
 #include "hf3fs_meta/state.hpp"
+#include "hash/keyed_hash.hpp"
 #include "state/index_list.hpp"
 #include "state/key_table.hpp"
 #include "state/page_pool.hpp"
@@ -155,15 +156,8 @@ struct MetadataState::Core {
   std::map<std::uint32_t, std::unique_ptr<Impl>> spaces;
   std::uint32_t next_space_id = 0;
   Impl* default_space = nullptr;
-  struct NameHash {
-    using is_transparent = void;
-    std::size_t operator()(std::string_view name) const noexcept { return std::hash<std::string_view>{}(name); }
-  };
-  struct NameEq {
-    using is_transparent = void;
-    bool operator()(std::string_view a, std::string_view b) const noexcept { return a == b; }
-  };
-  boost::unordered_flat_map<std::string, Impl*, NameHash, NameEq> by_name;  // the named ones
+  // The named ones; keyed hash: a tenant may name namespaces (hash/keyed_hash.hpp).
+  boost::unordered_flat_map<std::string, Impl*, hash::KeyedHash, std::equal_to<>> by_name;
   std::uint64_t imports = 0;  // import_image()s: an export copying names after its instant starts over
 
   explicit Core(StateOptions o);
@@ -395,7 +389,7 @@ struct MetadataState::Impl {
   // ---- Effects, shared by the live calls and replay (effects.cpp).
   void add_rank(std::unique_ptr<RankData> data);
   std::uint32_t create_key(const HashedKey& key, std::uint32_t tp_world_size);
-  // Takes the pool's front page for a key whose short hash is `hash`: allocated for it, or, `keep`
+  // Takes the pool's front page for a key whose page_tag() is `hash`: allocated for it, or, `keep`
   // false (a complete key with a page on this rank), handed back to the end of the pool at once, as
   // vLLM does. Returns the page taken.
   std::uint32_t take_page(RankData& r, std::uint32_t slot, std::uint32_t hash, bool keep) {
