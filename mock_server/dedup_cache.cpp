@@ -43,12 +43,16 @@ std::string make_key(std::string_view ns, int route, std::string_view id) {
 
 }  // namespace
 
+// An entry's namespace, read back from its key (make_key): "" for the default one.
+static std::string_view namespace_of(const DedupCache::Entry& entry) {
+  return entry.ns_size == 0 ? std::string_view{} : std::string_view(entry.key).substr(1, entry.ns_size);
+}
+
 // An entry with `pages` pages, weighed as the journal and the snapshot weigh it: its namespace and id
 // read back from its key (make_key).
 std::size_t DedupCache::weight(const Entry& entry, std::size_t pages) {
   const std::string_view key = entry.key;
-  const std::string_view ns = entry.ns_size == 0 ? std::string_view{} : key.substr(1, entry.ns_size);
-  return durable::dedup_weight(ns, key.substr(entry.ns_size == 0 ? 1 : entry.ns_size + 3), pages);
+  return durable::dedup_weight(namespace_of(entry), key.substr(entry.ns_size == 0 ? 1 : entry.ns_size + 3), pages);
 }
 
 DedupCache::Claim& DedupCache::Claim::operator=(Claim&& other) noexcept {
@@ -92,16 +96,17 @@ DedupCache::Acquired DedupCache::acquire(std::string_view ns, int route, std::st
     }
     return Acquired{Kind::wait, {}, {}, entry, {}};
   }
-  if (reserve > options_.max_bytes) return Acquired{Kind::too_large, {}, {}, {}, {}};
-  if (reserve > options_.max_bytes - std::min(bytes_, options_.max_bytes)) {
+  const std::size_t share = namespace_budget();
+  if (reserve > share) return Acquired{Kind::too_large, {}, {}, {}, {}, share < options_.max_bytes};
+  const auto held = namespace_bytes_.find(ns);
+  const std::size_t ns_bytes = held == namespace_bytes_.end() ? 0 : held->second;
+  const bool whole_full = reserve > options_.max_bytes - std::min(bytes_, options_.max_bytes);
+  const bool ns_full = !whole_full && reserve > share - std::min(ns_bytes, share);  // the whole one said first
+  if (whole_full || ns_full) {
     // Every byte is promised to an answer still inside its window (or in flight): forgetting one
     // would break a promise, so the new request waits instead.
     ++refused_;
-    auto wait = std::chrono::milliseconds(1000);
-    if (!kept_.empty()) {
-      wait = std::chrono::ceil<std::chrono::milliseconds>(kept_.front()->stored_at + options_.ttl - at);
-    }
-    return Acquired{Kind::full, {}, {}, {}, std::max(wait, std::chrono::milliseconds(1))};
+    return Acquired{Kind::full, {}, {}, {}, until_oldest_leaves(ns_full ? std::optional(ns) : std::nullopt, at), ns_full};
   }
   auto entry = std::make_shared<Entry>();
   entry->body_hash = hash;
@@ -110,12 +115,43 @@ DedupCache::Acquired DedupCache::acquire(std::string_view ns, int route, std::st
   entry->bytes = reserve;
   entry->key = key;
   entry->ns_size = ns.size();
-  bytes_ += reserve;
+  count_locked(*entry, reserve);
   entries_.emplace(std::move(key), entry);
   return Acquired{Kind::owner, Claim(this, std::move(entry)), {}, {}, {}};
 }
 
 std::uint64_t DedupCache::body_hash(std::string_view body) { return std::hash<std::string_view>{}(body); }
+
+// The time until the oldest kept entry leaves its window: of namespace `ns` if given, when it is
+// among the first few (a longer search would hold the lock that a refusal should not cost). Else the
+// window itself, by which every entry kept now has left; with nothing kept (all in flight, which
+// settle within a call's time) a second.
+std::chrono::milliseconds DedupCache::until_oldest_leaves(std::optional<std::string_view> ns,
+                                                         Clock::time_point at) const {
+  constexpr std::size_t kLooked = 64;
+  for (std::size_t i = 0; i < kept_.size() && i < kLooked; ++i) {
+    if (ns && namespace_of(*kept_[i]) != *ns) continue;
+    const auto wait = std::chrono::ceil<std::chrono::milliseconds>(kept_[i]->stored_at + options_.ttl - at);
+    return std::max(wait, std::chrono::milliseconds(1));
+  }
+  return kept_.empty() ? std::chrono::milliseconds(1000) : options_.ttl;
+}
+
+void DedupCache::count_locked(const Entry& entry, std::size_t bytes) {
+  bytes_ += bytes;
+  const std::string_view ns = namespace_of(entry);
+  auto it = namespace_bytes_.find(ns);
+  if (it == namespace_bytes_.end()) it = namespace_bytes_.emplace(std::string(ns), 0).first;
+  it->second += bytes;
+}
+
+void DedupCache::uncount_locked(const Entry& entry, std::size_t bytes) {
+  bytes_ -= bytes;
+  const auto it = namespace_bytes_.find(namespace_of(entry));
+  if (it == namespace_bytes_.end()) return;
+  it->second -= std::min(it->second, bytes);
+  if (it->second == 0) namespace_bytes_.erase(it);
+}
 
 void DedupCache::restore(std::string_view ns, int route, std::string_view id, std::uint64_t body_hash,
                          std::size_t body_size, KeptAnswer answer, std::chrono::milliseconds age) {
@@ -131,13 +167,16 @@ void DedupCache::restore(std::string_view ns, int route, std::string_view id, st
   entry->settled = true;
   std::lock_guard lock(mutex_);
   if (entry->bytes > options_.max_bytes - std::min(bytes_, options_.max_bytes)) return;
+  const auto held = namespace_bytes_.find(ns);
+  const std::size_t share = namespace_budget();
+  if (entry->bytes > share - std::min(held == namespace_bytes_.end() ? 0 : held->second, share)) return;
   entry->generation = generation_;
   entry->stored_at = now() - age;
   if (auto it = entries_.find(entry->key); it != entries_.end()) {
     const auto older = it->second;  // the same id used again after its window: the later one counts
     erase_locked(older);
   }
-  bytes_ += entry->bytes;
+  count_locked(*entry, entry->bytes);
   entries_.emplace(entry->key, entry);
   // In expiry order (evict_locked), which entries restored with their ages need not come in.
   auto at = kept_.end();
@@ -165,7 +204,7 @@ void DedupCache::settle(const std::shared_ptr<Entry>& entry, bool keep, int stat
       entry->answer.seq = seq;
       entry->answer.pages.reserve(pages.size());
       for (const auto page : pages) entry->answer.pages.push_back(static_cast<std::uint32_t>(page));
-      bytes_ -= entry->bytes - kept_bytes;
+      uncount_locked(*entry, entry->bytes - kept_bytes);
       entry->bytes = kept_bytes;
       entry->stored_at = now();
       kept_.push_back(entry);
@@ -191,7 +230,7 @@ void DedupCache::wait(const std::shared_ptr<Entry>& entry, std::function<void()>
 void DedupCache::erase_locked(const std::shared_ptr<Entry>& entry) {
   auto it = entries_.find(entry->key);
   if (it != entries_.end() && it->second == entry) entries_.erase(it);
-  bytes_ -= std::exchange(entry->bytes, 0);
+  uncount_locked(*entry, std::exchange(entry->bytes, 0));
 }
 
 void DedupCache::evict_locked(Clock::time_point now) {
@@ -205,7 +244,7 @@ void DedupCache::evict_locked(Clock::time_point now) {
 void DedupCache::clear() {
   std::lock_guard lock(mutex_);
   ++generation_;
-  for (const auto& entry : kept_) bytes_ -= std::exchange(entry->bytes, 0);
+  for (const auto& entry : kept_) uncount_locked(*entry, std::exchange(entry->bytes, 0));
   kept_.clear();
   // Entries in flight stay counted until their owners settle them (they are not kept then).
   entries_.clear();

@@ -14,9 +14,10 @@
 // bytes each; the keys come from the repeat's own body, which is the same). Entries are weighed in
 // bytes and the cache never holds more than `max_bytes`: a new entry reserves, before anything is
 // applied, the most its answer can weigh, and gives back the excess when it is kept. A promise is
-// never forgotten inside its window: when the budget (one for all namespaces) is full of entries
-// still inside it, acquire() refuses (`full`, with the time until the oldest leaves), and the server
-// answers 503. An answer that could not fit even in an empty cache is refused at once (`too_large`:
+// never forgotten inside its window: when the budget is full of entries still inside it, acquire()
+// refuses (`full`, with the time until the oldest leaves), and the server answers 503. One namespace
+// never holds more than its share (`namespace_max_bytes`), so a tenant that fills its own share gets
+// those 503s while the others still have room. An answer that could not fit even in an empty cache is refused at once (`too_large`:
 // 413), since waiting would never help.
 #pragma once
 
@@ -27,6 +28,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -34,6 +36,7 @@
 #include <vector>
 
 #include "durable/record.hpp"
+#include "hash/keyed_hash.hpp"
 
 namespace hf3fs_meta::server {
 
@@ -52,6 +55,7 @@ class DedupCache {
     std::size_t max_bytes = std::size_t{256} << 20;  // 0: deduplication is off
     std::chrono::milliseconds ttl{60000};
     std::function<Clock::time_point()> now;  // injectable for tests; empty: Clock::now
+    std::size_t namespace_max_bytes = 0;     // the most one namespace may hold (0: max_bytes)
   };
   struct Entry;
 
@@ -86,6 +90,7 @@ class DedupCache {
     KeptAnswer answer;                // hit
     std::shared_ptr<Entry> entry;     // wait: pass to wait()
     std::chrono::milliseconds retry_after{0};  // full: until the oldest entry leaves its window
+    bool namespace_share = false;  // full, too_large: the namespace's share is the bound, not the whole
   };
 
   struct Stats {
@@ -132,13 +137,23 @@ class DedupCache {
   void evict_locked(Clock::time_point now);
   static std::size_t weight(const Entry& entry, std::size_t pages);
   void erase_locked(const std::shared_ptr<Entry>& entry);
+  std::size_t namespace_budget() const noexcept {
+    return options_.namespace_max_bytes == 0 ? options_.max_bytes : std::min(options_.namespace_max_bytes, options_.max_bytes);
+  }
+  std::chrono::milliseconds until_oldest_leaves(std::optional<std::string_view> ns, Clock::time_point at) const;
+  void count_locked(const Entry& entry, std::size_t bytes);    // bytes_ and the namespace's, += bytes
+  void uncount_locked(const Entry& entry, std::size_t bytes);  // -= bytes
   Clock::time_point now() const { return options_.now ? options_.now() : Clock::now(); }
 
   Options options_;
   mutable std::mutex mutex_;
-  std::unordered_map<std::string, std::shared_ptr<Entry>> entries_;
+  // Keyed by namespace, route and request id: a client chooses the ids, so the hash is keyed.
+  std::unordered_map<std::string, std::shared_ptr<Entry>, hash::KeyedHash, std::equal_to<>> entries_;
   std::deque<std::shared_ptr<Entry>> kept_;  // completed, oldest first (so also first to expire)
   std::size_t bytes_ = 0;
+  // What each namespace holding entries holds, by name ("" the default's); a name leaves with its
+  // last entry. Keyed hash: tenants name namespaces.
+  std::unordered_map<std::string, std::size_t, hash::KeyedHash, std::equal_to<>> namespace_bytes_;
   std::uint64_t generation_ = 0;
   std::uint64_t hits_ = 0;
   std::uint64_t refused_ = 0;

@@ -112,13 +112,20 @@ void append_ha_health(std::string& body, const ha::Role& role, std::uint64_t app
   body += '}';
 }
 
+// One namespace's share of the request-id memory: --namespace-dedup-max-bytes, by default a quarter
+// of --dedup-max-bytes (so at least four tenants can fill theirs at once).
+std::size_t namespace_dedup_budget(const ServerOptions& options) {
+  if (options.namespace_dedup_max_bytes != 0) return std::min(options.namespace_dedup_max_bytes, options.dedup_max_bytes);
+  return options.dedup_max_bytes / 4;
+}
+
 }  // namespace
 
 Router::Router(const ServerOptions& options, MetadataState& state, Metrics& metrics, durable::Store* store)
     : options_(options),
       service_(state),
       metrics_(metrics),
-      dedup_(DedupCache::Options{options.dedup_max_bytes, options.dedup_ttl, {}}),
+      dedup_(DedupCache::Options{options.dedup_max_bytes, options.dedup_ttl, {}, namespace_dedup_budget(options)}),
       store_(store) {
   if (options.tenants) tenants_ = std::make_unique<Tenants>(options.tenants);
   // Always on: keyed releases cost a client nothing to ignore (vLLM's ignores the header).
@@ -493,19 +500,23 @@ Router::Outcome Router::deduplicate(const Request& request, Exchange& exchange) 
       exchange.stage = Stage::dedup;  // the first request's answer, then this stage again
       return Next::wait;
     case DedupCache::Kind::full:
-      reply.set_json(503,
-               protocol::encode_detail("Request-id deduplication is full: every kept answer is inside its " +
-                                       std::to_string(dedup_.window().count()) +
-                                       " ms window; nothing was applied, retry later"));
+      reply.set_json(503, protocol::encode_detail(
+                              std::string(acquired.namespace_share ? "Request-id deduplication is full for this "
+                                                                     "namespace: every answer it keeps is inside its "
+                                                                   : "Request-id deduplication is full: every kept "
+                                                                     "answer is inside its ") +
+                              std::to_string(dedup_.window().count()) + " ms window; nothing was applied, retry later"));
       reply.retry_after = std::to_string((acquired.retry_after.count() + 999) / 1000);
       break;
     case DedupCache::Kind::too_large:
       // Not 503: waiting never makes room for an answer larger than the whole budget.
-      reply.set_json(413,
-               protocol::encode_detail("the answer to this X-Request-Id could never fit --dedup-max-bytes (" +
-                                       std::to_string(options_.dedup_max_bytes) +
-                                       " bytes); nothing was applied: send it without X-Request-Id or in "
-                                       "smaller batches"));
+      reply.set_json(413, protocol::encode_detail(
+                              "the answer to this X-Request-Id could never fit " +
+                              std::string(acquired.namespace_share ? "a namespace's share of request-id memory ("
+                                                                   : "--dedup-max-bytes (") +
+                              std::to_string(acquired.namespace_share ? namespace_dedup_budget(options_)
+                                                                      : options_.dedup_max_bytes) +
+                              " bytes); nothing was applied: send it without X-Request-Id or in smaller batches"));
       break;
   }
   exchange.answered = acquired.kind != DedupCache::Kind::owner;  // a kept answer or a refusal

@@ -90,6 +90,11 @@ void define(CLI::App& app, ServerOptions& o) {
                  "too): a worker's initialize beyond it gets 400 naming the namespace, nothing created")
       ->default_str("--max-total-pages")
       ->check(CLI::Range(std::int64_t{1}, std::numeric_limits<std::int64_t>::max()));
+  app.add_option("--namespace-max-ranks", o.namespace_max_ranks,
+                 "ranks of one namespace at once (X-Hf3fs-Namespace; the default namespace too): a worker's "
+                 "initialize beyond it gets 400 naming the namespace and its own figures, nothing created")
+      ->default_str("--max-ranks")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{std::numeric_limits<std::uint32_t>::max() - 1}));
   app.add_option("--max-namespaces", o.max_namespaces,
                  "namespaces that may exist at once, the default one included (so 1 allows none but it): a "
                  "worker's initialize that would create one more gets 400 naming the namespace")
@@ -108,6 +113,11 @@ void define(CLI::App& app, ServerOptions& o) {
                  "413; 0 turns deduplication (and the X-Request-Id-Dedup header) off")
       ->capture_default_str()
       ->check(CLI::Range(std::size_t{0}, std::size_t{1} << 40));
+  app.add_option("--namespace-dedup-max-bytes", o.namespace_dedup_max_bytes,
+                 "the most of --dedup-max-bytes one namespace's X-Request-Id answers may hold (the default "
+                 "namespace too): beyond it that namespace's new ids get 503 while the others still have room")
+      ->default_str("a quarter of --dedup-max-bytes")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 40));
   milliseconds(app, "--dedup-ttl-ms", o.dedup_ttl,
                "the window: how long an X-Request-Id answer is kept (advertised as X-Request-Id-Dedup)");
   app.add_option_function<std::string>(
@@ -273,6 +283,7 @@ StateOptions state_options(const ServerOptions& options) {
   state.max_ranks = options.max_ranks;
   state.max_total_pages = options.max_total_pages;
   state.max_key_bytes = options.max_key_bytes;
+  state.namespace_max_ranks = options.namespace_max_ranks;  // 0 (not given): max_ranks
   state.namespace_max_total_pages = options.namespace_max_total_pages;  // 0 (not given): max_total_pages
   state.max_namespaces = options.max_namespaces;
   state.eviction = options.eviction;

@@ -31,12 +31,14 @@ struct ServerOptions {
   // Namespaces (issue 20; docs/protocol.md, "Namespaces"): the pages of all ranks of one namespace
   // (0: max_total_pages), and how many namespaces may exist at once, the default one included.
   std::int64_t namespace_max_total_pages = 0;
+  std::int64_t namespace_max_ranks = 0;
   std::int64_t max_namespaces = 1024;
   std::size_t max_body_bytes = std::size_t{16} << 20;
   std::size_t max_key_bytes = 1024;  // StateOptions::max_key_bytes (at least 1 here)
   std::size_t max_inflight_body_bytes = std::size_t{256} << 20;  // all connections together
   std::size_t max_connections = 4096;  // also kept below the process's descriptor limit
   std::size_t dedup_max_bytes = std::size_t{256} << 20;  // 0: no request-id deduplication
+  std::size_t namespace_dedup_max_bytes = 0;             // one namespace's share (0: a quarter of the above)
   std::chrono::milliseconds dedup_ttl{60000};
   std::chrono::milliseconds idle_timeout{30000};
   // Non-empty: every route but /healthz needs `Authorization: Bearer <auth_token>` (--auth-token-file).

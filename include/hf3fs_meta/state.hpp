@@ -81,6 +81,7 @@ struct StateOptions {
   // call that creates a namespace, and by a replayed or imported one.
   std::int64_t max_namespaces = 1024;
   std::int64_t namespace_max_total_pages = 0;
+  std::int64_t namespace_max_ranks = 0;  // ranks of one namespace at once (0: max_ranks)
 };
 
 // A namespace is a state of its own (its ranks, pages, keys, tp_world_size, lifecycle and stats);

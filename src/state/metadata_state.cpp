@@ -110,20 +110,27 @@ StateResult<void> MetadataState::Impl::check_max_pages(const StateOptions& optio
                     0);
 }
 
+// A refusal names the caller's own namespace's figures only: the server's totals would tell one
+// tenant how much the others hold.
 StateResult<void> MetadataState::Impl::check_room(const Core& core, const Impl* space, std::string_view name,
                                                   Rank rank, std::int64_t num_pages) {
   if (core.rank_total() >= core.options.max_ranks) {
     return make_error(StateErrc::invalid_initialization,
-                      "rank " + std::to_string(rank) + " would exceed the maximum of " +
-                          std::to_string(core.options.max_ranks) + " ranks",
+                      "rank " + std::to_string(rank) + " does not fit: the server has reached its limit of ranks",
                       rank);
   }
-  const std::int64_t all_pages = core.page_total();
-  if (num_pages > core.options.max_total_pages - all_pages) {
+  const std::int64_t rank_quota =
+      core.options.namespace_max_ranks > 0 ? core.options.namespace_max_ranks : core.options.max_ranks;
+  const auto ranks = static_cast<std::int64_t>(space ? space->rank_slots.size() : 0);
+  if (ranks >= rank_quota) {
     return make_error(StateErrc::invalid_initialization,
-                      "num_pages " + std::to_string(num_pages) + " would bring the pages of all ranks to " +
-                          std::to_string(all_pages + num_pages) + ", above the maximum " +
-                          std::to_string(core.options.max_total_pages),
+                      "rank " + std::to_string(rank) + " would exceed the maximum of " + std::to_string(rank_quota) +
+                          " ranks of namespace " + std::string(name),
+                      rank);
+  }
+  if (num_pages > core.options.max_total_pages - core.page_total()) {
+    return make_error(StateErrc::invalid_initialization,
+                      "num_pages " + std::to_string(num_pages) + " would exceed the server's limit of pages",
                       rank);
   }
   const std::int64_t quota = core.options.namespace_max_total_pages;

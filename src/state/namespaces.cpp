@@ -64,9 +64,9 @@ StateResult<void> MetadataState::Core::check_new_space(std::string_view name, Ra
   }
   // Counted with the default namespace.
   if (static_cast<std::int64_t>(by_name.size()) + 1 < options.max_namespaces) return boost::outcome_v2::success();
+  // No figures: how many namespaces exist is other tenants' business.
   return make_error(StateErrc::invalid_initialization,
-                    "namespace " + std::string(name) + " would exceed the maximum of " +
-                        std::to_string(options.max_namespaces) + " namespaces",
+                    "namespace " + std::string(name) + " does not fit: the server has reached its limit of namespaces",
                     rank);
 }
 

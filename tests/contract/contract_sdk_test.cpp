@@ -262,13 +262,12 @@ TEST_F(ContractSdkTest, RanksAndTotalPagesAreBounded) {
   EXPECT_EQ(pages.error().code, errc::invalid_initialization);
   EXPECT_EQ(pages.error().status, 400);
   EXPECT_EQ(pages.error().detail,
-            "Invalid initialization parameters: num_pages 51 would bring the pages of all ranks to 151, above the "
-            "maximum 150");
+            "Invalid initialization parameters: num_pages 51 would exceed the server's limit of pages");
   ASSERT_THAT(client.initialize(1, 50), IsOk());
   auto ranks = client.initialize(2, 1);
   ASSERT_FALSE(ranks);
   EXPECT_EQ(ranks.error().code, errc::invalid_initialization);
-  EXPECT_EQ(ranks.error().detail, "Invalid initialization parameters: rank 2 would exceed the maximum of 2 ranks");
+  EXPECT_EQ(ranks.error().detail, "Invalid initialization parameters: rank 2 does not fit: the server has reached its limit of ranks");
   EXPECT_THAT(client.initialize(0, 100), IsOk());  // an existing rank is still idempotent
   const auto metrics = testing::raw_request("127.0.0.1", small.port(), "GET", "/metrics");
   EXPECT_EQ(metric_series(metrics.body, "hf3fs_meta_ranks")["namespace=\"default\""], "2");

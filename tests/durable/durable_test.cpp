@@ -136,7 +136,7 @@ TEST(DurableRecord, ARecordThatDoesNotFitIsRefusedAndChangesNothing) {
       {"beyond the limits", [](Change& c) { c.kind = ChangeKind::rank_created; c.rank = 1; c.num_pages = 17; },
        "num_pages 17 is above the maximum 16"},
       {"one rank too many", [](Change& c) { c.kind = ChangeKind::rank_created; c.rank = 1; c.num_pages = 4; },
-       "rank 1 would exceed the maximum of 1 ranks"},
+       "rank 1 does not fit: the server has reached its limit of ranks"},
       {"unknown removal",
        [](Change& c) { c.kind = ChangeKind::keys_removed; c.removal = static_cast<Removal>(9); },
        "unknown removal 9"},
@@ -221,10 +221,9 @@ TEST(DurableRecord, AnImageBeyondTheLimitsIsRefusedAndARestoredOneCountsAgainstT
   };
   const std::pair<StateOptions, std::string> refusals[] = {
       {limited(4, 8, 100), "the image is beyond this state's limits: rank 0: num_pages 8 is above the maximum 4"},
-      {limited(8, 1, 100), "the image is beyond this state's limits: rank 1: rank 1 would exceed the maximum of 1 ranks"},
+      {limited(8, 1, 100), "the image is beyond this state's limits: rank 1: rank 1 does not fit: the server has reached its limit of ranks"},
       {limited(8, 8, 12),
-       "the image is beyond this state's limits: rank 1: num_pages 8 would bring the pages of all ranks to 16, "
-       "above the maximum 12"},
+       "the image is beyond this state's limits: rank 1: num_pages 8 would exceed the server's limit of pages"},
   };
   for (const auto& [options, message] : refusals) {
     MetadataState state(options);
@@ -237,7 +236,7 @@ TEST(DurableRecord, AnImageBeyondTheLimitsIsRefusedAndARestoredOneCountsAgainstT
   ASSERT_TRUE(state.import_image(image).has_value());
   auto over = state.initialize(2, 8);
   ASSERT_FALSE(over.has_value());
-  EXPECT_THAT(over.error().message, HasSubstr("would bring the pages of all ranks to 24, above the maximum 20"));
+  EXPECT_THAT(over.error().message, HasSubstr("would exceed the server's limit of pages"));
   EXPECT_TRUE(state.initialize(2, 4).has_value());
 }
 

@@ -26,8 +26,8 @@ using Kind = DedupCache::Kind;
 
 class DedupCacheTest : public ::testing::Test {
  protected:
-  DedupCache make(std::size_t max_bytes, std::chrono::milliseconds ttl = 10000ms) {
-    return DedupCache(DedupCache::Options{max_bytes, ttl, [this] { return now_; }});
+  DedupCache make(std::size_t max_bytes, std::chrono::milliseconds ttl = 10000ms, std::size_t namespace_max_bytes = 0) {
+    return DedupCache(DedupCache::Options{max_bytes, ttl, [this] { return now_; }, namespace_max_bytes});
   }
   // One entry with a one-byte id and `pages` pages, reserved and kept.
   static std::size_t weight(std::size_t pages) { return DedupCache::kEntryOverhead + 2 + 4 * pages; }
@@ -326,6 +326,45 @@ TEST_F(DedupCacheTest, ANamedNamespacesEntryWeighsItsNameInTheCacheAndTheJournal
     EXPECT_EQ(kept[i].tag.id, "req-" + std::to_string(i + 3));
     EXPECT_EQ(kept[i].tag.ns, "m1");
   }
+}
+
+// A tenant that fills its share is refused while the others still have room: the whole budget is
+// three entries, a namespace's share two.
+TEST_F(DedupCacheTest, ANamespaceThatFillsItsShareLeavesRoomForTheOthers) {
+  auto cache = make(3 * weight(1) + 3 * 5, 1000ms, 2 * weight(1) + 2 * 5);  // + 5: "hog" framed, per key
+  for (const char* id : {"a", "b"}) {
+    cache.acquire("hog", kAllocate, id, "body", 1).claim.complete(200, std::vector<std::int64_t>{0});
+    now_ += 100ms;
+  }
+  auto refused = cache.acquire("hog", kAllocate, "c", "body", 1);
+  EXPECT_EQ(refused.kind, Kind::full);
+  EXPECT_TRUE(refused.namespace_share);
+  EXPECT_EQ(refused.retry_after, 800ms);  // until hog's oldest ("a", kept at 0 ms) leaves
+  // The default namespace and another tenant still get their entries.
+  auto victim = cache.acquire(kDefault, kAllocate, "c", "body", 1);
+  ASSERT_EQ(victim.kind, Kind::owner);
+  victim.claim.complete(200, std::vector<std::int64_t>{0});
+  // Now the whole budget is full: refused as the server's, not the namespace's.
+  auto whole = cache.acquire("victim", kAllocate, "d", "body", 1);
+  EXPECT_EQ(whole.kind, Kind::full);
+  EXPECT_FALSE(whole.namespace_share);
+  // An answer larger than a share is too large at once, and says whose bound it is.
+  auto large = cache.acquire("victim", kAllocate, "e", "body", 100);
+  EXPECT_EQ(large.kind, Kind::too_large);
+  EXPECT_TRUE(large.namespace_share);
+  // When hog's entries leave their window its share is free again.
+  now_ += 1000ms;
+  EXPECT_EQ(cache.acquire("hog", kAllocate, "c", "body", 1).kind, Kind::owner);
+}
+
+TEST_F(DedupCacheTest, ARestoredAnswerCountsAgainstItsNamespacesShare) {
+  auto cache = make(1 << 20, 1000ms, weight(1) + 5);
+  const auto hash = DedupCache::body_hash("body");
+  cache.restore("hog", kAllocate, "a", hash, 4, KeptAnswer{200, {1}, 5});
+  cache.restore("hog", kAllocate, "b", hash, 4, KeptAnswer{200, {1}, 6});  // beyond the share: left out
+  EXPECT_EQ(cache.acquire("hog", kAllocate, "a", "body", 1).kind, Kind::hit);
+  EXPECT_EQ(cache.acquire("hog", kAllocate, "b", "body", 1).kind, Kind::full);
+  EXPECT_EQ(cache.acquire(kDefault, kAllocate, "b", "body", 1).kind, Kind::owner);
 }
 
 TEST_F(DedupCacheTest, ZeroBytesIsOff) {

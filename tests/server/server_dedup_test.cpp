@@ -230,9 +230,39 @@ class ServerDedupBoundsTest : public ServerTestBase {
   // Room for three one-key allocate answers (each entry weighs about 256 bytes plus its id, and
   // reserves a page per '[' of its body until answered). The window is far longer than the test:
   // nothing here may leave it (the window's end is tested with a fake clock in dedup_cache_test).
+  // The one namespace may hold all of it (by default it would hold a quarter).
   ServerDedupBoundsTest()
-      : ServerTestBase({"--threads", "2", "--dedup-max-bytes", "1000", "--dedup-ttl-ms", "600000"}) {}
+      : ServerTestBase({"--threads", "2", "--dedup-max-bytes", "1000", "--namespace-dedup-max-bytes", "1000",
+                        "--dedup-ttl-ms", "600000"}) {}
 };
+
+// A namespace's share: a quarter of the budget by default, room for two one-key answers here; a
+// namespace that fills it is refused while another still keeps its answers.
+class ServerDedupShareTest : public ServerTestBase {
+ protected:
+  ServerDedupShareTest() : ServerTestBase({"--threads", "2", "--dedup-max-bytes", "2400", "--dedup-ttl-ms", "600000"}) {}
+};
+
+TEST_F(ServerDedupShareTest, ANamespaceThatFillsItsShareIsRefusedAndTheOthersAreNot) {
+  initialize(0, 10);
+  for (const char* name : {"A", "B"}) ASSERT_EQ(allocate(0, name, {{"X-Request-Id", name}}).status, 200);
+  auto refused = allocate(0, "c", {{"X-Request-Id", "C"}});
+  EXPECT_EQ(refused.status, 503);
+  EXPECT_EQ(refused.body,
+            R"({"detail":"Request-id deduplication is full for this namespace: every answer it keeps is inside )"
+            R"(its 600000 ms window; nothing was applied, retry later"})");
+  EXPECT_TRUE(refused.header("retry-after"));
+  const Headers b{{"X-Hf3fs-Namespace", "model-b"}};
+  ASSERT_EQ(post("/rank/0/initialize", R"({"num_pages":10})", b).status, 200);
+  Headers b_id = b;
+  b_id.emplace_back("X-Request-Id", "C");
+  const auto other = post("/keys/batch_allocate", R"({"rank":0,"keys":[["c",""]]})", b_id);
+  EXPECT_EQ(other.status, 200) << other.body;
+  // And its answer is kept: a repeat gets the same page, applied once.
+  EXPECT_EQ(post("/keys/batch_allocate", R"({"rank":0,"keys":[["c",""]]})", b_id).body, other.body);
+  // The refused one took nothing: the default namespace's next key gets the next page.
+  EXPECT_EQ(allocate(0, "d").body, allocate_answer(0, "d", 2));
+}
 
 TEST_F(ServerDedupBoundsTest, AFullBudgetRefusesNewIdsWith503AndForgetsNoPromise) {
   initialize(0, 10);

@@ -250,7 +250,7 @@ TEST_F(DurableServerTest, AStateBeyondTheRestartedServersLimitsStopsIt) {
   const auto from_journal = ServerProcess::run_to_exit(
       {"--port", "0", "--data-dir", data().string(), "--max-pages", "30", "--max-total-pages", "30"});
   EXPECT_EQ(from_journal.exit_code, 2) << from_journal.output;
-  EXPECT_THAT(from_journal.output, HasSubstr("num_pages 20 would bring the pages of all ranks to 40, above the maximum 30"));
+  EXPECT_THAT(from_journal.output, HasSubstr("num_pages 20 would exceed the server's limit of pages"));
   server_.restart();
   EXPECT_EQ(metric(R"(hf3fs_meta_rank_pages{namespace="default",rank="1",state="free"})"), "20");
 }

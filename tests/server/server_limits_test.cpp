@@ -256,7 +256,7 @@ TEST_F(ServerNamespaceLimitTest, AnInitializeBeyondEitherLimitIsRefusedAndChange
   const auto too_many = initialize_in("c", 0, 1);
   EXPECT_EQ(too_many.status, 400);
   EXPECT_EQ(too_many.body,
-            R"({"detail":"Invalid initialization parameters: namespace c would exceed the maximum of 3 namespaces"})");
+            R"({"detail":"Invalid initialization parameters: namespace c does not fit: the server has reached its limit of namespaces"})");
   EXPECT_EQ(get("/namespaces").body, listed);
   EXPECT_EQ(listed,
             R"({"namespaces":[{"name":"a","ranks":[0,1],"pages":10,"keys":0},{"name":"b","ranks":[0],"pages":10,"keys":0},)"

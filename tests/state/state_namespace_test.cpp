@@ -337,7 +337,7 @@ TEST_F(Namespaces, MaxNamespacesCountsTheDefaultAndARefusalChangesNothing) {
   ASSERT_FALSE(refused.has_value());
   EXPECT_EQ(refused.error().kind, StateErrc::invalid_initialization);
   EXPECT_EQ(refused.error().message,
-            "Invalid initialization parameters: namespace c would exceed the maximum of 3 namespaces");
+            "Invalid initialization parameters: namespace c does not fit: the server has reached its limit of namespaces");
   EXPECT_TRUE(records.empty());
   EXPECT_EQ(s->export_image(), before);
   EXPECT_EQ(names(*s), (std::vector<std::string>{"default", "tenant-a", "tenant.b_2"}));
@@ -376,7 +376,7 @@ TEST_F(Namespaces, NamespaceMaxTotalPagesBoundsEachNamespaceAndARefusalChangesNo
   init(*s, m1, 1, 50);
 }
 
-TEST_F(Namespaces, MaxRanksAndMaxTotalPagesCountEveryNamespaceWithTodaysTexts) {
+TEST_F(Namespaces, MaxRanksAndMaxTotalPagesCountEveryNamespaceWithoutTheirFigures) {
   StateOptions options;
   options.max_ranks = 3;
   options.max_total_pages = 200;
@@ -387,8 +387,7 @@ TEST_F(Namespaces, MaxRanksAndMaxTotalPagesCountEveryNamespaceWithTodaysTexts) {
   const auto pages = s->initialize(kB, 0, 60);
   ASSERT_FALSE(pages.has_value());
   EXPECT_EQ(pages.error().message,
-            "Invalid initialization parameters: num_pages 60 would bring the pages of all ranks to 210, above the "
-            "maximum 200");
+            "Invalid initialization parameters: num_pages 60 would exceed the server's limit of pages");
   EXPECT_EQ(names(*s), (std::vector<std::string>{"default", "tenant-a"}));
   init(*s, kB, 0, 20);
   init(*s, NamespaceRef{}, 0, 20);
@@ -396,10 +395,39 @@ TEST_F(Namespaces, MaxRanksAndMaxTotalPagesCountEveryNamespaceWithTodaysTexts) {
   const StateImage full = s->export_image();
   const auto ranks = s->initialize(NamespaceRef{"c"}, 0, 1);
   ASSERT_FALSE(ranks.has_value());
-  EXPECT_EQ(ranks.error().message, "Invalid initialization parameters: rank 0 would exceed the maximum of 3 ranks");
+  EXPECT_EQ(ranks.error().message, "Invalid initialization parameters: rank 0 does not fit: the server has reached its limit of ranks");
   EXPECT_TRUE(records.empty());
   EXPECT_EQ(s->export_image(), full);
   EXPECT_NE(full, before);
+}
+
+// One namespace cannot take every rank the server has: with namespace_max_ranks, another's first
+// initialize still finds room, and the refusal names only the caller's own figures.
+TEST_F(Namespaces, NamespaceMaxRanksKeepsRoomForTheOthersAndNamesOnlyTheCallersFigures) {
+  StateOptions options;
+  options.max_ranks = 4;
+  options.namespace_max_ranks = 2;
+  auto s = make(options);
+  init(*s, kA, 0, 10);
+  init(*s, kA, 1, 10);
+  records.clear();
+  const StateImage before = s->export_image();
+  const auto third = s->initialize(kA, 2, 10);
+  ASSERT_FALSE(third.has_value());
+  EXPECT_EQ(third.error().kind, StateErrc::invalid_initialization);
+  EXPECT_EQ(third.error().message,
+            "Invalid initialization parameters: rank 2 would exceed the maximum of 2 ranks of namespace tenant-a");
+  EXPECT_TRUE(records.empty());
+  EXPECT_EQ(s->export_image(), before);
+  // An existing rank is still answered, and the other namespace still has room.
+  EXPECT_FALSE(s->initialize(kA, 1, 10).value().created);
+  init(*s, kB, 0, 10);
+  init(*s, kB, 1, 10);
+  // The server-wide limit names no figure of anybody's.
+  const auto over = s->initialize(NamespaceRef{}, 0, 10);
+  ASSERT_FALSE(over.has_value());
+  EXPECT_EQ(over.error().message,
+            "Invalid initialization parameters: rank 0 does not fit: the server has reached its limit of ranks");
 }
 
 TEST_F(Namespaces, DropRemovesANamedNamespaceAndRefusesTheDefault) {
@@ -558,7 +586,7 @@ TEST_F(Namespaces, ARecordThatDoesNotFitItsNamespaceIsRefused) {
   MetadataState small(options);
   created.ns = 1;
   EXPECT_EQ(small.apply(created).error().message,
-            "change 1 does not fit the state: namespace a would exceed the maximum of 1 namespaces");
+            "change 1 does not fit the state: namespace a does not fit: the server has reached its limit of namespaces");
 }
 
 TEST_F(Namespaces, AnImageWithBadNamespacesIsRefusedAndChangesNothing) {

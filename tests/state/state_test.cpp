@@ -126,7 +126,7 @@ TEST(StateInitialize, RanksAreLimitedAndAnExistingRankIsStillAccepted) {
   ASSERT_TRUE(s.initialize(1, 4).has_value());
   const auto before = snapshot(s, kKeys);
   expect_error(s.initialize(2, 4), StateErrc::invalid_initialization,
-               "Invalid initialization parameters: rank 2 would exceed the maximum of 2 ranks", 2);
+               "Invalid initialization parameters: rank 2 does not fit: the server has reached its limit of ranks", 2);
   EXPECT_EQ(snapshot(s, kKeys), before);
   EXPECT_FALSE(s.initialize(1, 4).value().created);  // idempotent, as before
   s.clear();
@@ -139,8 +139,7 @@ TEST(StateInitialize, PagesOfAllRanksTogetherAreLimited) {
   ASSERT_TRUE(s.initialize(0, 100).has_value());
   const auto before = snapshot(s, kKeys);
   expect_error(s.initialize(1, 51), StateErrc::invalid_initialization,
-               "Invalid initialization parameters: num_pages 51 would bring the pages of all ranks to 151, above "
-               "the maximum 150",
+               "Invalid initialization parameters: num_pages 51 would exceed the server's limit of pages",
                1);
   EXPECT_EQ(snapshot(s, kKeys), before);
   EXPECT_TRUE(s.initialize(1, 50).value().created);
