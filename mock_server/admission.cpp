@@ -29,13 +29,19 @@ const ServerRouteInfo* operator_server_route(std::string_view path, ServerRoutes
 
 void refuse_unauthenticated(const Request& request, Exchange& exchange) {
   exchange.label = ServerRoute::unauthorized;
+  // Two credentials are refused, not one of them picked: a proxy in front that adds its own header
+  // beside the client's must not have either one win silently.
+  if (request.auth_headers > 1) {
+    refuse(exchange.reply, 400, "Authorization was given more than once");
+    return;
+  }
   refuse(exchange.reply, 401,
          request.authorization.empty() ? "Not authenticated" : "Invalid authentication credentials");
 }
 
 const Principal* admit_tenant(const Tenants& tenants, ServerRoutesOn on, const Request& request, std::string_view path,
                               Exchange& exchange) {
-  const auto token = bearer_token(request.authorization);
+  const auto token = request.auth_headers > 1 ? std::nullopt : bearer_token(request.authorization);
   const Principal* principal = token ? tenants.resolve(*token, exchange.tenant) : nullptr;
   if (!principal) {
     refuse_unauthenticated(request, exchange);

@@ -34,7 +34,8 @@ inline bool bearer_matches(std::string_view header, std::string_view token) {
   return given && given->size() == token.size() && CRYPTO_memcmp(given->data(), token.data(), token.size()) == 0;
 }
 
-// 401 with today's two texts, counted as `unauthorized` (--auth-token-file's and --tenants-file's).
+// 401 with today's two texts, or 400 when Authorization came more than once; counted as `unauthorized`
+// (--auth-token-file's and --tenants-file's).
 void refuse_unauthenticated(const Request& request, Exchange& exchange);
 
 // --tenants-file: who the request's token is, or null with the reply set: 401 (no or an unknown

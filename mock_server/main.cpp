@@ -78,14 +78,21 @@ int verify(const std::string& dir, const hf3fs_meta::StateOptions& limits) {
   return 0;
 }
 
-// SIGHUP: --tenants-file read again; a file that does not parse keeps the table in use. Re-armed
-// after each signal, until cancelled at shutdown.
-void reload_on_hangup(boost::asio::signal_set& hangups, hf3fs_meta::server::Tenants& tenants,
+// SIGHUP: --tenants-file read again; a file that does not parse keeps the table in use. Without
+// tenants (null) there is nothing to reload and the signal is only logged: operators send SIGHUP to
+// reload, and its default action would end a server whose memory may be all there is. Re-armed after
+// each signal, until cancelled at shutdown.
+void reload_on_hangup(boost::asio::signal_set& hangups, hf3fs_meta::server::Tenants* tenants,
                       const hf3fs_meta::server::ServerOptions& options) {
-  hangups.async_wait([&hangups, &tenants, &options](const boost::system::error_code& ec, int) {
+  hangups.async_wait([&hangups, tenants, &options](const boost::system::error_code& ec, int) {
     if (ec) return;
-    const auto kept = tenants.table()->tokens();
-    const auto reloaded = tenants.reload(options.tenants_file, options.auth_token);
+    if (!tenants) {
+      std::fputs("hf3fs-meta-server: SIGHUP ignored: there is nothing to reload without --tenants-file\n", stderr);
+      reload_on_hangup(hangups, tenants, options);
+      return;
+    }
+    const auto kept = tenants->table()->tokens();
+    const auto reloaded = tenants->reload(options.tenants_file, options.auth_token);
     if (reloaded.table) {
       std::fprintf(stderr, "hf3fs-meta-server: --tenants-file %s reloaded: %zu tokens (%zu operators)\n",
                    options.tenants_file.c_str(), reloaded.table->tokens(), reloaded.table->operators());
@@ -200,12 +207,9 @@ int main(int argc, char** argv) {
       notify_service_manager("hf3fs-meta-server", "STOPPING=1");
       server.stop();
     });
-    // --tenants-file: SIGHUP reads the file again (without it, SIGHUP keeps its default action).
-    std::optional<boost::asio::signal_set> hangups;
-    if (Tenants* tenants = router.tenants()) {
-      hangups.emplace(signal_context, SIGHUP);
-      reload_on_hangup(*hangups, *tenants, options);
-    }
+    // SIGHUP reads --tenants-file again; without one it is logged and ignored.
+    boost::asio::signal_set hangups(signal_context, SIGHUP);
+    reload_on_hangup(hangups, router.tenants(), options);
     std::thread signal_thread([&] { signal_context.run(); });
 
     const char* scheme = options.tls_cert.empty() ? "http" : "https";
@@ -252,7 +256,7 @@ int main(int argc, char** argv) {
 
     server.run();
     signals.cancel();
-    if (hangups) hangups->cancel();
+    hangups.cancel();
     signal_thread.join();
     // A leader resigns (another member takes over at once) before the shutdown snapshot.
     if (member) member->stop();

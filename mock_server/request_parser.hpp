@@ -24,6 +24,7 @@ struct Request {
   std::string target;
   std::string host;
   std::string authorization;
+  std::uint8_t auth_headers = 0;  // how many Authorization fields came (more than one, with tokens on: 400)
   std::string request_id;
   std::string ns;                // X-Hf3fs-Namespace's value (unchecked: the router checks it)
   std::uint8_t ns_headers = 0;   // how many X-Hf3fs-Namespace fields came (more than one: 400)
@@ -37,6 +38,7 @@ struct Request {
     target.clear();
     host.clear();
     authorization.clear();
+    auth_headers = 0;
     request_id.clear();
     ns.clear();
     ns_headers = 0;
@@ -100,6 +102,7 @@ class RequestParser final : public boost::beast::http::basic_parser<true> {
         break;
       case field::authorization:
         request_.authorization.assign(value.data(), value.size());
+        if (request_.auth_headers < 2) ++request_.auth_headers;
         break;
       case field::expect:
         request_.expect_continue = boost::beast::iequals(value, "100-continue");

@@ -432,7 +432,7 @@ Router::Outcome Router::admit(const Request& request, Exchange& exchange) {
     principal = admit_tenant(*tenants_, routes_on(), request, path, exchange);
     if (!principal) return Next::reply;
   } else if (!options_.auth_token.empty() && path != route_info(ServerRoute::healthz).name &&
-             !bearer_matches(request.authorization, options_.auth_token)) {
+             (request.auth_headers > 1 || !bearer_matches(request.authorization, options_.auth_token))) {
     refuse_unauthenticated(request, exchange);
     return Next::reply;
   }

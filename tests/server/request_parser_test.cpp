@@ -1,5 +1,5 @@
-// The request parser's X-Hf3fs-Namespace (issue 20): its value, how often it came (capped at 2), in
-// any case of its name, and nothing of it left over for the next request on the same connection.
+// The request parser's X-Hf3fs-Namespace and Authorization: the value, how often each came (capped
+// at 2), in any case of its name, and nothing of it left over for the next request on the same connection.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -63,6 +63,19 @@ TEST(RequestParserNamespaceTest, KeepsTheValueAndCountsTheFields) {
   // The raw bytes are kept unchecked: the router refuses them without echoing them.
   EXPECT_EQ(parsed[5].ns, "bad\xC3\xA9 byte");
   EXPECT_EQ(parsed[5].ns_headers, 1);
+}
+
+TEST(RequestParserAuthorizationTest, CountsTheFieldsInAnyCaseAndForgetsThemForTheNextRequest) {
+  const auto parsed = parse_all(
+      "POST /clear HTTP/1.1\r\nAuthorization: Bearer a\r\nContent-Length: 0\r\n\r\n"
+      "POST /clear HTTP/1.1\r\nauthorization: Bearer a\r\nAUTHORIZATION: Bearer b\r\nContent-Length: 0\r\n\r\n"
+      "POST /clear HTTP/1.1\r\nContent-Length: 0\r\n\r\n");
+  ASSERT_EQ(parsed.size(), 3u);
+  EXPECT_EQ(parsed[0].authorization, "Bearer a");
+  EXPECT_EQ(parsed[0].auth_headers, 1);
+  EXPECT_EQ(parsed[1].auth_headers, 2);
+  EXPECT_EQ(parsed[2].authorization, "");
+  EXPECT_EQ(parsed[2].auth_headers, 0);
 }
 
 TEST(RequestParserNamespaceTest, ResetForgetsTheHeader) {

@@ -35,6 +35,17 @@ void rewrite(const std::string& path, std::string_view text) {
 
 std::string detail(std::string_view text) { return R"({"detail":")" + std::string(text) + R"("})"; }
 
+// Waits (bounded) until the file at `path` (a server's stderr) holds `line`; true once it does.
+bool wait_for_log(const std::string& path, std::string_view line,
+                  std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (read_all(path).find(line) == std::string::npos) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // between polls; orders nothing
+  }
+  return true;
+}
+
 class ServerTenantsTest : public ::testing::Test {
  protected:
   ServerTenantsTest()
@@ -53,15 +64,7 @@ class ServerTenantsTest : public ::testing::Test {
     return as(token, method, target, body, {{"X-Hf3fs-Namespace", std::string(ns)}});
   }
 
-  // Waits (bounded) until the server's stderr holds `line`; true once it does.
-  bool wait_for_log(std::string_view line, std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (read_all(log_.path()).find(line) == std::string::npos) {
-      if (std::chrono::steady_clock::now() >= deadline) return false;
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));  // between polls; orders nothing
-    }
-    return true;
-  }
+  bool wait_for_log(std::string_view line) { return testing::wait_for_log(log_.path(), line); }
 
   TempFile boss_{"tok-boss\n"};
   TempFile tenants_{"# the cluster's tenants\ntok-a model-a\ntok-b model-b\ntok-op *\n"};
@@ -232,9 +235,29 @@ TEST(ServerTenantsOptionsTest, ABadFileAtStartIsAUsageError) {
   EXPECT_THAT(ran.output, HasSubstr("line 1: this is --auth-token-file's token, an operator's"));
 }
 
-TEST(ServerTenantsOptionsTest, WithoutTheFileSighupKeepsItsDefaultAction) {
-  ServerProcess server({"--threads", "1"});
-  EXPECT_EQ(server.signal_and_wait(SIGHUP), -SIGHUP);
+// Operators send SIGHUP to reload; a server with nothing to reload logs it and goes on with its
+// state (its default action would end a memory-only server and everything it held).
+TEST(ServerTenantsOptionsTest, WithoutTheFileSighupIsLoggedAndIgnored) {
+  TempFile log("");
+  ServerProcess server({"--threads", "1"}, log.path());
+  ASSERT_EQ(raw_request(server.host(), server.port(), "POST", "/rank/0/initialize", R"({"num_pages":4})").status, 200);
+  ASSERT_EQ(::kill(server.pid(), SIGHUP), 0);
+  ASSERT_TRUE(wait_for_log(log.path(),
+                           "hf3fs-meta-server: SIGHUP ignored: there is nothing to reload without --tenants-file\n"))
+      << read_all(log.path());
+  ASSERT_EQ(::kill(server.pid(), SIGHUP), 0);  // a second one as well
+  const auto located = raw_request(server.host(), server.port(), "POST", "/keys/get_locations",
+                                   R"({"rank":0,"keys":["k"]})");
+  EXPECT_EQ(located.status, 200) << located.body;  // rank 0 is still initialized
+  EXPECT_EQ(server.terminate(), 0);
+}
+
+TEST_F(ServerTenantsTest, TwoAuthorizationHeadersOnTheWireAre400) {
+  const auto twice = as("tok-boss", "POST", "/keys/batch_exists", R"({"keys":["k"]})",
+                        {{"Authorization", "Bearer tok-a"}});
+  EXPECT_EQ(twice.status, 400);
+  EXPECT_EQ(twice.body, detail("Authorization was given more than once"));
+  EXPECT_EQ(as("tok-a", "POST", "/keys/batch_exists", R"({"keys":["k"]})").status, 200);
 }
 
 }  // namespace

@@ -353,6 +353,50 @@ TEST_F(RouterTenantsTest, NoOrAnUnknownTokenIs401WithTodaysTexts) {
   EXPECT_EQ(send("GET", "/healthz", {}, "Bearer wrong").status, 200);
 }
 
+// Two Authorization fields are refused, whichever of them is right: neither may win silently (a
+// proxy adding its own beside the client's). The parser counts them (ServerWire tests the wire).
+TEST_F(RouterTenantsTest, TwoAuthorizationHeadersAre400WhicheverIsRight) {
+  for (const auto& target : {"/keys/batch_exists", "/namespaces", "/clear"}) {
+    SCOPED_TRACE(target);
+    Request request;
+    request.method = "POST";
+    request.target = target;
+    request.body = R"({"keys":[]})";
+    request.authorization = "Bearer tok-boss";  // the last one, as the parser keeps it
+    request.auth_headers = 2;
+    exchange_.reset();
+    ASSERT_EQ(router_.step(request, exchange_), Router::Next::reply);
+    EXPECT_EQ(exchange_.reply.status, 400);
+    EXPECT_EQ(exchange_.reply.body, detail("Authorization was given more than once"));
+  }
+  EXPECT_EQ(exists("tok-boss").status, 200);  // one is enough
+}
+
+class RouterOperatorTokenTest : public RouterAdmitTest {
+ protected:
+  RouterOperatorTokenTest() : RouterAdmitTest([] {
+    ServerOptions o;
+    o.auth_token = "tok-boss";
+    return o;
+  }()) {}
+};
+
+TEST_F(RouterOperatorTokenTest, TwoAuthorizationHeadersAre400WithAnAuthTokenFileToo) {
+  Request request;
+  request.method = "POST";
+  request.target = "/clear";
+  request.authorization = "Bearer tok-boss";
+  request.auth_headers = 2;
+  exchange_.reset();
+  ASSERT_EQ(router_.step(request, exchange_), Router::Next::reply);
+  EXPECT_EQ(exchange_.reply.status, 400);
+  EXPECT_EQ(exchange_.reply.body, detail("Authorization was given more than once"));
+  request.auth_headers = 1;
+  exchange_.reset();
+  ASSERT_EQ(router_.step(request, exchange_), Router::Next::reply);
+  EXPECT_EQ(exchange_.reply.status, 204) << exchange_.reply.body;  // cleared
+}
+
 TEST_F(RouterTenantsTest, ATenantActsInItsNamespace) {
   auto r = exists("tok-a");
   EXPECT_EQ(r.status, 200) << r.body;
