@@ -11,12 +11,14 @@
 #include <malloc.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <ctime>
 #include <cstdio>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "hf3fs_meta/state.hpp"
@@ -290,31 +292,39 @@ void BM_NamespaceMemory(benchmark::State& bench) {
 BENCHMARK(BM_NamespaceMemory)->Iterations(1)->Unit(benchmark::kMillisecond);
 
 // A worker's cycle on its own rank (allocate 128 new keys, confirm them, then allocate and release
-// 128 more): what the single lock must carry. Run with 1 and 2 threads, each on its own rank; the
-// per-thread time shows what contention costs.
+// 128 more), run with 1 and 2 threads. Argument 0: each thread on its own rank of the default
+// namespace (one namespace's lock is shared by them); 1: each in a namespace of its own (each
+// namespace has its own lock). Items per second, with real time, are the calls the state carries.
 void BM_WorkerCycle(benchmark::State& bench) {
   constexpr int kIterations = 2000;
   static MetadataState* state = nullptr;
+  const bool own_namespace = bench.range(0) == 1;
+  const auto name_of = [&](int thread) { return own_namespace ? "tenant-" + std::to_string(thread) : std::string(); };
+  const std::string name = name_of(bench.thread_index());
+  const NamespaceRef ns{name};
+  const Rank rank = own_namespace ? 0 : bench.thread_index();
   if (bench.thread_index() == 0) {
     state = new MetadataState;
-    for (int r = 0; r < bench.threads(); ++r) (void)state->initialize(r, 1'000'000);
+    for (int t = 0; t < bench.threads(); ++t) {
+      const std::string other = name_of(t);
+      (void)state->initialize(NamespaceRef{other}, own_namespace ? 0 : t, 1'000'000);
+    }
   }
-  const Rank rank = bench.thread_index();
   // Generated before the timed loop; threads only touch `state` inside it (the loop starts and ends
   // on a barrier across threads, which also orders thread 0's setup and teardown).
   std::vector<std::vector<BlockKey>> batches;
-  const std::uint64_t first = (std::uint64_t{1} << 40) * static_cast<std::uint64_t>(rank + 1);
+  const std::uint64_t first = (std::uint64_t{1} << 40) * static_cast<std::uint64_t>(bench.thread_index() + 1);
   for (int i = 0; i < kIterations; ++i) batches.push_back(block_keys(first + static_cast<std::uint64_t>(i) * 128, 128));
   std::size_t at = 0;
   for (auto _ : bench) {
     const auto& keys = batches[at++ % batches.size()];
-    const auto pages = state->allocate(rank, keys).value();
+    const auto pages = state->allocate(ns, rank, keys).value();
     std::vector<Confirmation> confirmations;
     confirmations.reserve(keys.size());
     for (std::size_t i = 0; i < keys.size(); ++i) confirmations.push_back({keys[i].key, pages[i]});
-    (void)state->confirm_write(rank, confirmations, {}).value();
-    const auto spare = state->allocate(rank, batches[(at + 1) % batches.size()]).value();
-    (void)state->confirm_write(rank, {}, spare).value();
+    (void)state->confirm_write(ns, rank, confirmations, {}).value();
+    const auto spare = state->allocate(ns, rank, batches[(at + 1) % batches.size()]).value();
+    (void)state->confirm_write(ns, rank, {}, spare).value();
   }
   bench.SetItemsProcessed(bench.iterations() * 128);
   if (bench.thread_index() == 0) {
@@ -322,7 +332,50 @@ void BM_WorkerCycle(benchmark::State& bench) {
     state = nullptr;
   }
 }
-BENCHMARK(BM_WorkerCycle)->Threads(1)->Threads(2)->Iterations(2000)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_WorkerCycle)->ArgName("own_namespace")->Arg(0)->Arg(1)->Threads(1)->Threads(2)->Iterations(2000)
+    ->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+// Tenant B's one-key allocate (and release) in its namespace, alone (argument 0) and while tenant A
+// allocates and releases batches of 100,000 keys in its own (argument 1): B's p50 and p99 per call,
+// as counters, in microseconds. With one lock for all namespaces B waited for A's whole batch.
+void BM_TenantLatency(benchmark::State& bench) {
+  constexpr int kCalls = 20'000;
+  constexpr std::size_t kBigBatch = 100'000;
+  const bool busy_neighbour = bench.range(0) == 1;
+  for (auto _ : bench) {
+    MetadataState state;
+    const NamespaceRef a{"tenant-a"};
+    const NamespaceRef b{"tenant-b"};
+    (void)state.initialize(a, 0, 1'000'000);
+    (void)state.initialize(b, 0, 1'000'000);
+    std::atomic<bool> done{false};
+    std::thread neighbour;
+    if (busy_neighbour) {
+      neighbour = std::thread([&] {
+        for (std::uint64_t first = 1ULL << 50; !done.load(std::memory_order_relaxed); first += kBigBatch) {
+          const auto keys = block_keys(first, kBigBatch);
+          const auto pages = state.allocate(a, 0, keys).value();
+          (void)state.confirm_write(a, 0, {}, pages).value();
+        }
+      });
+    }
+    std::vector<double> latency_us;
+    latency_us.reserve(kCalls);
+    for (int i = 0; i < kCalls; ++i) {
+      const auto keys = block_keys(static_cast<std::uint64_t>(i), 1);
+      const auto start = std::chrono::steady_clock::now();
+      const auto pages = state.allocate(b, 0, keys).value();
+      (void)state.confirm_write(b, 0, {}, pages).value();
+      latency_us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+    }
+    done = true;
+    if (neighbour.joinable()) neighbour.join();
+    std::sort(latency_us.begin(), latency_us.end());
+    bench.counters["b_p50_us"] = latency_us[latency_us.size() / 2];
+    bench.counters["b_p99_us"] = latency_us[latency_us.size() * 99 / 100];
+  }
+}
+BENCHMARK(BM_TenantLatency)->ArgName("busy_neighbour")->Arg(0)->Arg(1)->Iterations(1)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace hf3fs_meta

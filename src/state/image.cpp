@@ -105,7 +105,7 @@ StateImage MetadataState::export_image(const std::function<void(std::uint64_t se
 void MetadataState::Core::prepare_export(StateImage& image, std::vector<ExportedSpace>& parts) const {
   std::vector<std::uint32_t> key_counts;
   {
-    std::shared_lock lock(mutex);
+    SharedAll lock(*this);
     image.namespaces.reserve(by_name.size());
     parts.reserve(by_name.size() + 1);
     key_counts.reserve(by_name.size() + 1);
@@ -182,7 +182,9 @@ bool MetadataState::Core::copy_names_after(std::vector<ExportedSpace>& parts, st
     for (std::uint32_t begin = 0; begin < key_count; begin += kKeysPerChunk) {
       std::shared_lock lock(mutex);
       const Impl* space = this->space(part.id);
-      if (imports != instant_imports || !space || space->epoch != part.epoch) return false;
+      if (!space) return false;
+      std::shared_lock names(space->mutex);
+      if (imports != instant_imports || space->epoch != part.epoch) return false;
       space->copy_names(*part.image, begin, std::min(key_count, begin + kKeysPerChunk), &free_at_instant);
     }
   }

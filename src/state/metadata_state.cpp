@@ -585,7 +585,7 @@ void MetadataState::set_change_sink(ChangeSink sink) {
 }
 
 std::uint64_t MetadataState::seq() const {
-  std::shared_lock lock(core_->mutex);
+  std::lock_guard lock(core_->emit_mutex);
   return core_->seq;
 }
 

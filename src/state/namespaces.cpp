@@ -88,9 +88,19 @@ std::int64_t MetadataState::Core::page_total() const {
   return total;
 }
 
+MetadataState::Core::SharedAll::SharedAll(const Core& core) : core_(core) {
+  core_.mutex.lock_shared();
+  for (const auto& [id, space] : core_.spaces) space->mutex.lock_shared();  // in id order
+}
+
+MetadataState::Core::SharedAll::~SharedAll() {
+  for (const auto& [id, space] : core_.spaces) space->mutex.unlock_shared();
+  core_.mutex.unlock_shared();
+}
+
 MetadataState::Core::AllAccess::AllAccess(const Core& core) : core_(core) {
   if (!core_.lifecycle) {
-    core_.mutex.lock_shared();
+    shared_.emplace(core_);
     return;
   }
   core_.mutex.lock();
@@ -100,11 +110,7 @@ MetadataState::Core::AllAccess::AllAccess(const Core& core) : core_(core) {
 }
 
 MetadataState::Core::AllAccess::~AllAccess() {
-  if (core_.lifecycle) {
-    core_.mutex.unlock();
-  } else {
-    core_.mutex.unlock_shared();
-  }
+  if (core_.lifecycle) core_.mutex.unlock();  // else shared_ unlocks
 }
 
 StateResult<NamespaceDropOutcome> MetadataState::drop_namespace(std::string_view name) {

@@ -12,13 +12,23 @@
 // - state/replay.cpp: apply(); state/image.cpp: export_image() and import_image();
 // - state/namespaces.cpp: the table of namespaces, their creation and drop, the calls over all.
 //
-// Locking: one reader-writer lock for every namespace (a waiting writer goes first): writers (initialize, allocate,
-// confirm_write, clear) exclusive, readers (batch_exists, get_locations, introspection) shared.
-// Every call holds it once, so each call is atomic. What does not need the state is done outside
-// it: hashing the keys, finding duplicates, building a new rank's arrays, freeing what clear()
-// dropped. bench_state's BM_WorkerCycle with 1 and 2 threads shows what the lock costs; critical
-// sections are a few microseconds per batch, so finer locking (per rank) has not been worth its
-// complexity so far.
+// Locking: two levels of reader-writer locks (a waiting writer goes first), so that a namespace's
+// calls wait only on that namespace's. The core's lock guards the set of namespaces and what they
+// share; each namespace's lock its contents. A namespace's contents are read under the core's lock
+// shared and its own shared, or the core's exclusive; changed under the core's shared and its own
+// exclusive, or the core's exclusive. So:
+// - allocate, confirm_write, drop_rank: core shared, the namespace exclusive; batch_exists,
+//   get_locations, introspection: core shared, the namespace shared;
+// - the calls over every namespace (stats, listing, the export's sizing): core shared, then every
+//   namespace shared in id order (a writer holds one namespace's lock, so no cycle can form);
+// - initialize (the server-wide limits count every namespace), delete, clear, drops of namespaces,
+//   replay, import and the export's instant: the core's exclusive.
+// With the lifecycle on (eviction, leases, TTL) every call takes the core's lock exclusively, as
+// before: the clock, its records and the event stamps are shared by every namespace.
+// Changes are numbered and handed to the sink under emit_mutex, in the order they were applied
+// within each namespace; namespaces' changes commute, so a replay in that order gives every
+// namespace's state. What does not need the state is done outside the locks: hashing the keys,
+// finding duplicates, building a new rank's arrays, freeing what clear() dropped.
 #pragma once
 
 #if defined(__GLIBC__)
@@ -137,7 +147,8 @@ using namespace state_model;
 // journal's prefix is a prefix of every namespace's history.
 struct MetadataState::Core {
   StateOptions options;
-  mutable WriterFirstMutex mutex;
+  mutable WriterFirstMutex mutex;  // the set of namespaces; see "Locking" at the top
+  mutable std::mutex emit_mutex;   // seq and the sink's calls, when only the core's shared lock is held
   ChangeSink sink;
   std::uint64_t seq = 0;  // changes applied
   // Fixed at construction from the options.
@@ -196,8 +207,20 @@ struct MetadataState::Core {
   void remove_space(Impl& space, std::unique_ptr<Impl>& gone);
   // --max-namespaces for one more.
   StateResult<void> check_new_space(std::string_view name, Rank rank) const;
+  // Every namespace's contents, read: the core's lock shared, then each namespace's shared, in id
+  // order.
+  class SharedAll {
+   public:
+    explicit SharedAll(const Core& core);
+    ~SharedAll();
+    SharedAll(const SharedAll&) = delete;
+    SharedAll& operator=(const SharedAll&) = delete;
+
+   private:
+    const Core& core_;
+  };
   // The calls that look at every namespace: with the lifecycle on, what expired in each is processed
-  // first, under the exclusive lock (as ReadAccess does for one); else under the shared lock.
+  // first, under the exclusive lock (as ReadAccess does for one); else as SharedAll.
   class AllAccess {
    public:
     explicit AllAccess(const Core& core);
@@ -207,6 +230,7 @@ struct MetadataState::Core {
 
    private:
     const Core& core_;
+    std::optional<SharedAll> shared_;
   };
   // Server-wide sums for --max-ranks and --max-total-pages.
   std::int64_t rank_total() const;
@@ -217,7 +241,7 @@ struct MetadataState::Core {
 struct MetadataState::Impl {
   Core& core;
   const StateOptions& options;
-  WriterFirstMutex& mutex;
+  mutable WriterFirstMutex mutex;  // this namespace's contents; see "Locking" at the top
   ChangeSink& sink;
   std::uint64_t& seq;
   std::int64_t& now;
@@ -244,7 +268,6 @@ struct MetadataState::Impl {
   Impl(Core& c, std::uint32_t space_id, std::string_view space_name)
       : core(c),
         options(c.options),
-        mutex(c.mutex),
         sink(c.sink),
         seq(c.seq),
         now(c.now),
@@ -269,10 +292,11 @@ struct MetadataState::Impl {
     std::swap(life, other.life);
   }
 
-  // Under the exclusive lock, once a call has changed the state.
+  // Once a call has changed the state, under the namespace's exclusive lock (or the core's).
   void emit(Change& change) {
-    if (ttl_ms > 0 && recorded_now != now) emit_clock();
+    if (ttl_ms > 0 && recorded_now != now) emit_clock();  // the lifecycle: under the core's exclusive lock
     change.ns = id;
+    std::lock_guard numbering(core.emit_mutex);
     change.seq = ++seq;
     if (sink) sink(change);
   }
@@ -315,18 +339,21 @@ struct MetadataState::Impl {
     ReadAccess(const Core& core, NamespaceRef ns) : core_(core) {
       if (core_.lifecycle) {
         core_.mutex.lock();
-      } else {
-        core_.mutex.lock_shared();
+        space_ = core_.find(ns);
+        if (space_) space_->advance();
+        return;
       }
+      core_.mutex.lock_shared();
       space_ = core_.find(ns);
-      if (core_.lifecycle && space_) space_->advance();
+      if (space_) space_->mutex.lock_shared();
     }
     ~ReadAccess() {
       if (core_.lifecycle) {
         core_.mutex.unlock();
-      } else {
-        core_.mutex.unlock_shared();
+        return;
       }
+      if (space_) space_->mutex.unlock_shared();
+      core_.mutex.unlock_shared();
     }
     ReadAccess(const ReadAccess&) = delete;
     ReadAccess& operator=(const ReadAccess&) = delete;
@@ -338,20 +365,42 @@ struct MetadataState::Impl {
   };
   // A change on one rank of a namespace: the exclusive lock, the namespace (what expired in it
   // processed first) and the rank's slot. space() is null when the namespace or the rank is not there.
+  // The core's lock shared and the namespace's exclusive (the core's exclusive with the lifecycle on).
   class RankAccess {
    public:
-    RankAccess(Core& core, NamespaceRef ns, Rank rank) : lock_(core.mutex), space_(core.find(ns)) {
+    RankAccess(Core& core, NamespaceRef ns, Rank rank) : core_(core) {
+      if (core_.lifecycle) {
+        core_.mutex.lock();
+      } else {
+        core_.mutex.lock_shared();
+      }
+      space_ = core_.find(ns);
       if (!space_) return;
+      if (!core_.lifecycle) {
+        locked_ = space_;
+        locked_->mutex.lock();
+      }
       space_->advance();
       slot_ = space_->slot_of(rank);
       if (slot_ == kNone) space_ = nullptr;
     }
+    ~RankAccess() {
+      if (locked_) locked_->mutex.unlock();
+      if (core_.lifecycle) {
+        core_.mutex.unlock();
+      } else {
+        core_.mutex.unlock_shared();
+      }
+    }
+    RankAccess(const RankAccess&) = delete;
+    RankAccess& operator=(const RankAccess&) = delete;
     Impl* space() const { return space_; }
     std::uint32_t slot() const { return slot_; }
 
    private:
-    std::unique_lock<WriterFirstMutex> lock_;
-    Impl* space_;
+    Core& core_;
+    Impl* space_ = nullptr;
+    Impl* locked_ = nullptr;  // the namespace whose lock this holds
     std::uint32_t slot_ = kNone;
   };
 

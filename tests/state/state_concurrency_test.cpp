@@ -417,5 +417,68 @@ TEST(StateConcurrency, AnExportWhileNamespacesChangeIsTheStateOfItsInstant) {
   EXPECT_GT(named_keys, 0);
 }
 
+// Each namespace has its own lock: threads in different namespaces run their calls at the same
+// time. Whatever the interleaving, each namespace ends exactly as the same calls alone would leave it
+// (namespaces share nothing a call changes), while a reader looks at every namespace at once.
+TEST(StateConcurrency, NamespacesAtOnceEachEndAsItsCallsAloneWouldLeaveIt) {
+  const auto universe = make_universe();
+  const auto run = [&](MetadataState& state, const std::string& name, unsigned seed) {
+    const NamespaceRef ns{name};
+    std::mt19937 rng(seed);
+    ASSERT_TRUE(state.initialize(ns, 0, 64).has_value());
+    ASSERT_TRUE(state.initialize(ns, 1, 64).has_value());
+    for (int i = 0; i < kIterations; ++i) {
+      const Rank rank = static_cast<Rank>(rng() % 2);
+      std::vector<BlockKey> keys;
+      const std::size_t from = rng() % (universe.size() - 4);  // four distinct keys
+      for (std::size_t k = from; k < from + 4; ++k) keys.push_back({universe[k], ""});
+      auto pages = state.allocate(ns, rank, keys);
+      ASSERT_TRUE(pages.has_value()) << pages.error().message;
+      std::vector<Confirmation> confirmations;
+      for (std::size_t k = 0; k < keys.size(); ++k) {
+        if (pages.value()[k] != kNoPage && rng() % 4 != 0) confirmations.push_back({keys[k].key, pages.value()[k]});
+      }
+      (void)state.confirm_write(ns, rank, confirmations, {});
+      (void)state.batch_exists(ns, std::vector<std::string>{universe[rng() % universe.size()]});
+      if (i % 250 == 249) {
+        (void)state.drop_rank(ns, rank);
+        ASSERT_TRUE(state.initialize(ns, rank, 64).has_value());
+      }
+    }
+  };
+  const std::vector<std::string> names{"tenant-a", "tenant-b"};
+  MetadataState together;
+  std::vector<std::uint64_t> seqs;  // the sink's, in the order it was called
+  together.set_change_sink([&](const Change& c) { seqs.push_back(c.seq); });
+  std::atomic<bool> stop{false};
+  std::thread reader([&] {
+    while (!stop.load()) {
+      for (const auto& [name, stats] : together.all_stats()) EXPECT_LE(stats.ranks.size(), 2u) << name;
+      (void)together.namespaces();
+    }
+  });
+  {
+    std::vector<std::thread> threads;
+    for (std::size_t t = 0; t < names.size(); ++t) {
+      threads.emplace_back([&, t] { run(together, names[t], static_cast<unsigned>(t + 7)); });
+    }
+    for (std::thread& t : threads) t.join();
+  }
+  stop = true;
+  reader.join();
+  for (std::size_t i = 0; i < seqs.size(); ++i) ASSERT_EQ(seqs[i], i + 1) << "the records are numbered in order";
+  const StateImage image = together.export_image();
+  for (std::size_t t = 0; t < names.size(); ++t) {
+    MetadataState alone;
+    run(alone, names[t], static_cast<unsigned>(t + 7));
+    const StateImage expected = alone.export_image();
+    ASSERT_EQ(expected.namespaces.size(), 1u);
+    const auto it = std::find_if(image.namespaces.begin(), image.namespaces.end(),
+                                 [&](const NamespaceImage& n) { return n.name == names[t]; });
+    ASSERT_NE(it, image.namespaces.end());
+    EXPECT_TRUE(it->space == expected.namespaces[0].space) << names[t];
+  }
+}
+
 }  // namespace
 }  // namespace hf3fs_meta
