@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "server/server_test_support.hpp"
+#include "support/temp_file.hpp"
 
 namespace hf3fs_meta::testing {
 namespace {
@@ -33,6 +34,29 @@ TEST_F(ServerHttpTest, PrintsTheStartupLineWithTheChosenPort) {
   EXPECT_EQ(digits.find_first_not_of("0123456789"), std::string::npos) << server_.startup_line();
   EXPECT_NE(server_.port(), 0);
   EXPECT_EQ(server_.startup_line(), "listening on " + server_.base_url());
+}
+
+// --log-requests: a line per request with its method, target, status and time; without the flag,
+// none.
+TEST(ServerLogRequestsTest, EveryRequestIsALineWithItsStatusOnlyWithTheFlag) {
+  TempFile log("");
+  {
+    ServerProcess server({"--threads", "1", "--log-requests"}, log.path());
+    ASSERT_EQ(raw_request(server.host(), server.port(), "POST", "/rank/0/initialize", R"({"num_pages":4})").status, 200);
+    ASSERT_EQ(raw_request(server.host(), server.port(), "POST", "/keys/get_locations", R"({"rank":9,"keys":["k"]})").status,
+              500);
+    EXPECT_EQ(server.terminate(), 0);
+  }
+  const std::string logged = read_all(log.path());
+  EXPECT_THAT(logged, ::testing::ContainsRegex(R"(POST /rank/0/initialize -> 200 \([0-9]+\.[0-9]{3} ms\))"));
+  EXPECT_THAT(logged, ::testing::ContainsRegex(R"(POST /keys/get_locations -> 500 \([0-9]+\.[0-9]{3} ms\))"));
+  TempFile quiet("");
+  {
+    ServerProcess server({"--threads", "1"}, quiet.path());
+    ASSERT_EQ(raw_request(server.host(), server.port(), "POST", "/rank/0/initialize", R"({"num_pages":4})").status, 200);
+    EXPECT_EQ(server.terminate(), 0);
+  }
+  EXPECT_THAT(read_all(quiet.path()), Not(HasSubstr(" -> ")));
 }
 
 TEST_F(ServerHttpTest, HealthzAnswers200AndOnlyToGet) {

@@ -22,11 +22,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::string read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 void rewrite(const std::string& path, std::string_view text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << text;
@@ -35,16 +30,6 @@ void rewrite(const std::string& path, std::string_view text) {
 
 std::string detail(std::string_view text) { return R"({"detail":")" + std::string(text) + R"("})"; }
 
-// Waits (bounded) until the file at `path` (a server's stderr) holds `line`; true once it does.
-bool wait_for_log(const std::string& path, std::string_view line,
-                  std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (read_all(path).find(line) == std::string::npos) {
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // between polls; orders nothing
-  }
-  return true;
-}
 
 class ServerTenantsTest : public ::testing::Test {
  protected:

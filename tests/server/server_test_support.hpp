@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -19,6 +21,22 @@
 namespace hf3fs_meta::testing {
 
 using Headers = std::vector<std::pair<std::string, std::string>>;
+
+inline std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// Waits (bounded) until the file at `path` (a server's stderr) holds `line`; true once it does.
+inline bool wait_for_log(const std::string& path, std::string_view line,
+                         std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (read_all(path).find(line) == std::string::npos) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // between polls; orders nothing
+  }
+  return true;
+}
 
 class ServerTestBase : public ::testing::Test {
  protected:
