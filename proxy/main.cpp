@@ -1,4 +1,5 @@
 // hf3fs-meta-proxy: vLLM's protocol on localhost:18000, the SDK's towards the metadata service.
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <exception>
@@ -16,6 +17,9 @@
 #include "upstream_backend.hpp"
 
 namespace {
+
+// How long the start waits for the upstream to say whether --token-file's token is an operator's.
+constexpr std::chrono::milliseconds kTokenCheckBound{500};
 
 std::string url_host(const std::string& host) {
   return host.find(':') != std::string::npos ? "[" + host + "]" : host;
@@ -70,6 +74,13 @@ int main(int argc, char** argv) {
     });
     std::thread signal_thread([&] { signal_context.run(); });
 
+    // Before the ready line, so that it is the first thing an operator reads; bounded, so that a
+    // proxy started before its upstream still starts at once.
+    if (!options.token.empty()) {
+      if (const std::string warning = backend.token_warning(kTokenCheckBound); !warning.empty()) {
+        std::fprintf(stderr, "%s\n", warning.c_str());
+      }
+    }
     std::fprintf(stderr,
                  "hf3fs-meta-proxy: ready (upstream %s%s%s, deadline %lld ms, %u I/O threads, max connections %zu)\n",
                  joined(options.upstream).c_str(), options.namespace_name.empty() ? "" : ", namespace ",

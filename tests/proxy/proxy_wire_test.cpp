@@ -5,6 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
 #include <span>
 #include <string>
 #include <string_view>
@@ -23,6 +25,7 @@ namespace hf3fs_meta::contract {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::Optional;
 using ::testing::StartsWith;
 using testing::ProxyProcess;
@@ -34,6 +37,17 @@ using Headers = std::vector<std::pair<std::string, std::string>>;
 // The front's limits, the same on both sides.
 const std::vector<std::string> kFrontLimits{"--max-body-bytes", "4096"};
 
+// What a process wrote to the file at `path` so far (ProxyProcess's stderr_path).
+std::string file_text(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+RawResponse send_to(const ProxyProcess& proxy, std::string_view method, std::string_view target,
+                    std::string_view body = {}) {
+  return testing::raw_request(proxy.host(), proxy.port(), method, target, body);
+}
+
 std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
@@ -43,7 +57,9 @@ class ProxyWireTest : public ::testing::Test {
  protected:
   ServerProcess direct_{with({"--threads", "1"}, kFrontLimits)};
   ServerProcess upstream_{{"--threads", "1"}};
-  ProxyProcess proxy_{upstream_.base_url(), with({"--deadline-ms", "10000", "--threads", "2"}, kFrontLimits)};
+  // Operator routes allowed: their answers too are compared.
+  ProxyProcess proxy_{upstream_.base_url(),
+                      with({"--deadline-ms", "10000", "--threads", "2", "--allow-operator-routes"}, kFrontLimits)};
 
   // SIGTERM stops the proxy cleanly: exit 0 (under the sanitizers, also no leak and no error).
   void TearDown() override { EXPECT_EQ(proxy_.terminate(), 0); }
@@ -245,6 +261,66 @@ TEST(ProxyTenantTest, TheTokenAndNamespaceApplyUpstream) {
   for (ProxyProcess* proxy : {&own, &other, &no_token}) EXPECT_EQ(proxy->terminate(), 0);
 }
 
+// A proxy acts in its namespace only: the operator routes (kRoutes' and kServerRoutes' operator_only)
+// get its own 403 whatever its token, and reach nothing upstream, unless --allow-operator-routes
+// (the protocol's); an operator's token is warned about at start, a tenant's not.
+TEST(ProxyOperatorRoutesTest, OperatorRoutesAreRefusedUnlessAllowed) {
+  testing::TempFile tenants("tok-a model-a\ntok-b model-b\ntok-ops *\n");
+  testing::TempFile token_ops("tok-ops\n");
+  testing::TempFile token_a("tok-a\n");
+  testing::TempFile ops_log("");
+  testing::TempFile tenant_log("");
+  ServerProcess server({"--threads", "1", "--tenants-file", tenants.path(), "--enable-fault-injection"});
+  const auto as_b = [&](std::string_view target, std::string_view body) {
+    return testing::raw_request(server.host(), server.port(), "POST", target, body,
+                                {{"Authorization", "Bearer tok-b"}});
+  };
+  ASSERT_EQ(as_b("/rank/0/initialize", R"({"num_pages":4})").status, 200);
+  ASSERT_EQ(as_b(kAllocate, R"({"rank":0,"keys":[["kb",""]]})").status, 200);
+  ASSERT_EQ(as_b(kConfirm, R"({"rank":0,"confirmations":[["kb",0]]})").status, 204);
+
+  ProxyProcess confined(server.base_url(), {"--token-file", token_ops.path(), "--namespace", "model-a"},
+                        ops_log.path());
+  EXPECT_THAT(file_text(ops_log.path()),
+              HasSubstr("hf3fs-meta-proxy: warning: the upstream takes --token-file's token as an operator's"));
+  const RawResponse listing = send_to(confined, "GET", "/namespaces");
+  EXPECT_EQ(listing.status, 403);
+  EXPECT_EQ(listing.body,
+            R"({"detail":"hf3fs-meta-proxy: /namespaces is an operator's route, beyond the namespace this proxy acts )"
+            R"(in (model-a): start it with --allow-operator-routes to forward it"})");
+  const RawResponse drop = send_to(confined, "POST", "/namespaces/model-b/drop");
+  EXPECT_EQ(drop.status, 403);
+  EXPECT_THAT(drop.body, HasSubstr("/namespaces/{name}/drop is an operator's route"));
+  const RawResponse faults = send_to(confined, "POST", "/_faults", R"({"status":500})");
+  EXPECT_EQ(faults.status, 403);
+  EXPECT_THAT(faults.body, HasSubstr("/_faults is an operator's route, beyond the namespace this proxy acts in "
+                                     "(model-a): it is the server's own and never forwarded"));
+  // The proxy's /metrics is its own, not the upstream's.
+  const RawResponse metrics = send_to(confined, "GET", "/metrics");
+  EXPECT_EQ(metrics.status, 200);
+  EXPECT_THAT(metrics.body, HasSubstr("hf3fs_meta_proxy_retries_total 0\n"));
+  // Nothing of it reached the upstream: model-b keeps its key, no fault rule fails the next call.
+  EXPECT_EQ(as_b(kExists, R"({"keys":["kb"]})").body, R"({"exists":[true]})");
+  EXPECT_EQ(send_to(confined, "POST", kExists, R"({"keys":["kb"]})").body, R"({"exists":[false]})");
+
+  // A tenant's token: no warning (the ready line, written after the check, is there).
+  ProxyProcess tenant(server.base_url(), {"--token-file", token_a.path(), "--namespace", "model-a"},
+                      tenant_log.path());
+  const std::string tenant_said = file_text(tenant_log.path());
+  EXPECT_THAT(tenant_said, HasSubstr("hf3fs-meta-proxy: ready"));
+  EXPECT_THAT(tenant_said, Not(HasSubstr("warning")));
+
+  // Allowed: forwarded, as the operator the token is.
+  ProxyProcess allowed(server.base_url(),
+                       {"--token-file", token_ops.path(), "--namespace", "model-a", "--allow-operator-routes"});
+  const RawResponse all = send_to(allowed, "GET", "/namespaces");
+  EXPECT_EQ(all.status, 200);
+  EXPECT_THAT(all.body, HasSubstr(R"("model-b")"));
+  EXPECT_EQ(send_to(allowed, "POST", "/namespaces/model-b/drop").status, 200);
+  EXPECT_EQ(as_b(kExists, R"({"keys":["kb"]})").body, R"({"exists":[false]})");
+  for (ProxyProcess* proxy : {&confined, &tenant, &allowed}) EXPECT_EQ(proxy->terminate(), 0);
+}
+
 // A call held upstream holds no other connection's calls: those behind it, each on a new connection,
 // are answered while it waits, though the proxy has one I/O thread: its calls do not block it.
 TEST(ProxyConcurrencyTest, ACallHeldUpstreamDoesNotHoldTheOthers) {
@@ -338,8 +414,8 @@ TEST(ProxyFlagsTest, BadFlagsExitTwoNamingTheFlag) {
   const auto help = ServerProcess::run_binary_to_exit({ProxyProcess::binary_path(), "--help"});
   EXPECT_EQ(help.exit_code, 0);
   for (const char* flag : {"--listen", "--upstream", "--namespace", "--token-file", "--ca-file", "--deadline-ms",
-                           "--threads", "--max-body-bytes", "--max-inflight-body-bytes", "--max-connections",
-                           "--idle-timeout-ms"}) {
+                           "--threads", "--allow-operator-routes", "--max-body-bytes", "--max-inflight-body-bytes",
+                           "--max-connections", "--idle-timeout-ms"}) {
     EXPECT_THAT(help.output, HasSubstr(flag));
   }
 }
