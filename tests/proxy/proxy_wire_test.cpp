@@ -321,6 +321,45 @@ TEST(ProxyOperatorRoutesTest, OperatorRoutesAreRefusedUnlessAllowed) {
   for (ProxyProcess* proxy : {&confined, &tenant, &allowed}) EXPECT_EQ(proxy->terminate(), 0);
 }
 
+// The proxy's 503 says what happened: the upstream's last status and detail when it answered, what
+// ended the call when nothing answered before the deadline, "within N ms" only when the deadline
+// passed; and the attempts each time.
+TEST(ProxyUnavailableTest, The503SaysWhatHappened) {
+  ServerProcess server({"--threads", "1", "--enable-fault-injection"});
+  ProxyProcess proxy(server.base_url(), {"--deadline-ms", "3000"});
+  testing::FaultRules faults(server);
+
+  // The upstream answers 503 to every attempt, each at once.
+  faults.add(R"({"path":"/keys/batch_exists","status":503,"detail":"busy","times":1000})");
+  const RawResponse answered = send_to(proxy, "POST", kExists, R"({"keys":["k"]})");
+  EXPECT_EQ(answered.status, 503);
+  EXPECT_THAT(answered.body, HasSubstr(R"({"detail":"hf3fs-meta-proxy: the upstream answered 503 \"busy\" to )"
+                                       R"(the last of )"));
+  EXPECT_THAT(answered.body, HasSubstr(" attempts, "));
+  EXPECT_THAT(answered.body, HasSubstr(" ms into a deadline of 3000 ms: the metadata server is unavailable"));
+  EXPECT_THAT(answered.body, Not(HasSubstr("no answer")));
+  EXPECT_EQ(testing::raw_request(server.host(), server.port(), "DELETE", "/_faults").status, 200);
+
+  // The connection closed with the request sent: a delete is not repeated, and the proxy says so at
+  // once, not as a deadline.
+  faults.add(R"({"path":"/keys/delete","close_connection":"before","times":1})");
+  const RawResponse closed = send_to(proxy, "POST", "/keys/delete", R"({"keys":["k"]})");
+  EXPECT_EQ(closed.status, 503);
+  EXPECT_THAT(closed.body, HasSubstr(R"({"detail":"hf3fs-meta-proxy: no answer from the upstream ()"));
+  EXPECT_THAT(closed.body, HasSubstr(") to the last of 1 attempt, "));
+  EXPECT_THAT(closed.body, HasSubstr("not safe to repeat delete_keys"));
+  EXPECT_THAT(closed.body, Not(HasSubstr("within")));
+
+  // Held upstream past the deadline: no answer within it.
+  ProxyProcess hurried(server.base_url(), {"--deadline-ms", "1000"});
+  faults.add(R"({"path":"/keys/batch_exists","delay_ms":3000,"times":1})");
+  const RawResponse late = send_to(hurried, "POST", kExists, R"({"keys":["k"]})");
+  EXPECT_EQ(late.status, 503);
+  EXPECT_THAT(late.body, HasSubstr(R"({"detail":"hf3fs-meta-proxy: no answer from the upstream within 1000 ms (1 )"
+                                   R"(attempt), )"));
+  for (ProxyProcess* p : {&proxy, &hurried}) EXPECT_EQ(p->terminate(), 0);
+}
+
 // A call held upstream holds no other connection's calls: those behind it, each on a new connection,
 // are answered while it waits, though the proxy has one I/O thread: its calls do not block it.
 TEST(ProxyConcurrencyTest, ACallHeldUpstreamDoesNotHoldTheOthers) {
