@@ -252,8 +252,15 @@ void forward(internal::AsyncClient& client, internal::AsyncTransport& transport,
                                         return protocol::encode_get_locations_response(l);
                                       }));
     }
-    case Route::clear:
-      return client.clear(transport, call, finish<void>(f, [](auto&&...) { return std::string(); }));
+    case Route::clear: {
+      // As vLLM's server, the proxy then knows no rank: one that is not initialized again gets the
+      // server's "not initialized" instead of the SDK's re-initialization.
+      auto then = finish<void>(f, [](auto&&...) { return std::string(); });
+      return client.clear(transport, call, [&client, then = std::move(then)](Result<void> cleared) {
+        if (cleared) client.forget_ranks();
+        then(std::move(cleared));
+      });
+    }
     case Route::delete_keys: {
       auto keys = key_list(body);
       if (!keys) return refused();
@@ -269,9 +276,14 @@ void forward(internal::AsyncClient& client, internal::AsyncTransport& transport,
     case Route::drop_rank: {
       const auto rank = protocol::parse_path_rank(target.rank_segment());
       if (!rank) return refused();
-      return client.drop_rank(transport, *rank, call, finish<DropOutcome>(f, [rank = *rank](const DropOutcome& o) {
-                                return protocol::encode_drop_response(rank, o);
-                              }));
+      auto then = finish<DropOutcome>(f, [rank = *rank](const DropOutcome& o) {
+        return protocol::encode_drop_response(rank, o);
+      });
+      return client.drop_rank(transport, *rank, call,
+                              [&client, rank = *rank, then = std::move(then)](Result<DropOutcome> dropped) {
+                                if (dropped) client.forget_rank(rank);  // as for a /clear, that rank
+                                then(std::move(dropped));
+                              });
     }
     case Route::namespaces:
       return client.namespaces(transport, call,

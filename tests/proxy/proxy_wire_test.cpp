@@ -144,8 +144,6 @@ TEST_F(ProxyWireTest, WorkerSequencesAnswerAsTheServerDoes) {
   post(kConfirm, R"({"rank":7})");
   post(kConfirm, R"({"rank":0,"confirmations":[["b",0]],"pages_to_release":[0]})");
   post(kLocations, R"({"rank":9,"keys":["b"]})");  // 500: a rank never initialized
-  // (A rank dropped through the proxy stays registered in its SDK, which initializes it again at the
-  // next "not initialized": there the proxy differs from the server on purpose.)
   post("/rank/1/drop", "");
   post("/rank/x/drop", "");
   both("GET", "/namespaces");
@@ -154,6 +152,34 @@ TEST_F(ProxyWireTest, WorkerSequencesAnswerAsTheServerDoes) {
   post("/namespaces/m1/drop", "");
   both("GET", "/stats");
   post("/clear", "ignored");
+  both("GET", "/stats");
+}
+
+// A /clear through the proxy clears its memory of the ranks initialized through it, and a drop that
+// rank: a rank not initialized again gets the server's "not initialized", as from vLLM's server,
+// instead of the proxy's re-initialization and an empty answer.
+TEST_F(ProxyWireTest, ClearAndDropThroughTheProxyAnswerAsTheServerDoes) {
+  post("/rank/0/initialize", R"({"num_pages":4})");
+  post("/rank/1/initialize", R"({"num_pages":4})");
+  post(kAllocate, R"({"rank":0,"keys":[["a",""]]})");
+  post(kConfirm, R"({"rank":0,"confirmations":[["a",0]]})");
+  post("/clear", "");
+  const RawResponse cleared = post(kLocations, R"({"rank":0,"keys":["a"]})");
+  EXPECT_EQ(cleared.status, 500);
+  EXPECT_THAT(cleared.body, HasSubstr("Rank 0 not initialized"));
+  post(kAllocate, R"({"rank":1,"keys":[["b",""]]})");
+  post(kConfirm, R"({"rank":1,"confirmations":[["b",0]]})");
+  both("GET", "/stats");
+  // Initialized again, then dropped: that rank is forgotten, the other one not.
+  post("/rank/0/initialize", R"({"num_pages":4})");
+  post("/rank/1/initialize", R"({"num_pages":4})");
+  post(kAllocate, R"({"rank":0,"keys":[["c",""]]})");
+  post("/rank/0/drop", "");
+  const RawResponse dropped = post(kAllocate, R"({"rank":0,"keys":[["d",""]]})");
+  EXPECT_EQ(dropped.status, 500);
+  EXPECT_THAT(dropped.body, HasSubstr("Rank 0 not initialized"));
+  post(kLocations, R"({"rank":0,"keys":["c"]})");
+  post(kAllocate, R"({"rank":1,"keys":[["e",""]]})");
   both("GET", "/stats");
 }
 
