@@ -3,6 +3,7 @@
 #include <csignal>
 #include <cstdio>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -64,14 +65,24 @@ int main(int argc, char** argv) {
     backend.set_default_host(address);
 
     boost::asio::io_context signal_context(1);
-    boost::asio::signal_set signals(signal_context, SIGINT, SIGTERM);
+    // SIGHUP, which operators send to reload, would end the proxy by default: it has nothing to
+    // reload (its flags and token file are read at start), so it says so and goes on.
+    boost::asio::signal_set signals(signal_context, SIGINT, SIGTERM, SIGHUP);
     int caught = 0;
-    signals.async_wait([&](const boost::system::error_code& ec, int signal) {
+    std::function<void(const boost::system::error_code&, int)> on_signal = [&](const boost::system::error_code& ec,
+                                                                              int signal) {
       if (ec) return;
+      if (signal == SIGHUP) {
+        std::fputs("hf3fs-meta-proxy: SIGHUP ignored (flags and --token-file are read at start only: restart to "
+                   "change them)\n",
+                   stderr);
+        return signals.async_wait(on_signal);
+      }
       caught = signal;
       server::notify_service_manager("hf3fs-meta-proxy", "STOPPING=1");
       server.stop();
-    });
+    };
+    signals.async_wait(on_signal);
     std::thread signal_thread([&] { signal_context.run(); });
 
     // Before the ready line, so that it is the first thing an operator reads; bounded, so that a

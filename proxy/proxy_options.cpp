@@ -23,7 +23,8 @@ Once listening, prints `listening on http://HOST:PORT` on stdout. GET /healthz: 
 upstream leader answers, else 503. GET /metrics: Prometheus text (the proxy's own; the server's
 /metrics, /_faults and /_ha/snapshot are never forwarded: 403). With --token-file, asks the upstream
 once at start whether the token is an operator's (GET /namespaces) and warns on stderr if so.
-SIGINT/SIGTERM stop accepting, finish the requests in flight, and exit 0.
+SIGINT/SIGTERM stop accepting, finish the requests in flight, and exit 0. SIGHUP is logged and
+ignored (nothing is reloaded: restart the proxy to change its flags or token).
 Under systemd (Type=notify, $NOTIFY_SOCKET): READY=1 once listening, STOPPING=1 on SIGINT/SIGTERM.)";
 
 // --listen HOST:PORT (an IPv6 host in brackets): "" when it parses into `front`, else why not.

@@ -4,12 +4,15 @@
 // applied upstream.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 
+#include <chrono>
 #include <fstream>
 #include <iterator>
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -46,6 +49,16 @@ std::string file_text(const std::string& path) {
 RawResponse send_to(const ProxyProcess& proxy, std::string_view method, std::string_view target,
                     std::string_view body = {}) {
   return testing::raw_request(proxy.host(), proxy.port(), method, target, body);
+}
+
+// Waits up to `timeout` for `text` to appear in the file at `path` (a child's stderr): true once it has.
+bool wait_for_text(const std::string& path, std::string_view text, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (file_text(path).find(text) == std::string::npos) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
 }
 
 std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
@@ -431,6 +444,20 @@ TEST(ProxyTlsTest, AnHttpsUpstreamIsReachedOverTlsWithTheCaFile) {
   EXPECT_EQ(refused.status, 503);
   EXPECT_THAT(refused.body, HasSubstr("certificate"));
   EXPECT_EQ(wrong.terminate(), 0);
+}
+
+// SIGHUP, which operators send to reload, is logged and ignored: the proxy goes on answering, and
+// SIGTERM still stops it cleanly.
+TEST(ProxySignalTest, SighupIsLoggedAndIgnored) {
+  ServerProcess server({"--threads", "1"});
+  testing::TempFile log("");
+  ProxyProcess proxy(server.base_url(), {}, log.path());
+  ASSERT_EQ(::kill(proxy.pid(), SIGHUP), 0);
+  EXPECT_TRUE(wait_for_text(log.path(), "hf3fs-meta-proxy: SIGHUP ignored", std::chrono::seconds(10)))
+      << file_text(log.path());
+  EXPECT_EQ(send_to(proxy, "POST", "/rank/0/initialize", R"({"num_pages":4})").status, 200);
+  EXPECT_EQ(proxy.terminate(), 0);
+  EXPECT_THAT(file_text(log.path()), HasSubstr("hf3fs-meta-proxy: stopped (SIGTERM)"));
 }
 
 TEST(ProxyFailoverTest, AnEndpointThatAcceptsNothingIsPassedOver) {
