@@ -446,6 +446,30 @@ TEST(ProxyTlsTest, AnHttpsUpstreamIsReachedOverTlsWithTheCaFile) {
   EXPECT_EQ(wrong.terminate(), 0);
 }
 
+// vLLM's bare releases go upstream keyed where the proxy saw the allocate that gave the page to a key
+// (to a server that advertises X-Hf3fs-Keyed-Release, as the reference server does): a late bare
+// release of a page another writer now holds changes nothing.
+TEST(ProxyKeyedReleaseTest, ALateBareReleaseLeavesAnotherWritersPage) {
+  ServerProcess server({"--threads", "1", "--enable-fault-injection"});
+  ProxyProcess proxy(server.base_url());
+  const auto direct = [&](std::string_view target, std::string_view body) {
+    return testing::raw_request(server.host(), server.port(), "POST", target, body);
+  };
+  ASSERT_EQ(send_to(proxy, "POST", "/rank/0/initialize", R"({"num_pages":1})").status, 200);
+  ASSERT_EQ(send_to(proxy, "POST", kAllocate, R"({"rank":0,"keys":[["mine",""]]})").body,
+            R"({"rank":0,"results":[["mine",0]]})");
+  // The upstream forgets everything (as vLLM's server does in a restart), and another writer is given
+  // page 0 for its key.
+  testing::FaultRules(server).add(R"({"forget_state":true})");
+  ASSERT_EQ(direct("/rank/0/initialize", R"({"num_pages":1})").status, 200);
+  ASSERT_EQ(direct(kAllocate, R"({"rank":0,"keys":[["theirs",""]]})").body, R"({"rank":0,"results":[["theirs",0]]})");
+  // vLLM releases the page it was given, bare, late: sent as ["mine",0], it frees nothing.
+  EXPECT_EQ(send_to(proxy, "POST", kConfirm, R"({"rank":0,"confirmations":[],"pages_to_release":[0]})").status, 204);
+  EXPECT_EQ(direct(kConfirm, R"({"rank":0,"confirmations":[["theirs",0]]})").status, 204);
+  EXPECT_EQ(direct(kExists, R"({"keys":["theirs"]})").body, R"({"exists":[true]})");
+  EXPECT_EQ(proxy.terminate(), 0);
+}
+
 // SIGHUP, which operators send to reload, is logged and ignored: the proxy goes on answering, and
 // SIGTERM still stops it cleanly.
 TEST(ProxySignalTest, SighupIsLoggedAndIgnored) {
