@@ -26,20 +26,46 @@ void set_reply(Reply& reply, int status, std::string content_type, std::string b
 
 void no_content(Reply& reply) { set_reply(reply, 204, {}, {}); }
 
+std::string attempts_text(int attempts) {
+  return std::to_string(attempts) + (attempts == 1 ? " attempt" : " attempts");
+}
+
+// The proxy's 503: what the upstream last did, said as it was. The upstream's last status and
+// detail when it answered; "no answer within N ms" only when the deadline truly passed without one;
+// else what ended the call first (a connection closed with the request sent is not repeated). Then
+// the attempts, the time, and the SDK's account (Error::message: why its retry loop stopped).
+std::string unavailable_detail(const Error& e, std::chrono::milliseconds deadline, std::chrono::milliseconds took) {
+  std::string text = "hf3fs-meta-proxy: ";
+  if (e.status) {
+    text += "the upstream answered " + std::to_string(*e.status);
+    if (!e.detail.empty()) text += " \"" + e.detail + "\"";
+    text += " to the last of " + attempts_text(e.attempts);
+  } else if (took >= deadline) {
+    text += "no answer from the upstream within " + std::to_string(deadline.count()) + " ms (" +
+            attempts_text(e.attempts) + ")";
+  } else {
+    text += "no answer from the upstream (" + std::string(to_string(e.code)) + ") to the last of " +
+            attempts_text(e.attempts);
+  }
+  text += ", " + std::to_string(took.count()) + " ms into a deadline of " + std::to_string(deadline.count()) +
+          " ms: " + e.message();
+  return text;
+}
+
 // A refusal or failure of the SDK's call -> what vLLM gets.
-Outcome answer_error(const Error& e, std::chrono::milliseconds deadline, Reply& reply) {
+Outcome answer_error(const Error& e, std::chrono::milliseconds deadline, std::chrono::milliseconds took,
+                     Reply& reply) {
   // The upstream's own answer, passed on: its status and detail, rendered as the server renders them.
-  // A 502/503/504 is a failure the SDK rode out until the deadline, a timeout or a connection that
+  // A 502/503/504 is a failure the SDK rode out as long as it could, a timeout or a connection that
   // failed had no answer, and a protocol_error an answer the SDK could not trust: then the proxy
-  // says why, in a 503 (vLLM repeats it).
+  // says what happened, in a 503 (vLLM repeats it).
   const bool answered = e.status && e.code != errc::unavailable && e.code != errc::timeout &&
                         e.code != errc::connection_failed && e.code != errc::protocol_error;
   if (answered) {
     reply.set_json(*e.status, protocol::encode_detail(e.detail));
     return Outcome::answered;
   }
-  reply.set_json(503, protocol::encode_detail("hf3fs-meta-proxy: no answer from the upstream within the deadline of " +
-                                              std::to_string(deadline.count()) + " ms: " + e.message()));
+  reply.set_json(503, protocol::encode_detail(unavailable_detail(e, deadline, took)));
   return Outcome::unavailable;
 }
 
@@ -53,6 +79,13 @@ struct Forwarding {
   CallOptions call;
   Reply& reply;
   std::function<void(Outcome)> done;
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+
+  // The call failed: its answer, through answer_error.
+  void failed(const Error& e) {
+    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started);
+    done(answer_error(e, call.deadline.value(), took, reply));
+  }
 
   // Runs a call's answer: an exception there (out of memory) is answered as the server answers an
   // unhandled error, since nothing above the transport's callback would catch it.
@@ -74,7 +107,7 @@ using Call = std::shared_ptr<Forwarding>;
 void forward_raw(const Call& f) {
   f->client.raw(f->transport, f->target.raw, f->body, f->call, [f](Result<RawResponse> answer) {
     f->answer([&] {
-      if (!answer) return f->done(answer_error(answer.error(), f->call.deadline.value(), f->reply));
+      if (!answer) return f->failed(answer.error());
       RawResponse& r = answer.value();
       set_reply(f->reply, r.status, std::move(r.content_type), std::move(r.body));
       f->done(Outcome::ok);
@@ -91,7 +124,7 @@ internal::AsyncClient::Then<T> finish(const Call& f, Encode encode) {
     f->answer([&] {
       if (!result) {
         if (result.error().code == errc::invalid_argument) return forward_raw(f);
-        return f->done(answer_error(result.error(), f->call.deadline.value(), f->reply));
+        return f->failed(result.error());
       }
       if constexpr (std::is_void_v<T>) {
         no_content(f->reply);
@@ -219,8 +252,15 @@ void forward(internal::AsyncClient& client, internal::AsyncTransport& transport,
                                         return protocol::encode_get_locations_response(l);
                                       }));
     }
-    case Route::clear:
-      return client.clear(transport, call, finish<void>(f, [](auto&&...) { return std::string(); }));
+    case Route::clear: {
+      // As vLLM's server, the proxy then knows no rank: one that is not initialized again gets the
+      // server's "not initialized" instead of the SDK's re-initialization.
+      auto then = finish<void>(f, [](auto&&...) { return std::string(); });
+      return client.clear(transport, call, [&client, then = std::move(then)](Result<void> cleared) {
+        if (cleared) client.forget_ranks();
+        then(std::move(cleared));
+      });
+    }
     case Route::delete_keys: {
       auto keys = key_list(body);
       if (!keys) return refused();
@@ -236,9 +276,14 @@ void forward(internal::AsyncClient& client, internal::AsyncTransport& transport,
     case Route::drop_rank: {
       const auto rank = protocol::parse_path_rank(target.rank_segment());
       if (!rank) return refused();
-      return client.drop_rank(transport, *rank, call, finish<DropOutcome>(f, [rank = *rank](const DropOutcome& o) {
-                                return protocol::encode_drop_response(rank, o);
-                              }));
+      auto then = finish<DropOutcome>(f, [rank = *rank](const DropOutcome& o) {
+        return protocol::encode_drop_response(rank, o);
+      });
+      return client.drop_rank(transport, *rank, call,
+                              [&client, rank = *rank, then = std::move(then)](Result<DropOutcome> dropped) {
+                                if (dropped) client.forget_rank(rank);  // as for a /clear, that rank
+                                then(std::move(dropped));
+                              });
     }
     case Route::namespaces:
       return client.namespaces(transport, call,

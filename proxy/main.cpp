@@ -1,7 +1,9 @@
 // hf3fs-meta-proxy: vLLM's protocol on localhost:18000, the SDK's towards the metadata service.
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -16,6 +18,9 @@
 #include "upstream_backend.hpp"
 
 namespace {
+
+// How long the start waits for the upstream to say whether --token-file's token is an operator's.
+constexpr std::chrono::milliseconds kTokenCheckBound{500};
 
 std::string url_host(const std::string& host) {
   return host.find(':') != std::string::npos ? "[" + host + "]" : host;
@@ -60,16 +65,33 @@ int main(int argc, char** argv) {
     backend.set_default_host(address);
 
     boost::asio::io_context signal_context(1);
-    boost::asio::signal_set signals(signal_context, SIGINT, SIGTERM);
+    // SIGHUP, which operators send to reload, would end the proxy by default: it has nothing to
+    // reload (its flags and token file are read at start), so it says so and goes on.
+    boost::asio::signal_set signals(signal_context, SIGINT, SIGTERM, SIGHUP);
     int caught = 0;
-    signals.async_wait([&](const boost::system::error_code& ec, int signal) {
+    std::function<void(const boost::system::error_code&, int)> on_signal = [&](const boost::system::error_code& ec,
+                                                                              int signal) {
       if (ec) return;
+      if (signal == SIGHUP) {
+        std::fputs("hf3fs-meta-proxy: SIGHUP ignored (flags and --token-file are read at start only: restart to "
+                   "change them)\n",
+                   stderr);
+        return signals.async_wait(on_signal);
+      }
       caught = signal;
       server::notify_service_manager("hf3fs-meta-proxy", "STOPPING=1");
       server.stop();
-    });
+    };
+    signals.async_wait(on_signal);
     std::thread signal_thread([&] { signal_context.run(); });
 
+    // Before the ready line, so that it is the first thing an operator reads; bounded, so that a
+    // proxy started before its upstream still starts at once.
+    if (!options.token.empty()) {
+      if (const std::string warning = backend.token_warning(kTokenCheckBound); !warning.empty()) {
+        std::fprintf(stderr, "%s\n", warning.c_str());
+      }
+    }
     std::fprintf(stderr,
                  "hf3fs-meta-proxy: ready (upstream %s%s%s, deadline %lld ms, %u I/O threads, max connections %zu)\n",
                  joined(options.upstream).c_str(), options.namespace_name.empty() ? "" : ", namespace ",

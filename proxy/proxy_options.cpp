@@ -20,8 +20,11 @@ the proxy answers it there as the server would, and calls the upstream through t
 request id per call (exactly-once retries), failover between --upstream members, re-initializing the
 ranks this node initialized when the upstream forgot them, all within --deadline-ms (then 503).
 Once listening, prints `listening on http://HOST:PORT` on stdout. GET /healthz: 200 when an
-upstream leader answers, else 503. GET /metrics: Prometheus text.
-SIGINT/SIGTERM stop accepting, finish the requests in flight, and exit 0.
+upstream leader answers, else 503. GET /metrics: Prometheus text (the proxy's own; the server's
+/metrics, /_faults and /_ha/snapshot are never forwarded: 403). With --token-file, asks the upstream
+once at start whether the token is an operator's (GET /namespaces) and warns on stderr if so.
+SIGINT/SIGTERM stop accepting, finish the requests in flight, and exit 0. SIGHUP is logged and
+ignored (nothing is reloaded: restart the proxy to change its flags or token).
 Under systemd (Type=notify, $NOTIFY_SOCKET): READY=1 once listening, STOPPING=1 on SIGINT/SIGTERM.)";
 
 // --listen HOST:PORT (an IPv6 host in brackets): "" when it parses into `front`, else why not.
@@ -90,6 +93,9 @@ void define(CLI::App& app, ProxyOptions& o) {
                  "I/O threads; each makes its connections' upstream calls itself, without blocking")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
+  app.add_flag("--allow-operator-routes", o.allow_operator_routes,
+               "forward GET /namespaces and POST /namespaces/{name}/drop, which act beyond --namespace (an "
+               "operator's token needed upstream); without it they are refused with 403");
   server::define_front_limits(app, o.front);
   app.add_flag("--log-requests", o.front.log_requests, "log every request on stderr");
   app.footer(kFooter);

@@ -27,6 +27,9 @@ struct ProxyOptions {
   // I/O threads: each reads its connections' requests and makes their upstream calls itself,
   // without blocking (libcurl's multi interface), as many at once as its connections ask.
   unsigned threads = 2;
+  // Forward the protocol's operator routes (RouteInfo::operator_only: listing and dropping
+  // namespaces), which reach beyond --namespace; refused with 403 without it.
+  bool allow_operator_routes = false;
 };
 
 inline constexpr const char* kDefaultListen = "127.0.0.1:18000";

@@ -39,6 +39,10 @@ ClientOptions client_options(const ProxyOptions& options, std::shared_ptr<Client
   return client;
 }
 
+// The server routes any server may have (/_faults with --enable-fault-injection, /_ha/snapshot with
+// --ha-etcd): the proxy's answer to them does not depend on the upstream's flags.
+constexpr server::ServerRoutesOn kEveryServerRoute{.faults = true, .ha = true};
+
 }  // namespace
 
 UpstreamCounters::UpstreamCounters(prometheus::Registry& registry, bool several_endpoints)
@@ -95,24 +99,35 @@ server::Backend::Next UpstreamBackend::step(const Request& request, Exchange& ex
   reply.leader.clear();
   std::string_view path = request.target;
   path = path.substr(0, path.find('?'));
-  for (const ServerRoute route : {ServerRoute::healthz, ServerRoute::metrics}) {
-    const server::ServerRouteInfo& row = server::route_info(route);
-    if (path != row.name) continue;
-    exchange.label = route;
-    if (request.method != "GET") {
-      reply.set_json(405, protocol::encode_detail("Method Not Allowed"));
-      reply.allow = row.allow;
+  // The server's own routes, as any server has them: /healthz and /metrics are the proxy's own, the
+  // server's other operator routes (/_faults, /_ha/snapshot) are never forwarded.
+  if (const server::ServerRouteInfo* row = server::find_server_route(path, kEveryServerRoute)) {
+    const bool own = row->route == ServerRoute::healthz || row->route == ServerRoute::metrics;
+    exchange.label = row->route;
+    if (!own && row->operator_only) {
+      refuse_operator_route(row->name, "it is the server's own and never forwarded", reply);
       return Next::reply;
     }
-    if (route == ServerRoute::metrics) {
+    if (own && request.method != "GET") {
+      reply.set_json(405, protocol::encode_detail("Method Not Allowed"));
+      reply.allow = row->allow;
+      return Next::reply;
+    }
+    if (row->route == ServerRoute::metrics) {
       serve_metrics(reply);
       return Next::reply;
     }
-    exchange.stage = Stage::finish;
-    return Next::wait;  // the health check asks the upstream: on a worker
+    if (row->route == ServerRoute::healthz) {
+      exchange.stage = Stage::finish;
+      return Next::wait;  // the health check asks the upstream: on a worker
+    }
   }
   Service::route(request.method, request.target, exchange.target);
   exchange.label = exchange.target.route;
+  if (const RouteInfo& row = route_info(exchange.target.route); row.operator_only && !options_.allow_operator_routes) {
+    refuse_operator_route(row.name, "start it with --allow-operator-routes to forward it", reply);
+    return Next::reply;
+  }
   if (request.ns_headers != 0 && (request.ns_headers > 1 || request.ns != options_.namespace_name)) {
     reply.set_json(400, protocol::encode_detail(std::string(kNamespaceHeader) +
                                                 ": hf3fs-meta-proxy acts in the namespace of its --namespace flag (" +
@@ -146,6 +161,33 @@ void UpstreamBackend::await(Next, const Request& request, Exchange& exchange, st
                 .Increment();
             wake();
           });
+}
+
+void UpstreamBackend::refuse_operator_route(std::string_view route, std::string_view why, Reply& reply) const {
+  reply.set_json(403, protocol::encode_detail("hf3fs-meta-proxy: " + std::string(route) +
+                                              " is an operator's route, beyond the namespace this proxy acts in (" +
+                                              namespace_text() + "): " + std::string(why)));
+}
+
+std::string UpstreamBackend::namespace_text() const {
+  return options_.namespace_name.empty() ? std::string("the default one") : options_.namespace_name;
+}
+
+std::string UpstreamBackend::token_warning(std::chrono::milliseconds bound) {
+  // The server tells an operator's token from a tenant's by its tenants file (`*`), or takes any
+  // caller as an operator without one; the proxy can only ask. GET /namespaces is the one read that
+  // only an operator may make (a tenant's token gets 403 before anything is read), and its answer
+  // is a line per namespace.
+  const auto listed = client_.client().namespaces(CallOptions{std::min(options_.deadline, bound)});
+  if (listed) {
+    return "hf3fs-meta-proxy: warning: the upstream takes --token-file's token as an operator's (it answered GET "
+           "/namespaces, " +
+           std::to_string(listed.value().size()) +
+           " namespaces): whoever reaches this proxy holds it; give the proxy its namespace's tenant token";
+  }
+  if (listed.error().status == 403) return {};  // a tenant's
+  return "hf3fs-meta-proxy: warning: could not tell whether --token-file's token is an operator's: " +
+         listed.error().message();
 }
 
 void UpstreamBackend::check_health(internal::AsyncTransport& transport, Reply& reply, std::function<void()> wake) {

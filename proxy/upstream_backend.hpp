@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
@@ -53,12 +54,19 @@ class UpstreamBackend final : public server::Backend {
   server::Metrics& metrics() noexcept override { return metrics_; }
   const std::string& answer_headers() const noexcept override { return no_headers_; }
 
+  // With a token: a warning line for stderr when the upstream takes it as an operator's, or when it
+  // could not tell within `bound` (the deadline when shorter); empty for a tenant's. Blocks.
+  std::string token_warning(std::chrono::milliseconds bound);
+
   // The proxy's own host:port, for a 307's location when the request had no Host.
   void set_default_host(std::string host_port) { default_host_ = std::move(host_port); }
 
  private:
   void check_health(internal::AsyncTransport& transport, server::Reply& reply, std::function<void()> wake);
   void serve_metrics(server::Reply& reply) const;
+  // 403 for an operator's route (`route`, its path pattern), saying `why` it is not forwarded.
+  void refuse_operator_route(std::string_view route, std::string_view why, server::Reply& reply) const;
+  std::string namespace_text() const;  // --namespace's, or "the default one"
 
   const ProxyOptions& options_;
   server::Metrics metrics_;

@@ -37,6 +37,11 @@ class AsyncClient {
   // The same calls, blocking.
   Client& client() { return client_; }
 
+  // The ranks registered by ensure_initialized are no longer restored when the server says it
+  // forgot them: for a caller that cleared them (a /clear or a drop it forwarded) on purpose.
+  void forget_ranks() { impl_->ranks.clear(); }
+  void forget_rank(Rank rank) { impl_->unregister_rank(rank); }
+
   void ensure_initialized(AsyncTransport& t, Rank rank, std::int64_t num_pages, Role role, const CallOptions& call,
                           Then<std::string> then) {
     start(t, impl_->prepare_ensure_initialized(rank, num_pages, role, call), std::move(then));

@@ -17,6 +17,11 @@ void RankRegistry::remove(Rank rank) {
   if (auto it = entries_.find(rank); it != entries_.end() && !it->second.flight) entries_.erase(it);
 }
 
+void RankRegistry::clear() {
+  std::lock_guard lock(mutex_);
+  std::erase_if(entries_, [](const auto& entry) { return !entry.second.flight; });
+}
+
 RankRegistry::Restored RankRegistry::restore(Rank rank, std::uint64_t epoch_at_send, std::chrono::nanoseconds max_wait,
                                              const Initialize& initialize) {
   std::unique_lock lock(mutex_);

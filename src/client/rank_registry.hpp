@@ -25,6 +25,8 @@ class RankRegistry {
   void add(Rank rank, std::int64_t num_pages, Role role);
   // Forgets the rank, unless a restore of it is in flight (its waiters hold on to the entry).
   void remove(Rank rank);
+  // Forgets every rank but those whose restore is in flight, as remove() does each.
+  void clear();
 
   // Bumped by every restore. An attempt notes it before sending, so that a rank restored by another
   // call after that is not initialized a second time.

@@ -157,5 +157,34 @@ TEST(RankRegistryTest, ARemovedRankIsNoLongerRestored) {
   EXPECT_EQ(ranks.restore(3, ranks.epoch(), kLong, ok).outcome, Outcome::unregistered);
 }
 
+// clear() forgets every rank (a caller that cleared them on purpose), but not one whose restore is in
+// flight: its waiters hold on to the entry, as with remove().
+TEST(RankRegistryTest, ClearForgetsEveryRankButOneBeingRestored) {
+  RankRegistry ranks;
+  ranks.add(1, 64, Role::worker);
+  ranks.add(2, 64, Role::worker);
+  ranks.add(3, 64, Role::worker);
+  std::atomic<bool> started{false};
+  std::atomic<bool> release{false};
+  Outcome restoring = Outcome::unregistered;
+  std::thread restorer([&] {
+    restoring = ranks.restore(3, ranks.epoch(), kLong, [&](std::int64_t, Role) -> Result<std::string> {
+                       started = true;
+                       while (!release) std::this_thread::yield();
+                       return std::string("ok");
+                     }).outcome;
+  });
+  while (!started) std::this_thread::yield();
+  ranks.clear();
+  release = true;
+  restorer.join();
+  EXPECT_EQ(restoring, Outcome::restored);
+  EXPECT_EQ(ranks.restore(1, ranks.epoch(), kLong, ok).outcome, Outcome::unregistered);
+  EXPECT_EQ(ranks.restore(2, ranks.epoch(), kLong, ok).outcome, Outcome::unregistered);
+  EXPECT_EQ(ranks.restore(3, ranks.epoch(), kLong, ok).outcome, Outcome::restored);
+  ranks.clear();  // nothing in flight now: rank 3 goes too
+  EXPECT_EQ(ranks.restore(3, ranks.epoch(), kLong, ok).outcome, Outcome::unregistered);
+}
+
 }  // namespace
 }  // namespace hf3fs_meta::internal

@@ -4,10 +4,15 @@
 // applied upstream.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 
+#include <chrono>
+#include <fstream>
+#include <iterator>
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -23,6 +28,7 @@ namespace hf3fs_meta::contract {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::Optional;
 using ::testing::StartsWith;
 using testing::ProxyProcess;
@@ -34,6 +40,27 @@ using Headers = std::vector<std::pair<std::string, std::string>>;
 // The front's limits, the same on both sides.
 const std::vector<std::string> kFrontLimits{"--max-body-bytes", "4096"};
 
+// What a process wrote to the file at `path` so far (ProxyProcess's stderr_path).
+std::string file_text(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+RawResponse send_to(const ProxyProcess& proxy, std::string_view method, std::string_view target,
+                    std::string_view body = {}) {
+  return testing::raw_request(proxy.host(), proxy.port(), method, target, body);
+}
+
+// Waits up to `timeout` for `text` to appear in the file at `path` (a child's stderr): true once it has.
+bool wait_for_text(const std::string& path, std::string_view text, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (file_text(path).find(text) == std::string::npos) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
 std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
@@ -43,7 +70,9 @@ class ProxyWireTest : public ::testing::Test {
  protected:
   ServerProcess direct_{with({"--threads", "1"}, kFrontLimits)};
   ServerProcess upstream_{{"--threads", "1"}};
-  ProxyProcess proxy_{upstream_.base_url(), with({"--deadline-ms", "10000", "--threads", "2"}, kFrontLimits)};
+  // Operator routes allowed: their answers too are compared.
+  ProxyProcess proxy_{upstream_.base_url(),
+                      with({"--deadline-ms", "10000", "--threads", "2", "--allow-operator-routes"}, kFrontLimits)};
 
   // SIGTERM stops the proxy cleanly: exit 0 (under the sanitizers, also no leak and no error).
   void TearDown() override { EXPECT_EQ(proxy_.terminate(), 0); }
@@ -128,8 +157,6 @@ TEST_F(ProxyWireTest, WorkerSequencesAnswerAsTheServerDoes) {
   post(kConfirm, R"({"rank":7})");
   post(kConfirm, R"({"rank":0,"confirmations":[["b",0]],"pages_to_release":[0]})");
   post(kLocations, R"({"rank":9,"keys":["b"]})");  // 500: a rank never initialized
-  // (A rank dropped through the proxy stays registered in its SDK, which initializes it again at the
-  // next "not initialized": there the proxy differs from the server on purpose.)
   post("/rank/1/drop", "");
   post("/rank/x/drop", "");
   both("GET", "/namespaces");
@@ -138,6 +165,34 @@ TEST_F(ProxyWireTest, WorkerSequencesAnswerAsTheServerDoes) {
   post("/namespaces/m1/drop", "");
   both("GET", "/stats");
   post("/clear", "ignored");
+  both("GET", "/stats");
+}
+
+// A /clear through the proxy clears its memory of the ranks initialized through it, and a drop that
+// rank: a rank not initialized again gets the server's "not initialized", as from vLLM's server,
+// instead of the proxy's re-initialization and an empty answer.
+TEST_F(ProxyWireTest, ClearAndDropThroughTheProxyAnswerAsTheServerDoes) {
+  post("/rank/0/initialize", R"({"num_pages":4})");
+  post("/rank/1/initialize", R"({"num_pages":4})");
+  post(kAllocate, R"({"rank":0,"keys":[["a",""]]})");
+  post(kConfirm, R"({"rank":0,"confirmations":[["a",0]]})");
+  post("/clear", "");
+  const RawResponse cleared = post(kLocations, R"({"rank":0,"keys":["a"]})");
+  EXPECT_EQ(cleared.status, 500);
+  EXPECT_THAT(cleared.body, HasSubstr("Rank 0 not initialized"));
+  post(kAllocate, R"({"rank":1,"keys":[["b",""]]})");
+  post(kConfirm, R"({"rank":1,"confirmations":[["b",0]]})");
+  both("GET", "/stats");
+  // Initialized again, then dropped: that rank is forgotten, the other one not.
+  post("/rank/0/initialize", R"({"num_pages":4})");
+  post("/rank/1/initialize", R"({"num_pages":4})");
+  post(kAllocate, R"({"rank":0,"keys":[["c",""]]})");
+  post("/rank/0/drop", "");
+  const RawResponse dropped = post(kAllocate, R"({"rank":0,"keys":[["d",""]]})");
+  EXPECT_EQ(dropped.status, 500);
+  EXPECT_THAT(dropped.body, HasSubstr("Rank 0 not initialized"));
+  post(kLocations, R"({"rank":0,"keys":["c"]})");
+  post(kAllocate, R"({"rank":1,"keys":[["e",""]]})");
   both("GET", "/stats");
 }
 
@@ -245,6 +300,105 @@ TEST(ProxyTenantTest, TheTokenAndNamespaceApplyUpstream) {
   for (ProxyProcess* proxy : {&own, &other, &no_token}) EXPECT_EQ(proxy->terminate(), 0);
 }
 
+// A proxy acts in its namespace only: the operator routes (kRoutes' and kServerRoutes' operator_only)
+// get its own 403 whatever its token, and reach nothing upstream, unless --allow-operator-routes
+// (the protocol's); an operator's token is warned about at start, a tenant's not.
+TEST(ProxyOperatorRoutesTest, OperatorRoutesAreRefusedUnlessAllowed) {
+  testing::TempFile tenants("tok-a model-a\ntok-b model-b\ntok-ops *\n");
+  testing::TempFile token_ops("tok-ops\n");
+  testing::TempFile token_a("tok-a\n");
+  testing::TempFile ops_log("");
+  testing::TempFile tenant_log("");
+  ServerProcess server({"--threads", "1", "--tenants-file", tenants.path(), "--enable-fault-injection"});
+  const auto as_b = [&](std::string_view target, std::string_view body) {
+    return testing::raw_request(server.host(), server.port(), "POST", target, body,
+                                {{"Authorization", "Bearer tok-b"}});
+  };
+  ASSERT_EQ(as_b("/rank/0/initialize", R"({"num_pages":4})").status, 200);
+  ASSERT_EQ(as_b(kAllocate, R"({"rank":0,"keys":[["kb",""]]})").status, 200);
+  ASSERT_EQ(as_b(kConfirm, R"({"rank":0,"confirmations":[["kb",0]]})").status, 204);
+
+  ProxyProcess confined(server.base_url(), {"--token-file", token_ops.path(), "--namespace", "model-a"},
+                        ops_log.path());
+  EXPECT_THAT(file_text(ops_log.path()),
+              HasSubstr("hf3fs-meta-proxy: warning: the upstream takes --token-file's token as an operator's"));
+  const RawResponse listing = send_to(confined, "GET", "/namespaces");
+  EXPECT_EQ(listing.status, 403);
+  EXPECT_EQ(listing.body,
+            R"({"detail":"hf3fs-meta-proxy: /namespaces is an operator's route, beyond the namespace this proxy acts )"
+            R"(in (model-a): start it with --allow-operator-routes to forward it"})");
+  const RawResponse drop = send_to(confined, "POST", "/namespaces/model-b/drop");
+  EXPECT_EQ(drop.status, 403);
+  EXPECT_THAT(drop.body, HasSubstr("/namespaces/{name}/drop is an operator's route"));
+  const RawResponse faults = send_to(confined, "POST", "/_faults", R"({"status":500})");
+  EXPECT_EQ(faults.status, 403);
+  EXPECT_THAT(faults.body, HasSubstr("/_faults is an operator's route, beyond the namespace this proxy acts in "
+                                     "(model-a): it is the server's own and never forwarded"));
+  // The proxy's /metrics is its own, not the upstream's.
+  const RawResponse metrics = send_to(confined, "GET", "/metrics");
+  EXPECT_EQ(metrics.status, 200);
+  EXPECT_THAT(metrics.body, HasSubstr("hf3fs_meta_proxy_retries_total 0\n"));
+  // Nothing of it reached the upstream: model-b keeps its key, no fault rule fails the next call.
+  EXPECT_EQ(as_b(kExists, R"({"keys":["kb"]})").body, R"({"exists":[true]})");
+  EXPECT_EQ(send_to(confined, "POST", kExists, R"({"keys":["kb"]})").body, R"({"exists":[false]})");
+
+  // A tenant's token: no warning (the ready line, written after the check, is there).
+  ProxyProcess tenant(server.base_url(), {"--token-file", token_a.path(), "--namespace", "model-a"},
+                      tenant_log.path());
+  const std::string tenant_said = file_text(tenant_log.path());
+  EXPECT_THAT(tenant_said, HasSubstr("hf3fs-meta-proxy: ready"));
+  EXPECT_THAT(tenant_said, Not(HasSubstr("warning")));
+
+  // Allowed: forwarded, as the operator the token is.
+  ProxyProcess allowed(server.base_url(),
+                       {"--token-file", token_ops.path(), "--namespace", "model-a", "--allow-operator-routes"});
+  const RawResponse all = send_to(allowed, "GET", "/namespaces");
+  EXPECT_EQ(all.status, 200);
+  EXPECT_THAT(all.body, HasSubstr(R"("model-b")"));
+  EXPECT_EQ(send_to(allowed, "POST", "/namespaces/model-b/drop").status, 200);
+  EXPECT_EQ(as_b(kExists, R"({"keys":["kb"]})").body, R"({"exists":[false]})");
+  for (ProxyProcess* proxy : {&confined, &tenant, &allowed}) EXPECT_EQ(proxy->terminate(), 0);
+}
+
+// The proxy's 503 says what happened: the upstream's last status and detail when it answered, what
+// ended the call when nothing answered before the deadline, "within N ms" only when the deadline
+// passed; and the attempts each time.
+TEST(ProxyUnavailableTest, The503SaysWhatHappened) {
+  ServerProcess server({"--threads", "1", "--enable-fault-injection"});
+  ProxyProcess proxy(server.base_url(), {"--deadline-ms", "3000"});
+  testing::FaultRules faults(server);
+
+  // The upstream answers 503 to every attempt, each at once.
+  faults.add(R"({"path":"/keys/batch_exists","status":503,"detail":"busy","times":1000})");
+  const RawResponse answered = send_to(proxy, "POST", kExists, R"({"keys":["k"]})");
+  EXPECT_EQ(answered.status, 503);
+  EXPECT_THAT(answered.body, HasSubstr(R"({"detail":"hf3fs-meta-proxy: the upstream answered 503 \"busy\" to )"
+                                       R"(the last of )"));
+  EXPECT_THAT(answered.body, HasSubstr(" attempts, "));
+  EXPECT_THAT(answered.body, HasSubstr(" ms into a deadline of 3000 ms: the metadata server is unavailable"));
+  EXPECT_THAT(answered.body, Not(HasSubstr("no answer")));
+  EXPECT_EQ(testing::raw_request(server.host(), server.port(), "DELETE", "/_faults").status, 200);
+
+  // The connection closed with the request sent: a delete is not repeated, and the proxy says so at
+  // once, not as a deadline.
+  faults.add(R"({"path":"/keys/delete","close_connection":"before","times":1})");
+  const RawResponse closed = send_to(proxy, "POST", "/keys/delete", R"({"keys":["k"]})");
+  EXPECT_EQ(closed.status, 503);
+  EXPECT_THAT(closed.body, HasSubstr(R"({"detail":"hf3fs-meta-proxy: no answer from the upstream ()"));
+  EXPECT_THAT(closed.body, HasSubstr(") to the last of 1 attempt, "));
+  EXPECT_THAT(closed.body, HasSubstr("not safe to repeat delete_keys"));
+  EXPECT_THAT(closed.body, Not(HasSubstr("within")));
+
+  // Held upstream past the deadline: no answer within it.
+  ProxyProcess hurried(server.base_url(), {"--deadline-ms", "1000"});
+  faults.add(R"({"path":"/keys/batch_exists","delay_ms":3000,"times":1})");
+  const RawResponse late = send_to(hurried, "POST", kExists, R"({"keys":["k"]})");
+  EXPECT_EQ(late.status, 503);
+  EXPECT_THAT(late.body, HasSubstr(R"({"detail":"hf3fs-meta-proxy: no answer from the upstream within 1000 ms (1 )"
+                                   R"(attempt), )"));
+  for (ProxyProcess* p : {&proxy, &hurried}) EXPECT_EQ(p->terminate(), 0);
+}
+
 // A call held upstream holds no other connection's calls: those behind it, each on a new connection,
 // are answered while it waits, though the proxy has one I/O thread: its calls do not block it.
 TEST(ProxyConcurrencyTest, ACallHeldUpstreamDoesNotHoldTheOthers) {
@@ -290,6 +444,44 @@ TEST(ProxyTlsTest, AnHttpsUpstreamIsReachedOverTlsWithTheCaFile) {
   EXPECT_EQ(refused.status, 503);
   EXPECT_THAT(refused.body, HasSubstr("certificate"));
   EXPECT_EQ(wrong.terminate(), 0);
+}
+
+// vLLM's bare releases go upstream keyed where the proxy saw the allocate that gave the page to a key
+// (to a server that advertises X-Hf3fs-Keyed-Release, as the reference server does): a late bare
+// release of a page another writer now holds changes nothing.
+TEST(ProxyKeyedReleaseTest, ALateBareReleaseLeavesAnotherWritersPage) {
+  ServerProcess server({"--threads", "1", "--enable-fault-injection"});
+  ProxyProcess proxy(server.base_url());
+  const auto direct = [&](std::string_view target, std::string_view body) {
+    return testing::raw_request(server.host(), server.port(), "POST", target, body);
+  };
+  ASSERT_EQ(send_to(proxy, "POST", "/rank/0/initialize", R"({"num_pages":1})").status, 200);
+  ASSERT_EQ(send_to(proxy, "POST", kAllocate, R"({"rank":0,"keys":[["mine",""]]})").body,
+            R"({"rank":0,"results":[["mine",0]]})");
+  // The upstream forgets everything (as vLLM's server does in a restart), and another writer is given
+  // page 0 for its key.
+  testing::FaultRules(server).add(R"({"forget_state":true})");
+  ASSERT_EQ(direct("/rank/0/initialize", R"({"num_pages":1})").status, 200);
+  ASSERT_EQ(direct(kAllocate, R"({"rank":0,"keys":[["theirs",""]]})").body, R"({"rank":0,"results":[["theirs",0]]})");
+  // vLLM releases the page it was given, bare, late: sent as ["mine",0], it frees nothing.
+  EXPECT_EQ(send_to(proxy, "POST", kConfirm, R"({"rank":0,"confirmations":[],"pages_to_release":[0]})").status, 204);
+  EXPECT_EQ(direct(kConfirm, R"({"rank":0,"confirmations":[["theirs",0]]})").status, 204);
+  EXPECT_EQ(direct(kExists, R"({"keys":["theirs"]})").body, R"({"exists":[true]})");
+  EXPECT_EQ(proxy.terminate(), 0);
+}
+
+// SIGHUP, which operators send to reload, is logged and ignored: the proxy goes on answering, and
+// SIGTERM still stops it cleanly.
+TEST(ProxySignalTest, SighupIsLoggedAndIgnored) {
+  ServerProcess server({"--threads", "1"});
+  testing::TempFile log("");
+  ProxyProcess proxy(server.base_url(), {}, log.path());
+  ASSERT_EQ(::kill(proxy.pid(), SIGHUP), 0);
+  EXPECT_TRUE(wait_for_text(log.path(), "hf3fs-meta-proxy: SIGHUP ignored", std::chrono::seconds(10)))
+      << file_text(log.path());
+  EXPECT_EQ(send_to(proxy, "POST", "/rank/0/initialize", R"({"num_pages":4})").status, 200);
+  EXPECT_EQ(proxy.terminate(), 0);
+  EXPECT_THAT(file_text(log.path()), HasSubstr("hf3fs-meta-proxy: stopped (SIGTERM)"));
 }
 
 TEST(ProxyFailoverTest, AnEndpointThatAcceptsNothingIsPassedOver) {
@@ -338,8 +530,8 @@ TEST(ProxyFlagsTest, BadFlagsExitTwoNamingTheFlag) {
   const auto help = ServerProcess::run_binary_to_exit({ProxyProcess::binary_path(), "--help"});
   EXPECT_EQ(help.exit_code, 0);
   for (const char* flag : {"--listen", "--upstream", "--namespace", "--token-file", "--ca-file", "--deadline-ms",
-                           "--threads", "--max-body-bytes", "--max-inflight-body-bytes", "--max-connections",
-                           "--idle-timeout-ms"}) {
+                           "--threads", "--allow-operator-routes", "--max-body-bytes", "--max-inflight-body-bytes",
+                           "--max-connections", "--idle-timeout-ms"}) {
     EXPECT_THAT(help.output, HasSubstr(flag));
   }
 }

@@ -1,5 +1,6 @@
 #include "support/proxy_process.hpp"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <unistd.h>
@@ -7,6 +8,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <stdexcept>
+#include <utility>
 
 #include "support/child_process.hpp"
 
@@ -18,10 +20,18 @@ namespace hf3fs_meta::testing {
 
 std::string ProxyProcess::binary_path() { return HF3FS_META_PROXY_PATH; }
 
-ProxyProcess::ProxyProcess(const std::string& upstream, std::vector<std::string> extra_args) {
+ProxyProcess::ProxyProcess(const std::string& upstream, std::vector<std::string> extra_args)
+    : ProxyProcess(upstream, std::move(extra_args), std::string()) {}
+
+ProxyProcess::ProxyProcess(const std::string& upstream, std::vector<std::string> extra_args,
+                           const std::string& stderr_path) {
   std::vector<std::string> args{binary_path(), "--listen", "127.0.0.1:0", "--upstream", upstream};
   args.insert(args.end(), extra_args.begin(), extra_args.end());
-  const auto [pid, output] = spawn_child(args, [](int) {});
+  const auto [pid, output] = spawn_child(args, [&](int) {
+    if (stderr_path.empty()) return;
+    const int err = open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (err >= 0) dup2(err, STDERR_FILENO);
+  });
   pid_ = pid;
   const auto [line, complete] = read_first_line(output, std::chrono::seconds(20));
   close(output);

@@ -17,6 +17,8 @@ class ProxyProcess {
  public:
   // Throws std::runtime_error if it does not print its listening line within 20 s.
   ProxyProcess(const std::string& upstream, std::vector<std::string> extra_args = {});
+  // The same, with the proxy's stderr appended to `stderr_path` (its warnings, its log of signals).
+  ProxyProcess(const std::string& upstream, std::vector<std::string> extra_args, const std::string& stderr_path);
   ~ProxyProcess();
   ProxyProcess(const ProxyProcess&) = delete;
   ProxyProcess& operator=(const ProxyProcess&) = delete;
