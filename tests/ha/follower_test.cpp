@@ -11,6 +11,7 @@
 
 #include "ha/election.hpp"
 #include "support/etcd_suite.hpp"
+#include "support/framed_records.hpp"
 
 namespace hf3fs_meta::server::ha {
 namespace {
@@ -74,8 +75,9 @@ class LogFollowerTest : public ::hf3fs_meta::testing::EtcdSuite {
     if (election_) election_->resign();
   }
 
+  // The records after the tip up to `last_seq`, as one entry.
   void append(std::uint64_t last_seq) {
-    const auto appended = writer_->append("batch " + std::to_string(last_seq), last_seq);
+    const auto appended = writer_->append(::hf3fs_meta::testing::framed_records(writer_->seq() + 1, last_seq), last_seq);
     ASSERT_TRUE(appended) << appended.error().message;
   }
 
@@ -98,7 +100,7 @@ TEST_F(LogFollowerTest, CatchesUpThenFollowsEveryEntryOnceInOrder) {
   ASSERT_TRUE(handed.wait([](Handed& h) { return h.seqs.size() >= 4; }));
   follower.stop();
   EXPECT_THAT(handed.seqs, ElementsAre(2, 3, 5, 6));
-  EXPECT_EQ(handed.batches[2], "batch 5");
+  EXPECT_EQ(handed.batches[2], ::hf3fs_meta::testing::framed_records(4, 5));
   EXPECT_EQ(follower.applied(), 6u);
   EXPECT_EQ(follower.catch_ups(), 1u);  // one watch all along: it never ended
   EXPECT_TRUE(handed.ended.empty());  // stop() is not an end
