@@ -163,6 +163,7 @@ void Member::run() {
       behind_ = true;
     } else if (ended) {
       log("following the log ended: " + ended->message);
+      role_.log_failed(ended->message);
       // An entry that cannot be applied fails again at once: not more than once a second.
       std::unique_lock lock(mutex_);
       if (wake_.wait_for(lock, std::chrono::seconds(1), [&] { return stopping_; })) return;
@@ -266,10 +267,22 @@ EtcdResult<void> Member::lead(std::int64_t fence) {
   follower_.reset();
   auto tip = read_tip(etcd_, keys_);
   if (!tip) return tip.error();
+  // As a follower does (follower.hpp): only the first entry may hold records the state has.
+  bool first = true;
   while (state_.seq() < tip.value().seq) {
     auto read = read_log(etcd_, keys_, state_.seq(), LogFollower::Options{}.read_limit);  // a bounded answer
     if (!read) return read.error();
     for (const LogEntry& entry : read.value().entries) {
+      const auto run = record_run(entry.batch);
+      if (!run) return run.error();
+      if (!first && run.value().first != state_.seq() + 1) {
+        return EtcdError{EtcdError::Kind::not_applied, 0,
+                         "log entry " + std::to_string(entry.last_seq) + " holds records " +
+                             std::to_string(run.value().first) + "-" + std::to_string(run.value().last) +
+                             ", which do not follow record " + std::to_string(state_.seq()) +
+                             ": the log has a gap or holds a record twice"};
+      }
+      first = false;
       if (auto applied = apply(entry); !applied) return applied;
     }
   }
@@ -347,6 +360,7 @@ EtcdResult<void> Member::apply(const LogEntry& entry) {
   if (applied) applied = store_->journal().write_through(state_.seq());
   if (!applied) return EtcdError{EtcdError::Kind::not_applied, 0, applied.error().message};
   role_.counters().saw_tip(entry.last_seq);
+  role_.log_applied();
   if (!applied_.dedup.empty()) {
     if (answers_) answers_(applied_.dedup);
     applied_.dedup.clear();
