@@ -147,8 +147,8 @@ void Member::run() {
     std::optional<EtcdError> ended;
     {
       std::unique_lock lock(mutex_);
-      const auto until = role_.name() == RoleName::leader ? next_renewal
-                                                          : std::min(next_renewal, std::chrono::steady_clock::now() + options_.poll);
+      // (A leader looks at its data dir as often as a standby asks who leads.)
+      const auto until = std::min(next_renewal, std::chrono::steady_clock::now() + options_.poll);
       wake_.wait_until(lock, until, [&] { return stopping_ || !lost_.empty() || ended_; });
       if (stopping_) return;
       std::swap(lost, lost_);
@@ -157,6 +157,12 @@ void Member::run() {
     if (!lost.empty()) {
       stand_down(lost);
       continue;
+    }
+    if (role_.name() == RoleName::leader) {
+      if (auto writable = store_->journal().writable(); !writable) {
+        step_down_for_disk(writable.error().message);
+        continue;
+      }
     }
     if (ended && ended->needs_snapshot) {
       log(ended->message + "; fetching the leader's snapshot");
@@ -191,7 +197,11 @@ void Member::run() {
         continue;
       }
     }
-    if (role_.name() != RoleName::leader && !behind_ && std::chrono::steady_clock::now() >= campaign_after_) campaign();
+    // A member whose data dir fails does not campaign until a snapshot made it writable again.
+    if (role_.name() != RoleName::leader && !behind_ && std::chrono::steady_clock::now() >= campaign_after_ &&
+        store_->journal().writable()) {
+      campaign();
+    }
     publish_applied();
     if (role_.name() == RoleName::leader && std::chrono::steady_clock::now() >= next_compaction) {
       next_compaction = std::chrono::steady_clock::now() + options_.compact_interval;
@@ -320,6 +330,17 @@ void Member::stand_down(const std::string& why) {
   switch_mode(Mode::following);
   if (led) log("stepped down: " + why);
   start_following();
+}
+
+void Member::step_down_for_disk(const std::string& why) {
+  // What was written before the failure goes to the log first, its callers told the log's answer
+  // (Store::settle waits for it, then rolls back what was never written): nothing the log took is
+  // answered "not applied", and the state ends where the log does.
+  if (auto settled_store = store_->settle(); !settled_store) log("rolling back: " + settled_store.error().message);
+  stand_down("the data dir failed (" + why + "): a member whose disk works leads");
+  // The lease goes now, not a lease later; the others campaign first.
+  election_.resign();
+  campaign_after_ = std::chrono::steady_clock::now() + std::chrono::seconds(1);
 }
 
 void Member::start_following() {
