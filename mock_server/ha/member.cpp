@@ -183,7 +183,8 @@ void Member::run() {
     const auto now = std::chrono::steady_clock::now();
     // Every member renews a third of a TTL after the last renewal (or grant), whatever its role: a
     // standby's lease is the one it campaigns with, and a lease that lapsed must be granted anew.
-    if (now >= next_renewal) {
+    const bool renewal_due = now >= next_renewal;
+    if (renewal_due) {
       next_renewal = now + renewal_interval();
       auto renewed = election_.renew();
       if (role_.name() == RoleName::leader && (!renewed ? !election_.surely_alive() : !renewed.value())) {
@@ -202,7 +203,9 @@ void Member::run() {
         store_->journal().writable()) {
       campaign();
     }
-    publish_applied();
+    // (A leader, woken each poll only to look at its data dir, publishes at its renewals, as before:
+    // an etcd write per poll would cost its appends.)
+    if (role_.name() != RoleName::leader || renewal_due) publish_applied();
     if (role_.name() == RoleName::leader && std::chrono::steady_clock::now() >= next_compaction) {
       next_compaction = std::chrono::steady_clock::now() + options_.compact_interval;
       if (auto compacted = compact(); !compacted) log("compacting the log: " + compacted.error().message);

@@ -120,6 +120,7 @@ Journal::~Journal() {
     stopping_ = true;
   }
   wake_syncer_.notify_all();
+  replication_settled_.notify_all();
   if (syncer_.joinable()) syncer_.join();
   for (const int fd : retired_fds_) {
     if (!failure_) ::fdatasync(fd);
