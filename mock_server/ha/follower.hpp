@@ -89,8 +89,10 @@ class LogFollower {
   bool watch_ended_ = false;   // under mutex_
   EtcdError why_;              // under mutex_: the failure that ends following
   std::atomic<bool> failed_{false};  // why_ is set: nothing more is applied
-  // The follower's thread only: where the next entry must begin. Until the start is found, or
-  // while the member's last record is inside an entry, the first entry may begin at or before it.
+  // Where the next entry must begin: used by whichever thread delivers, the follower's (catch-up)
+  // or its watch's, never both at once (a watch starts after a catch-up and is joined before the
+  // next). Until the start is found, or while the member's last record is inside an entry, the
+  // first entry may begin at or before it.
   bool start_found_ = false;
   bool at_entry_end_ = false;
   std::int64_t delivered_revision_ = 0;  // of the last entry handed on (0: none yet)

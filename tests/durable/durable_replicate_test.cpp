@@ -338,5 +338,39 @@ TEST_F(ReplicatedStore, AFailedReplicationIsRolledBackToTheLastRecordReplicated)
   EXPECT_FALSE(state.key_info("b").has_value());
 }
 
+// The store's view of a local write failure during a replication: the change the log took stays
+// applied (it was acknowledged), the one whose write failed is rolled back (it was answered 503).
+TEST_F(ReplicatedStore, ALocalWriteFailureDuringAReplicationKeepsWhatTheLogTook) {
+  Journal::reset_thread_seq();
+  ASSERT_TRUE(state.initialize(0, 4));
+  ASSERT_TRUE(write_and_wait());
+  log.hold();
+  Journal::reset_thread_seq();
+  ASSERT_TRUE(state.allocate(0, std::vector<BlockKey>{{"a", ""}}));
+  const std::uint64_t a = Journal::thread_seq();
+  const StateImage with_a = state.export_image();
+  ASSERT_TRUE(store->journal().write_through(a));
+  ASSERT_TRUE(log.wait_entered(2));
+  std::promise<Result<void>> a_done;
+  store->journal().when_durable(a, [&](const Result<void>& r) { a_done.set_value(r); });
+
+  inject_disk_error(DiskOp::journal_write, ENOSPC, 1);
+  Journal::reset_thread_seq();
+  ASSERT_TRUE(state.allocate(0, std::vector<BlockKey>{{"b", ""}}));  // applied in memory
+  const Result<void> refused = write_and_wait();
+  clear_disk_errors();
+  ASSERT_FALSE(refused);
+  EXPECT_THAT(refused.error().message, HasSubstr("No space left on device"));
+
+  auto settled = std::async(std::launch::async, [&] { return store->settle(); });
+  log.release();
+  const Result<void> acked = a_done.get_future().get();
+  EXPECT_TRUE(acked) << acked.error().message;
+  const auto kept = settled.get();
+  ASSERT_TRUE(kept) << kept.error().message;
+  EXPECT_EQ(kept.value(), a);
+  EXPECT_EQ(state.export_image(), with_a);  // "a" allocated, "b" nowhere
+}
+
 }  // namespace
 }  // namespace hf3fs_meta::durable
