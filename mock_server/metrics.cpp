@@ -291,6 +291,12 @@ std::vector<MetricFamily> ha_families(const ha::Role& role, std::uint64_t applie
                        value_of(c.compactions)));
   out.push_back(single("hf3fs_meta_ha_snapshot_fetches_total", "Snapshots fetched from the leader.", counter,
                        value_of(c.snapshot_fetches)));
+  out.push_back(single("hf3fs_meta_ha_log_apply_failures_total",
+                       "Times following the log ended on an entry this member could not apply.", counter,
+                       value_of(c.log_failures)));
+  out.push_back(single("hf3fs_meta_ha_log_unappliable",
+                       "1 while this member cannot apply the log (/healthz says why), else 0.", gauge,
+                       role.log_error().empty() ? 0.0 : 1.0));
   return out;
 }
 

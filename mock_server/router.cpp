@@ -100,7 +100,8 @@ std::string not_acknowledged(const std::string& error, bool replicated) {
 // The 503 body of a member that is not the leader (routes.hpp, kNotLeaderDetailPrefix).
 std::string not_leader() { return protocol::encode_detail(std::string(kNotLeaderDetailPrefix) + ": nothing applied"); }
 
-// /healthz of an HA member: its role, the leader it knows and the last change it applied.
+// /healthz of an HA member: its role, the leader it knows, the last change it applied, and why it
+// cannot apply the log when it cannot.
 void append_ha_health(std::string& body, const ha::Role& role, std::uint64_t applied_seq) {
   body.pop_back();  // the closing brace
   body += R"(,"role":")";
@@ -109,6 +110,10 @@ void append_ha_health(std::string& body, const ha::Role& role, std::uint64_t app
   internal::append_json_string(body, role.leader());
   body += R"(,"applied_seq":)";
   body += std::to_string(applied_seq);
+  if (const std::string error = role.log_error(); !error.empty()) {
+    body += R"(,"log_error":)";  // why it cannot apply the log: never a silent lag
+    internal::append_json_string(body, error);
+  }
   body += '}';
 }
 

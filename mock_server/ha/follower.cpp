@@ -54,7 +54,21 @@ void LogFollower::watch_while_live() {
 
 bool LogFollower::deliver(const LogEntry& entry) {
   if (failed_.load()) return false;
-  if (entry.last_seq <= applied()) return true;  // a repeat: a catch-up read and the watch overlap
+  // The same entry again (a catch-up read and the watch overlap): one put, one revision.
+  if (delivered_revision_ != 0 && entry.revision <= delivered_revision_) return true;
+  const std::uint64_t from = applied();
+  const auto run = record_run(entry.batch);
+  const bool follows = run && run.value().last == entry.last_seq && entry.last_seq > from &&
+                       (at_entry_end_ ? run.value().first == from + 1 : run.value().first <= from + 1);
+  if (!follows) {
+    const std::string holds = run ? "records " + std::to_string(run.value().first) + "-" + std::to_string(run.value().last)
+                                  : "no run of records (" + run.error().message + ")";
+    fail(EtcdError{EtcdError::Kind::not_applied, 0,
+                   "log entry " + std::to_string(entry.last_seq) + " (revision " + std::to_string(entry.revision) +
+                       ") holds " + holds + ", which do not follow record " + std::to_string(from) +
+                       ", the last applied: the log has a gap or holds a record twice; nothing of it was applied"});
+    return false;
+  }
   if (auto applied = apply_(entry); !applied) {
     EtcdError why = applied.error();
     why.message = "log entry " + std::to_string(entry.last_seq) + " could not be applied: " + why.message;
@@ -62,11 +76,30 @@ bool LogFollower::deliver(const LogEntry& entry) {
     return false;
   }
   applied_.store(entry.last_seq, std::memory_order_release);
+  at_entry_end_ = true;
+  delivered_revision_ = entry.revision;
+  return true;
+}
+
+bool LogFollower::find_start() {
+  const std::uint64_t from = applied();
+  if (from == 0) {
+    at_entry_end_ = true;  // the log's first entry begins at record 1
+  } else {
+    auto read = read_log(etcd_, keys_, from - 1, 1);
+    if (!read && !read.error().needs_snapshot) return false;
+    // Compacted away, the entry holding it ended there (else the one holding the next record would
+    // be gone too, and following would need a snapshot). None: the log ends before the member's
+    // last record, which no entry may then hold again.
+    at_entry_end_ = !read || read.value().entries.empty() || read.value().entries.front().last_seq == from;
+  }
+  start_found_ = true;
   return true;
 }
 
 std::optional<std::int64_t> LogFollower::catch_up() {
   catch_ups_.fetch_add(1, std::memory_order_relaxed);
+  if (!start_found_ && !find_start()) return std::nullopt;
   for (;;) {
     auto read = read_log(etcd_, keys_, applied(), options_.read_limit);
     if (!read) {

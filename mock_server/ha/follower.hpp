@@ -4,6 +4,13 @@
 // canceled it), it reads again from where it is, through whichever member answers, and watches
 // again. It stops for good when an entry cannot be applied or the log no longer holds what it needs
 // (compacted: the member needs a snapshot), and says why.
+//
+// Entries are applied only as a run: each begins at the record after the last one applied. Only the
+// first may also hold records the member has, when it started inside that entry (a snapshot or a
+// data dir cut within a batch); whether it did is read from the log (the entry that holds the
+// member's last record ends there or not). An entry that does not follow (a gap, or records the
+// member already applied from another entry: a forked log) ends following with an error naming
+// the seqs: nothing is skipped.
 #pragma once
 
 #include <atomic>
@@ -58,8 +65,12 @@ class LogFollower {
   // Reads entries until the tip: the revision to watch from next; none after a failure (failed_
   // set: following ends) or when etcd did not answer (try again).
   std::optional<std::int64_t> catch_up();
-  // Hands `entry` on unless it is behind; false once following failed.
+  // Hands `entry` on unless it was handed on already; false once following failed (it did not
+  // follow the last applied record, or apply refused it).
   bool deliver(const LogEntry& entry);
+  // Before the first entry: whether the member's last record ends an entry (the next must then
+  // begin right after it). False when etcd did not answer (try again).
+  bool find_start();
   void fail(EtcdError why);
   bool wait_for(std::chrono::milliseconds duration);  // false: stopping
   // Waits while the watch delivers; returns when it ended, stalled, following failed, or stop().
@@ -78,6 +89,13 @@ class LogFollower {
   bool watch_ended_ = false;   // under mutex_
   EtcdError why_;              // under mutex_: the failure that ends following
   std::atomic<bool> failed_{false};  // why_ is set: nothing more is applied
+  // Where the next entry must begin: used by whichever thread delivers, the follower's (catch-up)
+  // or its watch's, never both at once (a watch starts after a catch-up and is joined before the
+  // next). Until the start is found, or while the member's last record is inside an entry, the
+  // first entry may begin at or before it.
+  bool start_found_ = false;
+  bool at_entry_end_ = false;
+  std::int64_t delivered_revision_ = 0;  // of the last entry handed on (0: none yet)
   std::thread thread_;
 };
 

@@ -61,14 +61,48 @@ EtcdResult<LogRead> read_log(EtcdClient& etcd, const Keys& keys, std::uint64_t a
   return out;
 }
 
+EtcdResult<RecordRun> record_run(std::string_view batch) {
+  RecordRun run;
+  std::size_t at = 0;
+  while (at < batch.size()) {
+    if (batch.size() - at < durable::kRecordHeaderSize) {
+      return broken_log("a batch of " + std::to_string(batch.size()) + " bytes has " + std::to_string(batch.size() - at) +
+                        " bytes at offset " + std::to_string(at) + " that are no record header");
+    }
+    const durable::RecordSpan record = durable::record_span(batch.substr(at));
+    if (record.size > batch.size() - at) {
+      return broken_log("record " + std::to_string(record.seq) + " at offset " + std::to_string(at) +
+                        " runs past the end of its batch");
+    }
+    if (at > 0 && record.seq != run.last + 1) {
+      return broken_log("record " + std::to_string(record.seq) + " follows record " + std::to_string(run.last) +
+                        " in one batch");
+    }
+    if (at == 0) run.first = record.seq;
+    run.last = record.seq;
+    at += record.size;
+  }
+  if (at == 0) return broken_log("an empty batch holds no record");
+  return run;
+}
+
 LogWriter::LogWriter(EtcdClient& etcd, const Keys& keys, std::int64_t fence, Tip tip)
     : etcd_(etcd), keys_(keys), fence_(fence), tip_(tip) {}
 
 EtcdResult<LogWriter::Appended> LogWriter::append(std::string_view batch, std::uint64_t last_seq) {
   if (failed_) return broken_log("this log writer already failed: it appends nothing more");
-  if (last_seq <= tip_.seq) {
-    return broken_log("an entry up to record " + std::to_string(last_seq) + " does not follow the tip, record " +
-                      std::to_string(tip_.seq));
+  // Exactly the records after the tip: a batch that begins at or before it would give a record a
+  // second entry (a fork that followers cannot apply), one that begins after it a gap. Either means
+  // the journal no longer numbers records as the log does: the leader must step down and read the
+  // log again, so nothing more is appended.
+  const auto run = record_run(batch);
+  if (!run || run.value().first != tip_.seq + 1 || run.value().last != last_seq) {
+    failed_ = true;
+    return broken_log("an entry of records " +
+                      (run ? std::to_string(run.value().first) + "-" + std::to_string(run.value().last)
+                           : "that cannot be read (" + run.error().message + ")") +
+                      ", said to end at record " + std::to_string(last_seq) +
+                      ", does not follow the tip, record " + std::to_string(tip_.seq) + ": nothing was appended");
   }
   TxnRequest txn;
   txn.compare.push_back({keys_.leader(), Compare::Target::create, Compare::Result::equal, fence_, {}});

@@ -44,6 +44,15 @@ struct LogRead {
 };
 EtcdResult<LogRead> read_log(EtcdClient& etcd, const Keys& keys, std::uint64_t after_seq, std::int64_t limit = 0);
 
+// The seqs of a batch's first and last records, read from the journal's framing (log_format.hpp,
+// durable::record_span): an error unless the batch is whole records, each numbered one after the one
+// before. (Checksums are for the reader that applies them: durable::replay_journal.)
+struct RecordRun {
+  std::uint64_t first{0};
+  std::uint64_t last{0};
+};
+EtcdResult<RecordRun> record_run(std::string_view batch);
+
 class LogWriter {
  public:
   // A leader's writer, fenced by `fence`, appending after `tip` (read after the campaign was won,
@@ -54,8 +63,10 @@ class LogWriter {
     std::uint64_t seq = 0;
     std::int64_t revision = 0;
   };
-  // Appends `batch`, the records after seq() up to `last_seq`, as the next entry. Errors: not_applied when fenced (the message says so) or
-  // when etcd certainly did not take it; unknown when the answer was lost (the entry may be in the
+  // Appends `batch`, the records after seq() up to `last_seq`, as the next entry. A batch whose
+  // records are not exactly seq() + 1 to `last_seq` (record_run) is refused before etcd is asked:
+  // two entries never hold one record, so a log is never forked. Errors: not_applied when fenced
+  // (the message says so), when the batch does not follow the tip, or when etcd certainly did not take it; unknown when the answer was lost (the entry may be in the
   // log: the writer must step down and read the log to learn it). After any error the writer
   // appends nothing more.
   EtcdResult<Appended> append(std::string_view batch, std::uint64_t last_seq);

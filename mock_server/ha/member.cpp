@@ -147,8 +147,8 @@ void Member::run() {
     std::optional<EtcdError> ended;
     {
       std::unique_lock lock(mutex_);
-      const auto until = role_.name() == RoleName::leader ? next_renewal
-                                                          : std::min(next_renewal, std::chrono::steady_clock::now() + options_.poll);
+      // (A leader looks at its data dir as often as a standby asks who leads.)
+      const auto until = std::min(next_renewal, std::chrono::steady_clock::now() + options_.poll);
       wake_.wait_until(lock, until, [&] { return stopping_ || !lost_.empty() || ended_; });
       if (stopping_) return;
       std::swap(lost, lost_);
@@ -158,11 +158,18 @@ void Member::run() {
       stand_down(lost);
       continue;
     }
+    if (role_.name() == RoleName::leader) {
+      if (auto writable = store_->journal().writable(); !writable) {
+        step_down_for_disk(writable.error().message);
+        continue;
+      }
+    }
     if (ended && ended->needs_snapshot) {
       log(ended->message + "; fetching the leader's snapshot");
       behind_ = true;
     } else if (ended) {
       log("following the log ended: " + ended->message);
+      role_.log_failed(ended->message);
       // An entry that cannot be applied fails again at once: not more than once a second.
       std::unique_lock lock(mutex_);
       if (wake_.wait_for(lock, std::chrono::seconds(1), [&] { return stopping_; })) return;
@@ -176,7 +183,8 @@ void Member::run() {
     const auto now = std::chrono::steady_clock::now();
     // Every member renews a third of a TTL after the last renewal (or grant), whatever its role: a
     // standby's lease is the one it campaigns with, and a lease that lapsed must be granted anew.
-    if (now >= next_renewal) {
+    const bool renewal_due = now >= next_renewal;
+    if (renewal_due) {
       next_renewal = now + renewal_interval();
       auto renewed = election_.renew();
       if (role_.name() == RoleName::leader && (!renewed ? !election_.surely_alive() : !renewed.value())) {
@@ -190,8 +198,14 @@ void Member::run() {
         continue;
       }
     }
-    if (role_.name() != RoleName::leader && !behind_ && std::chrono::steady_clock::now() >= campaign_after_) campaign();
-    publish_applied();
+    // A member whose data dir fails does not campaign until a snapshot made it writable again.
+    if (role_.name() != RoleName::leader && !behind_ && std::chrono::steady_clock::now() >= campaign_after_ &&
+        store_->journal().writable()) {
+      campaign();
+    }
+    // (A leader, woken each poll only to look at its data dir, publishes at its renewals, as before:
+    // an etcd write per poll would cost its appends.)
+    if (role_.name() != RoleName::leader || renewal_due) publish_applied();
     if (role_.name() == RoleName::leader && std::chrono::steady_clock::now() >= next_compaction) {
       next_compaction = std::chrono::steady_clock::now() + options_.compact_interval;
       if (auto compacted = compact(); !compacted) log("compacting the log: " + compacted.error().message);
@@ -266,10 +280,22 @@ EtcdResult<void> Member::lead(std::int64_t fence) {
   follower_.reset();
   auto tip = read_tip(etcd_, keys_);
   if (!tip) return tip.error();
+  // As a follower does (follower.hpp): only the first entry may hold records the state has.
+  bool first = true;
   while (state_.seq() < tip.value().seq) {
     auto read = read_log(etcd_, keys_, state_.seq(), LogFollower::Options{}.read_limit);  // a bounded answer
     if (!read) return read.error();
     for (const LogEntry& entry : read.value().entries) {
+      const auto run = record_run(entry.batch);
+      if (!run) return run.error();
+      if (!first && run.value().first != state_.seq() + 1) {
+        return EtcdError{EtcdError::Kind::not_applied, 0,
+                         "log entry " + std::to_string(entry.last_seq) + " holds records " +
+                             std::to_string(run.value().first) + "-" + std::to_string(run.value().last) +
+                             ", which do not follow record " + std::to_string(state_.seq()) +
+                             ": the log has a gap or holds a record twice"};
+      }
+      first = false;
       if (auto applied = apply(entry); !applied) return applied;
     }
   }
@@ -307,6 +333,17 @@ void Member::stand_down(const std::string& why) {
   switch_mode(Mode::following);
   if (led) log("stepped down: " + why);
   start_following();
+}
+
+void Member::step_down_for_disk(const std::string& why) {
+  // What was written before the failure goes to the log first, its callers told the log's answer
+  // (Store::settle waits for it, then rolls back what was never written): nothing the log took is
+  // answered "not applied", and the state ends where the log does.
+  if (auto settled_store = store_->settle(); !settled_store) log("rolling back: " + settled_store.error().message);
+  stand_down("the data dir failed (" + why + "): a member whose disk works leads");
+  // The lease goes now, not a lease later; the others campaign first.
+  election_.resign();
+  campaign_after_ = std::chrono::steady_clock::now() + std::chrono::seconds(1);
 }
 
 void Member::start_following() {
@@ -347,6 +384,7 @@ EtcdResult<void> Member::apply(const LogEntry& entry) {
   if (applied) applied = store_->journal().write_through(state_.seq());
   if (!applied) return EtcdError{EtcdError::Kind::not_applied, 0, applied.error().message};
   role_.counters().saw_tip(entry.last_seq);
+  role_.log_applied();
   if (!applied_.dedup.empty()) {
     if (answers_) answers_(applied_.dedup);
     applied_.dedup.clear();

@@ -13,7 +13,9 @@
 //   leading    records of the leader's answers: appended to the log, acknowledged once it has them
 //   closed     records of a leader that stepped down: refused (the journal rolls them back)
 //
-// Stepping down (a lease that lapsed, a failed or fenced append, an append whose answer was lost):
+// Stepping down (a lease that lapsed, a failed or fenced append, an append whose answer was lost,
+// a local journal write or sync that failed: then it also resigns, and campaigns only once its data
+// dir writes again):
 // the Router stops answering at once; every change admitted meanwhile is refused or waited for
 // (Store::barrier); what the log did not take is rolled back (Store::settle) and the member
 // follows the log from there, which brings back a lost-answer batch if etcd did take it.
@@ -106,6 +108,10 @@ class Member {
   // Leading ends (or never began, at start): mode closed, what the log did not take rolled back,
   // then following from there.
   void stand_down(const std::string& why);
+  // The leader's local journal failed (a full disk, say): it stands down, resigns so that a healthy
+  // standby leads at once, and campaigns again only once its data dir writes again (a snapshot
+  // cleared the failure; the log then brings what it missed).
+  void step_down_for_disk(const std::string& why);
   // stand_down's and stop()'s first half: no more answers, no more following, what the log did not
   // take rolled back. Whether the member led.
   bool stop_answering();

@@ -38,6 +38,7 @@ struct HaCounters {
   std::atomic<std::uint64_t> tip{0};                // the last record in the log, as this member saw it
   std::atomic<std::uint64_t> compactions{0};        // log compactions done as leader
   std::atomic<std::uint64_t> snapshot_fetches{0};   // snapshots fetched from the leader
+  std::atomic<std::uint64_t> log_failures{0};       // times following ended on an entry it could not apply
 
   void appended(std::uint64_t bytes, std::uint64_t ns, std::uint64_t last_seq) {
     appends.fetch_add(1, std::memory_order_relaxed);
@@ -91,12 +92,34 @@ class Role {
   // Stops answering as the leader at once; nobody is named until etcd says who leads.
   void demote() { set(RoleName::candidate, {}); }
 
+  // Following the log ended on an entry this member cannot apply (or that does not follow what it
+  // applied): said on /healthz, and counted, until an entry applies again. Never a silent lag.
+  void log_failed(std::string_view why) {
+    counters_.log_failures.fetch_add(1, std::memory_order_relaxed);
+    std::lock_guard lock(mutex_);
+    log_error_.assign(why);
+    log_failing_.store(true, std::memory_order_release);
+  }
+  void log_applied() {
+    if (!log_failing_.load(std::memory_order_acquire)) return;  // the usual case: no lock per entry
+    std::lock_guard lock(mutex_);
+    log_error_.clear();
+    log_failing_.store(false, std::memory_order_release);
+  }
+  // Empty while the log applies.
+  std::string log_error() const {
+    std::lock_guard lock(mutex_);
+    return log_error_;
+  }
+
  private:
   const LeaseWindow& lease_;
   std::atomic<RoleName> name_{RoleName::candidate};
   mutable std::mutex mutex_;
   std::string leader_;      // under mutex_
   std::string last_named_;  // under mutex_
+  std::string log_error_;   // under mutex_
+  std::atomic<bool> log_failing_{false};  // log_error_ is not empty
   std::atomic<std::uint64_t> changes_{0};
   HaCounters counters_;
 };

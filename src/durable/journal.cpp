@@ -120,6 +120,7 @@ Journal::~Journal() {
     stopping_ = true;
   }
   wake_syncer_.notify_all();
+  replication_settled_.notify_all();
   if (syncer_.joinable()) syncer_.join();
   for (const int fd : retired_fds_) {
     if (!failure_) ::fdatasync(fd);
@@ -217,23 +218,29 @@ Journal::Batch Journal::take_batch_locked() {
 
 void Journal::replicate_locked(std::unique_lock<std::mutex>& lock) {
   Batch batch = take_batch_locked();
-  const std::uint64_t epoch = epoch_;
+  replicating_ = true;
   lock.unlock();
   Result<void> replicated = options_.replicate(batch.records, batch.end.seq);
   std::multimap<std::uint64_t, Done> woken;
   lock.lock();
-  if (epoch != epoch_) return;  // rolled back meanwhile (a local write failed): see epoch_
+  replicating_ = false;
   if (!replicated) {
+    // Nothing after the last record replicated ever will be: every waiter is told, and the rest
+    // of what was written is rolled back with it.
     fail_locked("replication failed: " + replicated.error().message);
+    unreplicated_.clear();
     woken.swap(waiters_);
-  } else if (!failure_) {
+  } else {
+    // In the log, so applied, whatever failed locally meanwhile: acknowledged, and roll_back
+    // (which waits for this) keeps it.
     durable_ = std::max(durable_, batch.end.seq);
     if (batch.end.seq > acked_.seq) acked_ = batch.end;
     woken.insert(waiters_.begin(), waiters_.upper_bound(durable_));
     waiters_.erase(waiters_.begin(), waiters_.upper_bound(durable_));
   }
+  replication_settled_.notify_all();
   if (woken.empty()) return;
-  const Result<void> durable = replicated && !failure_ ? Result<void>(boost::outcome_v2::success()) : writable_locked();
+  const Result<void> durable = replicated ? Result<void>(boost::outcome_v2::success()) : writable_locked();
   lock.unlock();
   for (auto& [seq, done] : woken) done(durable);
   lock.lock();
@@ -245,10 +252,24 @@ void Journal::fail(std::string error) {
   {
     std::lock_guard lock(mutex_);
     fail_locked(std::move(error));
-    waiters.swap(waiters_);
+    waiters = take_unacknowledgeable_locked();
     failure = writable_locked();
   }
   for (auto& [seq, done] : waiters) done(failure);
+}
+
+bool Journal::replication_pending_locked(std::uint64_t seq) const {
+  return options_.replicate && seq <= written_ && (replicating_ || !unreplicated_.empty());
+}
+
+std::multimap<std::uint64_t, Journal::Done> Journal::take_unacknowledgeable_locked() {
+  std::multimap<std::uint64_t, Done> out;
+  // Replicated: what was written before the failure is still replicated, and its outcome (not
+  // this failure) answers it. The rest was never written, so it never will be.
+  const auto first = replication_pending_locked(written_) ? waiters_.upper_bound(written_) : waiters_.begin();
+  out.insert(std::make_move_iterator(first), std::make_move_iterator(waiters_.end()));
+  waiters_.erase(first, waiters_.end());
+  return out;
 }
 
 Result<void> Journal::writable_locked() const {
@@ -320,7 +341,7 @@ void Journal::when_durable(std::uint64_t seq, Done done) {
     std::lock_guard lock(mutex_);
     if (durable_ >= seq) {
       // acknowledged before any failure: a failure since takes nothing back
-    } else if (!failure_) {
+    } else if (!failure_ || replication_pending_locked(seq)) {
       waiters_.emplace(seq, std::move(done));
       wake_syncer_.notify_all();
       return;
@@ -435,7 +456,10 @@ void Journal::clear_failure(std::uint64_t snapshot_seq) {
 
 Result<std::uint64_t> Journal::roll_back() {
   std::lock_guard writer(write_mutex_);
-  std::lock_guard lock(mutex_);
+  std::unique_lock lock(mutex_);
+  // Replicated: what was written before the failure is replicated first (or that fails), so that
+  // the point cut back to is one the log agrees with. A batch's outcome is never both.
+  replication_settled_.wait(lock, [&] { return stopping_ || (!replicating_ && unreplicated_.empty()); });
   const Acked a = acked_;
   const auto current = options_.dir / journal_name(file_first_seq_);
   std::uint64_t keep = a.bytes;
@@ -460,7 +484,6 @@ Result<std::uint64_t> Journal::roll_back() {
   buffer_.clear();
   next_buffer_.clear();
   unreplicated_.clear();
-  ++epoch_;
   rotation_.reset();
   appended_ = written_ = durable_ = a.seq;
   while (!tagged_.empty() && tagged_.back().seq > a.seq) {
@@ -498,7 +521,8 @@ void Journal::sync_loop() {
   for (;;) {
     const auto due = [&] {
       if (!retired_fds_.empty()) return true;
-      if (options_.replicate && !unreplicated_.empty() && !failure_) return true;
+      // (After a local failure too: what was written before it is still replicated.)
+      if (options_.replicate && !unreplicated_.empty()) return true;
       if (options_.mode == FsyncMode::always) return !waiters_.empty() && written_ > durable_;
       return false;
     };
@@ -538,7 +562,7 @@ void Journal::sync_loop() {
     stats_.fsync_ns_max = std::max(stats_.fsync_ns_max, ns_max);
     if (error) {
       fail_locked(std::move(*error));
-      woken.swap(waiters_);
+      woken = take_unacknowledgeable_locked();
     } else if (!failure_ && !options_.replicate && (sync_current || options_.mode == FsyncMode::no)) {
       // (After a failure its waiters were told so: what this sync covered stays unacknowledged.)
       durable_ = std::max(durable_, target);
@@ -552,7 +576,7 @@ void Journal::sync_loop() {
       for (auto& [seq, done] : woken) done(durable);
       lock.lock();
     }
-    if (options_.replicate && !failure_ && !unreplicated_.empty() && !stopping_) replicate_locked(lock);
+    if (options_.replicate && !unreplicated_.empty() && !stopping_) replicate_locked(lock);
   }
 }
 

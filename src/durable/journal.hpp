@@ -88,7 +88,10 @@ class Journal {
     // that made it, --max-body-bytes, which --ha-etcd must keep below that), one
     // call at a time: what is written during a call goes into the next (group commit). `last_seq`
     // is the batch's last record. A failure fails the journal as a failed write does: the batch's
-    // records and every later one are answered 503 and rolled back. The fsync mode is then `no`:
+    // records and every later one are answered 503 and rolled back. A local failure (a write, a
+    // sync) does not stop it: what was written before it is still replicated and answered as the
+    // log's answer says, only the records never written are answered 503 at once, and roll_back
+    // waits for those replications, keeping every record the log took. The fsync mode is then `no`:
     // what is acknowledged is in the replicated log, and the local files only make a restart
     // quicker (a rotated file is still synced, as is the last at a clean shutdown).
     std::function<Result<void>(std::string_view records, std::uint64_t last_seq)> replicate{};
@@ -210,9 +213,17 @@ class Journal {
     std::uint64_t offset = 0;  // of `records` in that file
   };
   std::deque<Written> unreplicated_;
-  // Bumped by roll_back: a replication that was in flight across it is not acknowledged (its seqs
-  // may be given to other records since).
-  std::uint64_t epoch_ = 0;
+  // A batch is being replicated (the call runs without mutex_). roll_back waits on
+  // replication_settled_ until none is and nothing written is left to replicate, so that it never
+  // cuts off what the log took.
+  bool replicating_ = false;
+  std::condition_variable replication_settled_;
+  // Whether record `seq` may still be acknowledged by a replication under way or to come (it was
+  // written, and replication has not failed).
+  bool replication_pending_locked(std::uint64_t seq) const;
+  // The waiters a failure answers: all of them, or (replication_pending_locked) those of records
+  // not written.
+  std::multimap<std::uint64_t, Done> take_unacknowledgeable_locked();
   void keep_for_replication_locked(std::string& records, std::uint64_t offset);
   // The next batch (whole records from the front of unreplicated_, taken out), its last record's
   // seq and the acknowledged end after it.

@@ -187,6 +187,76 @@ TEST_F(Replicated, OneWriteIsCutIntoSeveralBatches) {
   EXPECT_THAT(log.batch_seqs(), ElementsAre(ElementsAre(1), ElementsAre(2), ElementsAre(3), ElementsAre(4)));
 }
 
+// A local write that fails while a batch is being replicated, with another written behind it:
+// the log's answer, not the local failure, says what became of the records written before it.
+struct LocalFailureDuringReplication : Replicated {
+  void SetUp() override {
+    ASSERT_NO_FATAL_FAILURE(open());
+    log.hold();
+    Journal::reset_thread_seq();
+    ASSERT_TRUE(state.initialize(0, 8));  // record 1: being replicated
+    ASSERT_TRUE(journal->write_through(Journal::thread_seq()));
+    ASSERT_TRUE(log.wait_entered(1));
+    change("a");  // record 2: written, waiting for the next batch
+    acks.push_back(acknowledged(1));
+    acks.push_back(acknowledged(2));
+    inject_disk_error(DiskOp::journal_write, ENOSPC, 1);
+    Journal::reset_thread_seq();
+    ASSERT_TRUE(state.allocate(0, std::vector<BlockKey>{{"b", ""}}));  // record 3: its write fails
+    const Result<void> written = journal->write_through(Journal::thread_seq());
+    ASSERT_FALSE(written);
+    EXPECT_THAT(written.error().message, HasSubstr("journal write failed"));
+    acks.push_back(acknowledged(3));
+  }
+  void TearDown() override { clear_disk_errors(); }
+
+  std::vector<std::future<Result<void>>> acks;
+};
+
+TEST_F(LocalFailureDuringReplication, WhatTheLogTookIsAcknowledgedAndKeptByTheRollBack) {
+  // Record 3 was never written, so it never will be replicated: refused at once. Records 1 and 2
+  // wait for the log.
+  const Result<void> refused = acks[2].get();
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, Errc::journal_failed);
+  EXPECT_EQ(acks[0].wait_for(std::chrono::seconds(0)), std::future_status::timeout);
+  EXPECT_EQ(acks[1].wait_for(std::chrono::seconds(0)), std::future_status::timeout);
+  EXPECT_TRUE(journal->rollback_pending());
+  // The roll back cuts only once the log has answered for every record written.
+  auto kept = std::async(std::launch::async, [&] { return journal->roll_back(); });
+  EXPECT_EQ(kept.wait_for(std::chrono::seconds(0)), std::future_status::timeout);
+  log.release();
+  for (int i = 0; i < 2; ++i) {
+    const Result<void> acked = acks[i].get();
+    EXPECT_TRUE(acked) << "record " << i + 1 << ": " << acked.error().message;
+  }
+  const auto kept_seq = kept.get();
+  ASSERT_TRUE(kept_seq) << kept_seq.error().message;
+  EXPECT_EQ(kept_seq.value(), 2u);  // what the log holds, neither less (a fork) nor more
+  EXPECT_THAT(log.batch_seqs(), ElementsAre(ElementsAre(1), ElementsAre(2)));
+  // Numbered on from the log's tip after the roll back: the files end at record 2.
+  journal.reset();
+  MetadataState recovered_state;
+  const auto recovered = recover(dir.path(), recovered_state);
+  ASSERT_TRUE(recovered) << recovered.error().message;
+  EXPECT_EQ(recovered.value().seq, 2u);
+}
+
+TEST_F(LocalFailureDuringReplication, AReplicationThatThenFailsRefusesEveryRecordAfterTheLastReplicated) {
+  log.fail("etcd: fenced");
+  auto kept = std::async(std::launch::async, [&] { return journal->roll_back(); });
+  log.release();
+  for (auto& ack : acks) {
+    const Result<void> refused = ack.get();
+    ASSERT_FALSE(refused);
+    EXPECT_EQ(refused.error().code, Errc::journal_failed);
+  }
+  const auto kept_seq = kept.get();
+  ASSERT_TRUE(kept_seq) << kept_seq.error().message;
+  EXPECT_EQ(kept_seq.value(), 0u);
+  EXPECT_TRUE(log.batch_seqs().empty());
+}
+
 // A Store over the fake log, and a change acknowledged as the server acknowledges it.
 struct ReplicatedStore : ::testing::Test {
   void SetUp() override {
@@ -266,6 +336,40 @@ TEST_F(ReplicatedStore, AFailedReplicationIsRolledBackToTheLastRecordReplicated)
   EXPECT_EQ(kept.value(), replicated.seq);
   EXPECT_EQ(state.export_image(), replicated);
   EXPECT_FALSE(state.key_info("b").has_value());
+}
+
+// The store's view of a local write failure during a replication: the change the log took stays
+// applied (it was acknowledged), the one whose write failed is rolled back (it was answered 503).
+TEST_F(ReplicatedStore, ALocalWriteFailureDuringAReplicationKeepsWhatTheLogTook) {
+  Journal::reset_thread_seq();
+  ASSERT_TRUE(state.initialize(0, 4));
+  ASSERT_TRUE(write_and_wait());
+  log.hold();
+  Journal::reset_thread_seq();
+  ASSERT_TRUE(state.allocate(0, std::vector<BlockKey>{{"a", ""}}));
+  const std::uint64_t a = Journal::thread_seq();
+  const StateImage with_a = state.export_image();
+  ASSERT_TRUE(store->journal().write_through(a));
+  ASSERT_TRUE(log.wait_entered(2));
+  std::promise<Result<void>> a_done;
+  store->journal().when_durable(a, [&](const Result<void>& r) { a_done.set_value(r); });
+
+  inject_disk_error(DiskOp::journal_write, ENOSPC, 1);
+  Journal::reset_thread_seq();
+  ASSERT_TRUE(state.allocate(0, std::vector<BlockKey>{{"b", ""}}));  // applied in memory
+  const Result<void> refused = write_and_wait();
+  clear_disk_errors();
+  ASSERT_FALSE(refused);
+  EXPECT_THAT(refused.error().message, HasSubstr("No space left on device"));
+
+  auto settled = std::async(std::launch::async, [&] { return store->settle(); });
+  log.release();
+  const Result<void> acked = a_done.get_future().get();
+  EXPECT_TRUE(acked) << acked.error().message;
+  const auto kept = settled.get();
+  ASSERT_TRUE(kept) << kept.error().message;
+  EXPECT_EQ(kept.value(), a);
+  EXPECT_EQ(state.export_image(), with_a);  // "a" allocated, "b" nowhere
 }
 
 }  // namespace

@@ -7,11 +7,11 @@
 #include <filesystem>
 #include <thread>
 
-#include "durable/log_writer.hpp"
 #include "ha/election.hpp"
 #include "ha/log.hpp"
 #include "ha/snapshot_fetch.hpp"
 #include "support/etcd_suite.hpp"
+#include "support/framed_records.hpp"
 #include "support/temp_dir.hpp"
 
 namespace hf3fs_meta::server::ha {
@@ -34,6 +34,9 @@ TEST(LeaseWindowTest, ALeaseIsSurelyAliveUntilTheRenewalsSendTimePlusTtlLessTheM
   window.lost();
   EXPECT_FALSE(window.surely_alive(t0 + 1s));
 }
+
+// Framed records (their payloads do not matter here): the entry's first record says where it begins.
+std::string records(std::uint64_t first, std::uint64_t last) { return ::hf3fs_meta::testing::framed_records(first, last); }
 
 class HaEtcdTest : public ::hf3fs_meta::testing::EtcdSuite {
  protected:
@@ -136,7 +139,7 @@ TEST_F(HaEtcdTest, TheLogIsReadBackInOrderFromAnySeq) {
   EXPECT_EQ(tip.value().seq, 0u);
   LogWriter writer(*etcd_, k, won.value().fence, tip.value());
   // Entries as the journal would batch them: records 1-2, 3, 4-6.
-  const std::pair<std::string, std::uint64_t> batches[] = {{"r1 r2", 2}, {"r3", 3}, {std::string("r4\0r5 r6", 8), 6}};
+  const std::pair<std::string, std::uint64_t> batches[] = {{records(1, 2), 2}, {records(3, 3), 3}, {records(4, 6), 6}};
   for (const auto& [batch, last] : batches) {
     const auto appended = writer.append(batch, last);
     ASSERT_TRUE(appended) << appended.error().message;
@@ -149,8 +152,8 @@ TEST_F(HaEtcdTest, TheLogIsReadBackInOrderFromAnySeq) {
   ASSERT_TRUE(all) << all.error().message;
   ASSERT_EQ(all.value().entries.size(), 3u);
   EXPECT_EQ(all.value().entries[0].last_seq, 2u);
-  EXPECT_EQ(all.value().entries[0].batch, "r1 r2");
-  EXPECT_EQ(all.value().entries[2].batch, std::string("r4\0r5 r6", 8));
+  EXPECT_EQ(all.value().entries[0].batch, records(1, 2));
+  EXPECT_EQ(all.value().entries[2].batch, records(4, 6));
   // A reader at record 1 starts with the entry that holds record 2 (and 1 with it).
   const auto from_one = read_log(*etcd_, k, 1, 1);
   ASSERT_TRUE(from_one);
@@ -162,9 +165,52 @@ TEST_F(HaEtcdTest, TheLogIsReadBackInOrderFromAnySeq) {
   EXPECT_EQ(from_four.value().entries[0].last_seq, 6u);
   EXPECT_TRUE(read_log(*etcd_, k, 6).value().entries.empty());
 
-  const auto behind = writer.append("r6 again", 6);
+  const auto behind = writer.append(records(6, 6), 6);
   ASSERT_FALSE(behind);
-  EXPECT_THAT(behind.error().message, HasSubstr("does not follow the tip, record 6"));
+  EXPECT_THAT(behind.error().message, HasSubstr("records 6-6, said to end at record 6, does not follow the tip, record 6"));
+  a.resign();
+}
+
+// A journal that numbered records again after its last entry (a rollback that missed a committed
+// batch) must not fork the log: an entry holds exactly the records after the tip, or none is put.
+TEST_F(HaEtcdTest, AnEntryIsAppendedOnlyIfItsFirstRecordIsTheOneAfterTheTip) {
+  Election a(*etcd_, real_clock_, options("http://a"));
+  const auto won = a.campaign();
+  ASSERT_TRUE(won.value().won);
+  const Keys k = keys();
+  const Tip start = read_tip(*etcd_, k).value();
+  {
+    LogWriter writer(*etcd_, k, won.value().fence, start);
+    ASSERT_TRUE(writer.append(records(1, 2), 2));
+    // Records 1-3 again: the last is past the tip, the first is not.
+    const auto overlapping = writer.append(records(1, 3), 3);
+    ASSERT_FALSE(overlapping);
+    EXPECT_EQ(overlapping.error().kind, EtcdError::Kind::not_applied);
+    EXPECT_THAT(overlapping.error().message,
+                HasSubstr("an entry of records 1-3, said to end at record 3, does not follow the tip, record 2"));
+    EXPECT_TRUE(writer.failed());  // the journal and the log disagree: the leader reads the log again
+  }
+  const std::pair<std::string, std::uint64_t> refused[] = {
+      {records(4, 5), 5},          // a gap: record 3 nowhere
+      {records(3, 4), 5},          // the key would name a record the entry does not hold
+      {records(3, 4) + "xy", 4},   // bytes after the last record
+      {records(3, 4).substr(0, 20), 4},  // a record cut short
+      {records(3, 3) + records(5, 5), 5},  // numbered with a hole inside
+      {"", 3},
+  };
+  for (const auto& [batch, last] : refused) {
+    LogWriter writer(*etcd_, k, won.value().fence, read_tip(*etcd_, k).value());
+    const auto appended = writer.append(batch, last);
+    ASSERT_FALSE(appended) << batch.size() << " bytes up to " << last;
+    EXPECT_THAT(appended.error().message, HasSubstr("does not follow the tip, record 2")) << last;
+  }
+  const auto log = read_log(*etcd_, k, 0);
+  ASSERT_TRUE(log);
+  ASSERT_EQ(log.value().entries.size(), 1u);
+  EXPECT_EQ(log.value().entries[0].batch, records(1, 2));
+  EXPECT_EQ(read_tip(*etcd_, k).value().seq, 2u);
+  LogWriter writer(*etcd_, k, won.value().fence, read_tip(*etcd_, k).value());
+  ASSERT_TRUE(writer.append(records(3, 4), 4));
   a.resign();
 }
 
@@ -175,24 +221,24 @@ TEST_F(HaEtcdTest, ADeposedLeaderAppendsNothing) {
   const auto a_won = a.campaign();
   ASSERT_TRUE(a_won.value().won);
   LogWriter old_writer(*etcd_, k, a_won.value().fence, read_tip(*etcd_, k).value());
-  ASSERT_TRUE(old_writer.append("a1", 1));
+  ASSERT_TRUE(old_writer.append(records(1, 1), 1));
 
   a.resign();  // as if its lease lapsed
   const auto b_won = b.campaign();
   ASSERT_TRUE(b_won.value().won);
   LogWriter writer(*etcd_, k, b_won.value().fence, read_tip(*etcd_, k).value());
 
-  const auto fenced = old_writer.append("a2", 2);
+  const auto fenced = old_writer.append(records(2, 2), 2);
   ASSERT_FALSE(fenced);
   EXPECT_EQ(fenced.error().kind, EtcdError::Kind::not_applied);
   EXPECT_THAT(fenced.error().message, HasSubstr("fenced"));
   EXPECT_TRUE(old_writer.failed());
-  ASSERT_TRUE(writer.append("b1", 2));
+  ASSERT_TRUE(writer.append(records(2, 2), 2));
   const auto log = read_log(*etcd_, k, 0);
   ASSERT_TRUE(log);
   ASSERT_EQ(log.value().entries.size(), 2u);  // a2 is nowhere
-  EXPECT_EQ(log.value().entries[0].batch, "a1");
-  EXPECT_EQ(log.value().entries[1].batch, "b1");
+  EXPECT_EQ(log.value().entries[0].batch, records(1, 1));
+  EXPECT_EQ(log.value().entries[1].batch, records(2, 2));
   b.resign();
 }
 
@@ -203,11 +249,11 @@ TEST_F(HaEtcdTest, TwoWritersFromOneTipCannotInterleave) {
   const Tip tip = read_tip(*etcd_, k).value();
   LogWriter first(*etcd_, k, won.value().fence, tip);
   LogWriter second(*etcd_, k, won.value().fence, tip);
-  ASSERT_TRUE(first.append("first", 1));
-  const auto refused = second.append("second", 1);
+  ASSERT_TRUE(first.append(records(1, 1), 1));
+  const auto refused = second.append(records(1, 1), 1);
   ASSERT_FALSE(refused);
   EXPECT_THAT(refused.error().message, HasSubstr("tip moved past record 0"));
-  const auto after = second.append("again", 2);
+  const auto after = second.append(records(2, 2), 2);
   ASSERT_FALSE(after);
   EXPECT_THAT(after.error().message, HasSubstr("already failed"));
   EXPECT_EQ(read_log(*etcd_, k, 0).value().entries.size(), 1u);
@@ -219,8 +265,8 @@ TEST_F(HaEtcdTest, AReaderBehindACompactedLogIsToldItNeedsASnapshot) {
   const auto won = a.campaign();
   const Keys k = keys();
   LogWriter writer(*etcd_, k, won.value().fence, read_tip(*etcd_, k).value());
-  ASSERT_TRUE(writer.append("one", 1));
-  ASSERT_TRUE(writer.append("two", 2));
+  ASSERT_TRUE(writer.append(records(1, 1), 1));
+  ASSERT_TRUE(writer.append(records(2, 2), 2));
   ASSERT_TRUE(etcd_->delete_range({k.entry(1), k.entry(3)}));  // the leader's log compaction
   const auto behind = read_log(*etcd_, k, 0);
   ASSERT_FALSE(behind);
@@ -228,14 +274,6 @@ TEST_F(HaEtcdTest, AReaderBehindACompactedLogIsToldItNeedsASnapshot) {
   EXPECT_THAT(behind.error().message, HasSubstr("needs a snapshot"));
   EXPECT_TRUE(read_log(*etcd_, k, 2).value().entries.empty());
   a.resign();
-}
-
-// Framed records (their payloads do not matter here): the entry's first record says where it begins.
-std::string records(std::uint64_t first, std::uint64_t last) {
-  std::string out;
-  durable::LogWriter writer(out);
-  for (std::uint64_t seq = first; seq <= last; ++seq) writer.add_record_encoded(seq, [](std::string& p) { p += 'x'; });
-  return out;
 }
 
 TEST_F(HaEtcdTest, AReaderWhoseNextRecordWasCompactedAwayNeedsASnapshotThoughLaterEntriesAreLeft) {

@@ -11,6 +11,7 @@
 
 #include "ha/election.hpp"
 #include "support/etcd_suite.hpp"
+#include "support/framed_records.hpp"
 
 namespace hf3fs_meta::server::ha {
 namespace {
@@ -68,14 +69,16 @@ class LogFollowerTest : public ::hf3fs_meta::testing::EtcdSuite {
                                            ElectionOptions{keys_->leader(), "http://leader", 2, 300ms});
     const auto won = election_->campaign();
     ASSERT_TRUE(won && won.value().won);
-    writer_ = std::make_unique<LogWriter>(*writer_etcd_, *keys_, won.value().fence, read_tip(*writer_etcd_, *keys_).value());
+    fence_ = won.value().fence;
+    writer_ = std::make_unique<LogWriter>(*writer_etcd_, *keys_, fence_, read_tip(*writer_etcd_, *keys_).value());
   }
   void TearDown() override {
     if (election_) election_->resign();
   }
 
+  // The records after the tip up to `last_seq`, as one entry.
   void append(std::uint64_t last_seq) {
-    const auto appended = writer_->append("batch " + std::to_string(last_seq), last_seq);
+    const auto appended = writer_->append(::hf3fs_meta::testing::framed_records(writer_->seq() + 1, last_seq), last_seq);
     ASSERT_TRUE(appended) << appended.error().message;
   }
 
@@ -83,6 +86,7 @@ class LogFollowerTest : public ::hf3fs_meta::testing::EtcdSuite {
   std::unique_ptr<EtcdClient> writer_etcd_, reader_etcd_;
   std::unique_ptr<Election> election_;
   std::unique_ptr<LogWriter> writer_;
+  std::int64_t fence_ = 0;
 };
 
 
@@ -98,7 +102,7 @@ TEST_F(LogFollowerTest, CatchesUpThenFollowsEveryEntryOnceInOrder) {
   ASSERT_TRUE(handed.wait([](Handed& h) { return h.seqs.size() >= 4; }));
   follower.stop();
   EXPECT_THAT(handed.seqs, ElementsAre(2, 3, 5, 6));
-  EXPECT_EQ(handed.batches[2], "batch 5");
+  EXPECT_EQ(handed.batches[2], ::hf3fs_meta::testing::framed_records(4, 5));
   EXPECT_EQ(follower.applied(), 6u);
   EXPECT_EQ(follower.catch_ups(), 1u);  // one watch all along: it never ended
   EXPECT_TRUE(handed.ended.empty());  // stop() is not an end
@@ -167,6 +171,61 @@ TEST_F(LogFollowerTest, AnEntryItCannotApplyEndsFollowingSayingWhy) {
   EXPECT_FALSE(handed.needs_snapshot);
   EXPECT_THAT(handed.seqs, ElementsAre(1));
   EXPECT_EQ(follower.applied(), 1u);
+}
+
+// Entries put as a leader's journal that numbered records again would have put them (LogWriter
+// refuses that): the follower refuses loudly, naming the seqs, and skips nothing.
+class ForkedLogTest : public LogFollowerTest {
+ protected:
+  void put_entry(std::uint64_t first, std::uint64_t last) {
+    ASSERT_TRUE(writer_etcd_->put({keys_->entry(last), ::hf3fs_meta::testing::framed_records(first, last)}));
+    ASSERT_TRUE(writer_etcd_->put({keys_->tip(), std::to_string(last)}));
+    writer_ = std::make_unique<LogWriter>(*writer_etcd_, *keys_, fence_, read_tip(*writer_etcd_, *keys_).value());
+  }
+};
+
+TEST_F(ForkedLogTest, AnEntryHoldingRecordsAlreadyAppliedEndsFollowingNamingTheSeqs) {
+  append(2);
+  ASSERT_NO_FATAL_FAILURE(put_entry(1, 3));  // records 1-2 a second time
+  append(4);
+  Handed handed;
+  LogFollower follower(*reader_etcd_, *keys_, 0, handed.apply(), handed.ended_with());
+  ASSERT_TRUE(handed.wait([](Handed& h) { return !h.ended.empty(); }));
+  EXPECT_THAT(handed.ended, HasSubstr("log entry 3 (revision "));
+  EXPECT_THAT(handed.ended, HasSubstr("holds records 1-3, which do not follow record 2, the last applied"));
+  EXPECT_FALSE(handed.needs_snapshot);
+  EXPECT_THAT(handed.seqs, ElementsAre(2));  // neither 3 nor what follows it
+  EXPECT_EQ(follower.applied(), 2u);
+}
+
+TEST_F(ForkedLogTest, AGapEndsFollowingWhileTheWatchDelivers) {
+  append(2);
+  Handed handed;
+  LogFollower follower(*reader_etcd_, *keys_, 0, handed.apply(), handed.ended_with());
+  ASSERT_TRUE(handed.wait([](Handed& h) { return h.seqs.size() == 1; }));
+  ASSERT_NO_FATAL_FAILURE(put_entry(4, 5));  // record 3 nowhere
+  ASSERT_TRUE(handed.wait([](Handed& h) { return !h.ended.empty(); }));
+  EXPECT_THAT(handed.ended, HasSubstr("log entry 5 (revision "));
+  EXPECT_THAT(handed.ended, HasSubstr("holds records 4-5, which do not follow record 2"));
+  EXPECT_THAT(handed.seqs, ElementsAre(2));
+}
+
+// A member that restarted at the end of an entry (record 2 here) takes nothing from a later entry
+// that holds record 2 again; one that restarted inside an entry takes that entry.
+TEST_F(ForkedLogTest, AMemberStartingAtAnEntrysEndRefusesAnEntryHoldingItsRecordsAgain) {
+  append(2);
+  ASSERT_NO_FATAL_FAILURE(put_entry(1, 3));
+  Handed handed;
+  LogFollower follower(*reader_etcd_, *keys_, 2, handed.apply(), handed.ended_with());
+  ASSERT_TRUE(handed.wait([](Handed& h) { return !h.ended.empty(); }));
+  EXPECT_THAT(handed.ended, HasSubstr("holds records 1-3, which do not follow record 2"));
+  EXPECT_TRUE(handed.seqs.empty());
+
+  Handed inside;
+  LogFollower from_one(*reader_etcd_, *keys_, 1, inside.apply(), inside.ended_with());
+  ASSERT_TRUE(inside.wait([](Handed& h) { return !h.ended.empty(); }));
+  EXPECT_THAT(inside.seqs, ElementsAre(2));  // records 1-2, from record 2 on
+  EXPECT_THAT(inside.ended, HasSubstr("holds records 1-3, which do not follow record 2"));
 }
 
 TEST_F(LogFollowerTest, ALogCompactedPastItEndsFollowingAsNeedingASnapshot) {

@@ -2,18 +2,22 @@
 // a leader that hangs past its lease answers its held change 503 and comes back as a standby
 // without it; etcd losing its quorum stops changes at once and reads once the lease lapses, and
 // nothing acknowledged is lost when it recovers; the HA flags that do not fit are refused, each
-// named; a member with an empty data dir catches up with a running cluster through the log.
+// named; a member with an empty data dir catches up with a running cluster through the log; the
+// leader's disk failing again and again under load makes it step down, never forks the log, and
+// loses nothing.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <signal.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -300,6 +304,97 @@ TEST_F(HaFaultTest, AStandbyWhoseDiskFailsFollowsAgainOnceASnapshotSucceeds) {
 
   EXPECT_EQ(members.process(leader).terminate(), 0);
   expect_leads_with_every_key(members, standby, keys);
+  EXPECT_EQ(members.stop_all(), "") << members.logs();
+}
+
+// The leader's journal write fails with ENOSPC again and again (11 injections, each on whichever
+// member leads then) under 8 writer threads. Each time the leader lets what it wrote before the
+// failure reach the log, steps down and resigns, and a member whose disk works leads: the log never
+// holds a record twice, so no member ever stops applying it, and every key acknowledged is kept.
+// Then the leader is killed with SIGKILL: another leads within the lease + 1 s, with every key.
+TEST_F(HaFaultTest, RepeatedDiskFailuresOnTheLeaderNeitherForkTheLogNorWedgeTheCluster) {
+  HaMembers members(cluster_->endpoints(), test_name(), kLease);
+  for (int i = 0; i < 3; ++i) members.add({"--enable-fault-injection"});
+  const std::size_t first = members.wait_leader(kWait);
+  ASSERT_NE(first, kNone) << members.logs();
+  const auto init = post(members.process(first), "/rank/0/initialize", R"({"num_pages":100000})");
+  ASSERT_EQ(init.status, 200) << init.body;
+
+  std::atomic<bool> stop{false};
+  std::mutex mutex;
+  std::vector<std::string> acknowledged;  // under mutex
+  std::vector<std::thread> writers;
+  const auto writers_end = Clock::now() + 150s;  // bounded, whatever happens to the members
+  for (int t = 0; t < 8; ++t) {
+    writers.emplace_back([&, t] {
+      // Whichever member answers: a standby refuses with nothing applied, a leader acknowledges.
+      for (int n = 0, at = t; n < 100000 && !stop.load() && Clock::now() < writers_end; ++n, ++at) {
+        const std::string key = "w" + std::to_string(t) + "-" + std::to_string(n);
+        if (write_key(members.process(static_cast<std::size_t>(at) % 3), key)) {
+          std::lock_guard lock(mutex);
+          acknowledged.push_back(key);
+        }
+      }
+    });
+  }
+  const auto written = [&] {
+    std::lock_guard lock(mutex);
+    return acknowledged.size();
+  };
+  std::string failure;
+  for (int injection = 0; injection < 11 && failure.empty(); ++injection) {
+    const std::size_t leader = members.wait_leader(kWait);
+    if (leader == kNone) {
+      failure = "no leader before injection " + std::to_string(injection);
+      break;
+    }
+    const double errors = metric(members, leader, "hf3fs_meta_disk_errors_total");
+    const auto injected = post(members.process(leader), "/_faults",
+                               R"({"disk_error":"ENOSPC","disk_op":"journal_write","times":1})");
+    if (injected.status != 200) continue;  // it stepped down meanwhile: the next one is injected
+    // The writers make it fire; then some more keys before the next.
+    const auto deadline = Clock::now() + kWait;
+    while (metric(members, leader, "hf3fs_meta_disk_errors_total") <= errors && Clock::now() < deadline) {
+      std::this_thread::sleep_for(20ms);
+    }
+    const std::size_t before = written();
+    while (written() < before + 20 && Clock::now() < deadline) std::this_thread::sleep_for(20ms);
+    if (Clock::now() >= deadline) failure = "injection " + std::to_string(injection) + " did not fire, or writes stopped";
+  }
+  stop = true;
+  for (auto& w : writers) w.join();
+  ASSERT_EQ(failure, "") << members.logs();
+  ASSERT_GE(written(), 11u * 20u);
+
+  const std::size_t leader = members.wait_leader(kWait);
+  ASSERT_NE(leader, kNone) << members.logs();
+  const auto led = members.health(leader);
+  for (std::size_t i : all_but(3, leader)) {
+    const auto h = members.wait_standby_at(i, members.url(leader), led.applied_seq, kWait);
+    EXPECT_EQ(h.applied_seq, led.applied_seq) << h.body << "\n" << members.logs();
+  }
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(metric(members, i, "hf3fs_meta_ha_log_apply_failures_total"), 0) << members.name(i) << members.logs();
+  }
+  EXPECT_GE(metric(members, 0, "hf3fs_meta_disk_errors_total") + metric(members, 1, "hf3fs_meta_disk_errors_total") +
+                metric(members, 2, "hf3fs_meta_disk_errors_total"),
+            11);
+  EXPECT_THAT(members.logs(200), Not(HasSubstr("do not follow")));
+
+  members.process(leader).kill();
+  const auto killed = Clock::now();
+  const std::size_t next = members.wait_leader(kWait, all_but(3, leader));
+  const auto took = Clock::now() - killed;
+  ASSERT_NE(next, kNone) << members.logs();
+  EXPECT_LE(ms(took), ms(kLease + 1s)) << members.logs();
+  std::vector<std::string> keys;
+  {
+    std::lock_guard lock(mutex);
+    keys = acknowledged;
+  }
+  const auto exists = post(members.process(next), "/keys/batch_exists", keys_body(keys));
+  ASSERT_EQ(exists.status, 200) << exists.body;
+  EXPECT_EQ(count_exists(exists.body, keys.size()), static_cast<int>(keys.size())) << members.logs();
   EXPECT_EQ(members.stop_all(), "") << members.logs();
 }
 

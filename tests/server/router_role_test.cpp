@@ -96,6 +96,25 @@ TEST_F(RouterRoleTest, TheLeaderAnswersOnlyWhileItsLeaseSurelyLives) {
                                    std::to_string(seq) + "}");
 }
 
+// A log the member cannot apply is said, not lagged silently: on /healthz (why) and /metrics,
+// until an entry applies again.
+TEST_F(RouterRoleTest, ALogTheMemberCannotApplyIsSaidOnHealthAndMetricsUntilItApplies) {
+  role_.set(ha::RoleName::standby, "http://a");
+  const std::string why = "log entry 5 (revision 9) holds records 3-5, which do not follow record 4";
+  role_.log_failed(why);
+  role_.log_failed(why);  // following again a second later, refused again
+  EXPECT_EQ(send("GET", "/healthz").reply.body,
+            R"({"status":"ok","role":"standby","leader":"http://a","applied_seq":0,"log_error":")" + why + R"("})");
+  const Exchange& failing = send("GET", "/metrics");
+  EXPECT_THAT(failing.reply.body, HasSubstr("\nhf3fs_meta_ha_log_unappliable 1\n"));
+  EXPECT_THAT(failing.reply.body, HasSubstr("\nhf3fs_meta_ha_log_apply_failures_total 2\n"));
+  role_.log_applied();
+  EXPECT_EQ(send("GET", "/healthz").reply.body, R"({"status":"ok","role":"standby","leader":"http://a","applied_seq":0})");
+  const Exchange& applying = send("GET", "/metrics");
+  EXPECT_THAT(applying.reply.body, HasSubstr("\nhf3fs_meta_ha_log_unappliable 0\n"));
+  EXPECT_THAT(applying.reply.body, HasSubstr("\nhf3fs_meta_ha_log_apply_failures_total 2\n"));
+}
+
 TEST_F(RouterRoleTest, LeaderChangesCountOnlyNewLeaders) {
   lease_for(std::chrono::seconds(60));
   role_.set(ha::RoleName::standby, "http://a");

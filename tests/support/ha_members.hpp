@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include <gtest/gtest.h>
 #include <rapidjson/document.h>
 
 #include "hf3fs_meta/protocol.hpp"
@@ -116,6 +117,8 @@ inline std::string file_tail(const std::string& path, std::size_t lines) {
 class HaMembers {
  public:
   static constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+  // Below the lease window's margin (ha::LeaseWindow, 300 ms): see leader().
+  static constexpr std::chrono::milliseconds kTwoLeadersWindow{250};
 
   // Members of cluster `cluster` on the etcd client URLs `etcd` (comma separated), with a lease of
   // `lease` (--ha-lease-ms).
@@ -153,16 +156,26 @@ class HaMembers {
   }
 
   // The one running member that says it leads, of those `among` (every member when empty); kNone if
-  // none does, or more than one.
+  // none does. Two that say so in one pass fail the test (never two leaders): a member says
+  // "leader" only while its lease is surely alive, and another can win only once that lease is gone
+  // in etcd, a margin later, so two answers closer than that cannot both be true. (A pass slower
+  // than that proves nothing, and is asked again.)
   std::size_t leader(const std::vector<std::size_t>& among = {}) {
-    std::size_t found = kNone;
+    const auto started = std::chrono::steady_clock::now();
+    std::vector<std::pair<std::size_t, std::string>> leaders;
     for (std::size_t i = 0; i < members_.size(); ++i) {
       if (!among.empty() && std::find(among.begin(), among.end(), i) == among.end()) continue;
-      if (!process(i).running() || health(i).role != "leader") continue;
-      if (found != kNone) return kNone;
-      found = i;
+      if (!process(i).running()) continue;
+      HaHealth h = health(i);
+      if (h.role == "leader") leaders.emplace_back(i, std::move(h.body));
     }
-    return found;
+    if (leaders.size() == 1) return leaders.front().first;
+    if (leaders.size() > 1 && std::chrono::steady_clock::now() - started < kTwoLeadersWindow) {
+      std::string said;
+      for (const auto& [i, body] : leaders) said.append("\n  ").append(name(i)).append(": ").append(body);
+      ADD_FAILURE() << "two members say they lead at once:" << said;
+    }
+    return kNone;
   }
 
   // Waits up to `timeout` until exactly one member of `among` leads; its index, or kNone.
