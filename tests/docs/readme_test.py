@@ -305,7 +305,8 @@ def main():
     parser.add_argument("--cxx", required=True)
     parser.add_argument("--cxx-flag", action="append", default=[], help="a compile flag (-I...), repeatable")
     parser.add_argument("--link", action="append", default=[], help="a link argument, repeatable")
-    parser.add_argument("--only-line", type=int, help="run only the block opened on this line")
+    parser.add_argument("--only-line", type=int,
+                        help="run only the block opened on this line (and the console blocks it continues)")
     parser.add_argument("--expect-failures", action="store_true",
                         help="the test of this test: every block must fail (tests/docs/must_fail.md)")
     args = parser.parse_args()
@@ -317,13 +318,22 @@ def main():
     if not found:
         print(f"{args.markdown}: no code block", file=sys.stderr)
         return 1
+    wanted = {args.only_line}
+    lines = [line for line, _, _ in found]
+    if args.only_line in lines:  # a `console continued` block needs the blocks it continues
+        at = lines.index(args.only_line)
+        while found[at][1] == "console continued" and at > 0:
+            at -= 1
+            while at > 0 and found[at][1].split(" ")[0] != "console":
+                at -= 1
+            wanted.add(lines[at])
     failures, ran, skipped = 0, 0, []
     with tempfile.TemporaryDirectory(prefix="readme_test.") as work:
         runner = Runner(args, work)
         kinds = {"cpp": runner.cpp, "python": runner.python, "sh": runner.sh, "sh own-server": runner.sh_own_server,
                  "sh server": runner.sh_server}
         for line, info, text in found:
-            if args.only_line and line != args.only_line:
+            if args.only_line and line not in wanted:
                 continue
             if info == "text" or info.endswith(" no-run"):
                 skipped.append(f"{line} ({info})")
