@@ -13,10 +13,24 @@ The info string of a block says what is done with it:
                    in order, in the same directory, before it
   console          "$ COMMAND" lines, each followed by the exact output it must print, against a
                    fresh server (all the commands in one shell)
+  console FLAG...  the same against a fresh server started with these flags (`console
+                   --dedup-max-bytes 300`); a flag the server refuses fails the block
+  console continued
+                   the same against the server of the console block before it, as that block left it
   LANG no-run      not run: installation commands, configuration for other programs
   text             not code (a usage summary)
 
 Any other info string fails the test, so that a new block is never silently skipped.
+
+In a console block's expected output:
+  - `<WORD>` (lowercase letters, e.g. `<ms>`, `<seconds>`) stands for a number that varies from run
+    to run (a time, a Retry-After); everything else must match exactly;
+  - an HTTP answer printed by `curl -i` (its CR LF line ends read as LF) may leave out the headers the
+    reference server puts on every answer, `content-length`, `X-Hf3fs-Keyed-Release: 1` and
+    `x-request-id-dedup: <ms>` (docs/protocol.md's convention): when it shows none of the three they
+    are taken out of the actual answer, else every header is compared;
+  - leading `$ cat FILE` steps (FILE a plain name) write FILE with the output shown, before the server
+    starts, so that a flag may name it (`console --auth-token-file token` after `$ cat token`).
 
 Blocks name the server's default address, 127.0.0.1:18000 (and port 18000 alone); each block runs
 in a directory of its own with that address replaced by a server on a free port, and with PATH
@@ -147,6 +161,7 @@ class Runner:
     def __init__(self, args, work):
         self.args = args
         self.work = work
+        self.kept = None  # (server, directory, environment) of the last console block
         self.env = dict(os.environ)
         self.env["PATH"] = os.pathsep.join([os.path.dirname(args.server), os.path.dirname(args.cli),
                                             self.env.get("PATH", "")])
@@ -220,7 +235,7 @@ class Runner:
         if started == 0:
             raise Failure("a `sh server` block starts no hf3fs-meta-server")
 
-    def console(self, line, text):
+    def console(self, line, text, flags):
         steps = []  # (command, expected output lines)
         for row in text.splitlines():
             if row.startswith("$ "):
@@ -230,16 +245,54 @@ class Runner:
             else:
                 raise Failure(f"console block: output before any command: {row!r}")
 
-        def run(cwd, env, port):
-            marker = "--- readme_test step ---"
-            script = "".join(f"echo '{marker}'\n{with_port(cmd, port)}\n" for cmd, _ in steps)
-            out = check(run_group(["bash", "-euo", "pipefail", "-s"], cwd, env, script.encode()), "bash")
-            outputs = out.split(marker + "\n")[1:]
-            for (cmd, expected), got in zip(steps, outputs):
-                want = with_port("\n".join(expected), port)
-                if got.rstrip("\n") != want:
-                    raise Failure(f"$ {cmd}\nexpected:\n{want}\ngot:\n{got}")
-        self.with_server(line, run)
+        if flags == ["continued"]:
+            if self.kept is None:
+                raise Failure("`console continued`: no console block before it left a server")
+            server, cwd, env = self.kept
+        else:
+            self.stop_kept()
+            cwd = self.directory(line)
+            for cmd, expected in steps:
+                m = re.fullmatch(r"cat ([\w.-]+)", cmd)
+                if not m:
+                    break
+                with open(os.path.join(cwd, m.group(1)), "w") as f:
+                    f.write("".join(row + "\n" for row in expected))
+            server = Server(self.args.server, flags, cwd)
+            env = dict(self.env, HF3FS_META_URL=f"http://127.0.0.1:{server.port}")
+            self.kept = (server, cwd, env)
+        port = server.port
+        marker = "--- readme_test step ---"
+        script = "".join(f"echo '{marker}'\n{with_port(cmd, port)}\n" for cmd, _ in steps)
+        out = check(run_group(["bash", "-euo", "pipefail", "-s"], cwd, env, script.encode()), "bash")
+        outputs = out.split(marker + "\n")[1:]
+        for (cmd, expected), got in zip(steps, outputs):
+            want = with_port("\n".join(expected), port).rstrip("\n")
+            got = got.replace("\r\n", "\n").rstrip("\n")
+            if not matches(want, got):
+                raise Failure(f"$ {cmd}\nexpected:\n{want}\ngot:\n{got}")
+
+    def stop_kept(self):
+        if self.kept is not None:
+            server, self.kept = self.kept[0], None
+            server.stop()
+
+
+# Headers the reference server puts on every answer, which docs/protocol.md leaves out after its
+# first examples (the value of the dedup window depends on the server's flags).
+COMMON_HEADERS = re.compile(r"(?im)^(content-length: \d+|X-Hf3fs-Keyed-Release: 1|x-request-id-dedup: \d+)\n")
+PLACEHOLDER = re.compile(r"<[a-z]+>")
+
+
+def matches(want, got):
+    """Whether an actual output is the expected one: exactly, but for placeholders and, in an HTTP
+    answer that shows none of them, the headers every answer carries."""
+    if got.startswith("HTTP/") and not COMMON_HEADERS.search(want.split("\n\n")[0] + "\n"):
+        head, sep, body = got.partition("\n\n")
+        got = COMMON_HEADERS.sub("", head + "\n").rstrip("\n") + sep + body
+    pattern = "".join(r"\d+" if PLACEHOLDER.fullmatch(part) else re.escape(part)
+                      for part in re.split(r"(<[a-z]+>)", want))
+    return re.fullmatch(pattern, got) is not None
 
 
 def main():
@@ -252,7 +305,8 @@ def main():
     parser.add_argument("--cxx", required=True)
     parser.add_argument("--cxx-flag", action="append", default=[], help="a compile flag (-I...), repeatable")
     parser.add_argument("--link", action="append", default=[], help="a link argument, repeatable")
-    parser.add_argument("--only-line", type=int, help="run only the block opened on this line")
+    parser.add_argument("--only-line", type=int,
+                        help="run only the block opened on this line (and the console blocks it continues)")
     parser.add_argument("--expect-failures", action="store_true",
                         help="the test of this test: every block must fail (tests/docs/must_fail.md)")
     args = parser.parse_args()
@@ -264,18 +318,29 @@ def main():
     if not found:
         print(f"{args.markdown}: no code block", file=sys.stderr)
         return 1
+    wanted = {args.only_line}
+    lines = [line for line, _, _ in found]
+    if args.only_line in lines:  # a `console continued` block needs the blocks it continues
+        at = lines.index(args.only_line)
+        while found[at][1] == "console continued" and at > 0:
+            at -= 1
+            while at > 0 and found[at][1].split(" ")[0] != "console":
+                at -= 1
+            wanted.add(lines[at])
     failures, ran, skipped = 0, 0, []
     with tempfile.TemporaryDirectory(prefix="readme_test.") as work:
         runner = Runner(args, work)
         kinds = {"cpp": runner.cpp, "python": runner.python, "sh": runner.sh, "sh own-server": runner.sh_own_server,
-                 "sh server": runner.sh_server, "console": runner.console}
+                 "sh server": runner.sh_server}
         for line, info, text in found:
-            if args.only_line and line != args.only_line:
+            if args.only_line and line not in wanted:
                 continue
             if info == "text" or info.endswith(" no-run"):
                 skipped.append(f"{line} ({info})")
                 continue
             what = kinds.get(info)
+            if info.split(" ")[0] == "console":
+                what = lambda line, text, flags=info.split()[1:]: runner.console(line, text, flags)
             started = time.monotonic()
             try:
                 if what is None:
@@ -286,6 +351,11 @@ def main():
             except (Failure, OSError) as e:
                 failures += 1
                 print(f"FAIL {args.markdown}:{line} ({info})\n{e}", file=sys.stderr)
+        try:
+            runner.stop_kept()
+        except Failure as e:
+            failures += 1
+            print(f"FAIL {args.markdown}: the last console block's server\n{e}", file=sys.stderr)
     print(f"{ran} blocks passed, {failures} failed; not run: {', '.join(skipped) or 'none'}")
     if args.expect_failures:
         return 0 if failures > 0 and ran == 0 else 1
