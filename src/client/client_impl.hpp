@@ -329,7 +329,11 @@ struct ClientImpl {
     auto c = protocol::classify_error(response.status, response.content_type, response.body);
     out.endpoint = request.endpoint;
     if (c.not_leader) {
-      // It speaks for another member: what it declares says nothing of the leader's.
+      // It speaks for another member: what it declares says nothing of the leader's features, and
+      // its silence withdraws nothing. But a member's request-id answers are in the cluster's
+      // replicated log, whoever leads: a window it declares holds for the leader too, which is what
+      // a client that has seen no leader yet needs to repeat an allocate across a failover.
+      take_cluster_dedup(response, out);
       out.not_leader = true;
       out.leader = leader_named(response, request.endpoint);
       if (out.leader.empty()) {
@@ -358,20 +362,31 @@ struct ClientImpl {
   // and whether it takes keyed releases (likewise).
   template <class T>
   void take_declarations(const HttpResponse& response, AttemptOutcome<T>& out) {
-    std::int64_t window_ms = 0;
-    if (auto h = response.header("X-Request-Id-Dedup")) {
-      std::int64_t ms = 0;
-      const auto [end, ec] = std::from_chars(h->data(), h->data() + h->size(), ms);
-      if (ec == std::errc() && end == h->data() + h->size() && ms > 0) {
-        window_ms = clamp_duration(std::chrono::milliseconds(ms)).count();
-      }
-    }
+    const std::int64_t window_ms = declared_dedup_window(response);
     out.dedup_window_ms = window_ms;
     if (dedup_window_ms.load(std::memory_order_relaxed) != window_ms) {
       dedup_window_ms.store(window_ms, std::memory_order_relaxed);
     }
     const bool keyed = response.header(kKeyedReleaseHeader) == std::optional<std::string_view>("1");
     if (keyed_releases.load(std::memory_order_relaxed) != keyed) keyed_releases.store(keyed, std::memory_order_relaxed);
+  }
+
+  // X-Request-Id-Dedup: <ms> of an answer, clamped; 0 without a valid one.
+  static std::int64_t declared_dedup_window(const HttpResponse& response) {
+    const auto h = response.header("X-Request-Id-Dedup");
+    if (!h) return 0;
+    std::int64_t ms = 0;
+    const auto [end, ec] = std::from_chars(h->data(), h->data() + h->size(), ms);
+    if (ec != std::errc() || end != h->data() + h->size() || ms <= 0) return 0;
+    return clamp_duration(std::chrono::milliseconds(ms)).count();
+  }
+  // A standby's window, taken only by a client that knows none (see outcome()).
+  template <class T>
+  void take_cluster_dedup(const HttpResponse& response, AttemptOutcome<T>& out) {
+    const std::int64_t window_ms = declared_dedup_window(response);
+    if (window_ms == 0 || dedup_window_ms.load(std::memory_order_relaxed) != 0) return;
+    out.dedup_window_ms = window_ms;
+    dedup_window_ms.store(window_ms, std::memory_order_relaxed);
   }
 
   // The leader a member's 503 "not the leader" names (kLeaderHeader), normalized; empty when it names

@@ -274,6 +274,33 @@ TEST_F(ClientEndpointsTest, ANotTheLeaderAnswerDoesNotWithdrawTheLeadersDeduplic
   EXPECT_THAT(transport->endpoints(), ElementsAre(kA, kA, kB, kC));
 }
 
+// A fresh client's first answer is a standby's: its window (the cluster's request-id answers are in
+// the replicated log) lets an allocate cut at the leader be repeated under its id, as it would be
+// had the client talked to the leader first.
+TEST_F(ClientEndpointsTest, AStandbysWindowLetsAFreshClientRepeatAnAllocateAcrossAFailover) {
+  auto client = make_client();
+  transport->then(http_answer(503, R"({"detail":"not the leader"})", "application/json",
+                              {{"X-Hf3fs-Leader", kB}, {"X-Request-Id-Dedup", "60000"}}));
+  transport->then(transport_failure(errc::connection_failed, true));  // sent: ambiguous
+  transport->then(ok_allocate());
+  auto pages = client->allocate(3, {"k"});
+  ASSERT_TRUE(pages) << pages.error().message();
+  EXPECT_EQ(pages.value(), std::vector<Page>{7});
+  // One request id for all three attempts: the repeat is the same request.
+  const auto posted = transport->posted();
+  ASSERT_EQ(posted.size(), 3u);
+  EXPECT_FALSE(posted[0].request_id.empty());
+  EXPECT_EQ(posted[1].request_id, posted[0].request_id);
+  EXPECT_EQ(posted[2].request_id, posted[0].request_id);
+  // Without a window declared anywhere, the same cut stops the call.
+  auto other = make_client();
+  transport->then(not_leader_answer(kB));
+  transport->then(transport_failure(errc::connection_failed, true));
+  auto refused = other->allocate(3, {"k"});
+  ASSERT_FALSE(refused);
+  EXPECT_THAT(refused.error().stop_reason, HasSubstr("not safe to repeat allocate"));
+}
+
 // ---- Options ----
 
 TEST_F(ClientEndpointsTest, AnInvalidEndpointRefusesEveryCallNamingItsIndex) {
