@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <filesystem>
 #include <functional>
@@ -13,6 +14,7 @@
 #include <random>
 #include <cstring>
 #include <map>
+#include <thread>
 #include <tuple>
 
 #include "durable/crc32c.hpp"
@@ -1196,6 +1198,24 @@ TEST(DurableJournal, AlwaysWakesWaitersAfterAnFdatasync) {
     EXPECT_TRUE(durable.has_value());
   });
   EXPECT_TRUE(called);
+}
+
+// everysec's promise: a record written is synced within about a second, with nobody waiting on it
+// (no `always` waiter wakes the syncer). Timed against a bound three times the promise, so that a
+// loaded machine passes and a longer interval (the syncer waiting 20 s, say) fails.
+TEST(DurableJournal, EverysecSyncsAWrittenRecordWithinASecond) {
+  TempDir dir;
+  MetadataState state;
+  auto store = open_store(dir.path(), state, FsyncMode::everysec);
+  ASSERT_TRUE(state.initialize(1, 4).has_value());
+  const std::uint64_t before = store->journal().stats().fsyncs;
+  ASSERT_TRUE(store->journal().write_through(Journal::thread_seq()).has_value());
+  const auto written = std::chrono::steady_clock::now();
+  const auto bound = written + std::chrono::seconds(3);
+  while (store->journal().stats().fsyncs == before && std::chrono::steady_clock::now() < bound) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // between polls; orders nothing
+  }
+  EXPECT_GT(store->journal().stats().fsyncs, before) << "no fdatasync within 3 s of the write";
 }
 
 TEST(DurableJournal, ParsesFsyncModes) {
