@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include <boost/asio/error.hpp>
 #include <boost/beast/core/string.hpp>
@@ -61,10 +62,30 @@ class BodyBudget {
     return true;
   }
   void give_back(std::uint64_t n) noexcept { in_flight_.fetch_sub(n, std::memory_order_relaxed); }
+  std::uint64_t limit() const noexcept { return limit_; }
 
  private:
   std::atomic<std::uint64_t>& in_flight_;
   std::uint64_t limit_;
+};
+
+// What a request the budget has no room for is told (503 with Retry-After: 1), by the front or by a
+// backend that charges its copies of the body to the budget (the proxy).
+inline std::string body_budget_full_text(std::uint64_t limit) {
+  return "Server busy: request bodies in flight are at their limit of " + std::to_string(limit) +
+         " bytes; nothing was applied, retry later";
+}
+
+// One connection's share of the budget: the bytes it took for the request in hand, given back
+// together once that request is answered.
+struct BodyShare {
+  BodyBudget* budget = nullptr;
+  std::uint64_t* held = nullptr;
+  bool take(std::uint64_t n) noexcept {
+    if (!budget->take(n)) return false;
+    *held += n;
+    return true;
+  }
 };
 
 class RequestParser final : public boost::beast::http::basic_parser<true> {
@@ -123,10 +144,10 @@ class RequestParser final : public boost::beast::http::basic_parser<true> {
 
   void on_header_impl(error_code& /*ec*/) override {}
 
-  void on_body_init_impl(boost::optional<std::uint64_t> const& /*content_length*/,
-                         error_code& /*ec*/) override {
+  void on_body_init_impl(boost::optional<std::uint64_t> const& content_length, error_code& /*ec*/) override {
     // Nothing is reserved for the declared length: 200 connections declaring 16 MB and sending one
     // byte must not cost 3 GB. The body grows as it arrives, within the budget.
+    declared_ = content_length.value_or(0);
   }
 
   std::size_t on_body_impl(string_view body, error_code& ec) override { return append(body, ec); }
@@ -142,7 +163,14 @@ class RequestParser final : public boost::beast::http::basic_parser<true> {
       return 0;
     }
     held_ += body.size();
-    request_.body.append(body.data(), body.size());
+    std::string& b = request_.body;
+    const std::uint64_t need = b.size() + body.size();
+    // Grown as std::string grows (doubling: each byte copied a bounded number of times), but never
+    // past the declared length: a whole body holds its length, not up to twice the bytes counted.
+    if (need > b.capacity() && need <= declared_) {
+      b.reserve(std::min<std::uint64_t>(std::max<std::uint64_t>(need, 2 * b.capacity()), declared_));
+    }
+    b.append(body.data(), body.size());
     return body.size();
   }
 
@@ -152,6 +180,7 @@ class RequestParser final : public boost::beast::http::basic_parser<true> {
   BodyBudget& budget_;
   std::uint64_t& held_;
   bool over_budget_ = false;
+  std::uint64_t declared_ = 0;  // Content-Length (0: none, chunked)
 };
 
 }  // namespace hf3fs_meta::server

@@ -90,6 +90,9 @@ struct Exchange {
   // --tenants-file: the connection's last token lookup, kept from one request to the next (reset()
   // leaves it), so that a keep-alive client does not pay a digest per request.
   TenantCache tenant;
+  // The connection's share of the front's body budget (set by the front, kept by reset()): a backend
+  // that makes copies of the body (the proxy: decoded, re-encoded) takes their bytes from it too.
+  BodyShare body_share;
 
   void reset() {
     label = Route::not_found;

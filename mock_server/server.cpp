@@ -116,6 +116,7 @@ class Session : public std::enable_shared_from_this<Session> {
         delay_timer_(socket_.get_executor()) {
     context_.limits.connections.fetch_add(1, std::memory_order_relaxed);
     exchange_.thread = worker.index;
+    exchange_.body_share = BodyShare{&context_.body_budget, &body_held_};
   }
 
   ~Session() {
@@ -286,9 +287,7 @@ class Session : public std::enable_shared_from_this<Session> {
       context_.limits.body_refused.fetch_add(1, std::memory_order_relaxed);
       reply.status = 503;
       reply.content_type = "application/json";
-      reply.body = protocol::encode_detail("Server busy: request bodies in flight are at their limit of " +
-                                           std::to_string(options_.max_inflight_body_bytes) +
-                                           " bytes; nothing was applied, retry later");
+      reply.body = protocol::encode_detail(body_budget_full_text(options_.max_inflight_body_bytes));
       reply.retry_after = "1";
     } else {
       reply.status = 400;
@@ -524,7 +523,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool keep_open_ = true;
   bool lingering_ = false;
   bool closed_ = false;
-  std::uint64_t body_held_ = 0;  // bytes of request_.body taken from the body budget
+  std::uint64_t body_held_ = 0;  // bytes of request_.body (and the backend's copies of it) taken from the body budget
   std::int64_t answered_at_ = 0;  // when the last answer was handed to the socket (steady clock, ns)
   std::atomic<std::int64_t> idle_since_{now_ns()};
   std::atomic<bool> evicting_{false};

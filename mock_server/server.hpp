@@ -4,6 +4,13 @@
 // Router, or the proxy's.
 #pragma once
 
+// Every translation unit of this tree compiles Asio with BOOST_ASIO_NO_DEPRECATED (hf3fs_meta_asio,
+// CMakeLists.txt): one program whose units compiled two Asios would break the one-definition rule,
+// as the proxy did (the server's front and the SDK's transports meet in it), which crashed at -O0.
+#ifndef BOOST_ASIO_NO_DEPRECATED
+#error "link hf3fs_meta_asio: every translation unit that includes Asio compiles it with BOOST_ASIO_NO_DEPRECATED"
+#endif
+
 #include <atomic>
 #include <cstdint>
 #include <memory>

@@ -136,14 +136,38 @@ internal::AsyncClient::Then<T> finish(const Call& f, Encode encode) {
   };
 }
 
+// What a request's copies hold, charged to the body budget (forward): the decoded containers and
+// the heap of their strings, counted from their capacities.
+constexpr std::uint64_t kAllocationOverhead = 16;  // glibc's header and rounding of one allocation
+// The answer's two copies (the upstream's body, the one rendered for vLLM) per key it names, where
+// it names no key: [true|false], a location, a status (batch_allocate's repeats its keys: counted).
+constexpr std::uint64_t kAnswerBytesPerKey = 64;
+constexpr std::uint64_t kIntChars = 20;  // "-9223372036854775808"
+
+std::uint64_t heap_bytes(const std::string& s) {
+  return s.capacity() > std::string().capacity() ? s.capacity() + 1 + kAllocationOverhead : 0;
+}
+std::uint64_t heap_bytes(std::string_view) { return 0; }
+std::uint64_t heap_bytes(const BlockKey& k) { return heap_bytes(k.key) + heap_bytes(k.prefix_key); }
+std::uint64_t heap_bytes(const Confirmation& c) { return heap_bytes(c.key); }
+std::uint64_t heap_bytes(Page) { return 0; }
+template <class T>
+std::uint64_t heap_bytes(const std::vector<T>& v) {
+  std::uint64_t n = v.capacity() == 0 ? 0 : v.capacity() * sizeof(T) + kAllocationOverhead;
+  for (const T& e : v) n += heap_bytes(e);
+  return n;
+}
+
 std::vector<std::string> owned(const std::vector<std::string_view>& views) {
   return std::vector<std::string>(views.begin(), views.end());
 }
 
 // The decoded key list of batch_exists, delete and key_status bodies (one decoder, as the server's).
-std::optional<std::vector<std::string>> key_list(std::string_view body) {
+// `decoded`: the bytes of the views and the parser's copy that decoding took (gone by the call).
+std::optional<std::vector<std::string>> key_list(std::string_view body, std::uint64_t& decoded) {
   protocol::KeyListRequest views;
   if (protocol::decode_batch_exists_request(body, views)) return std::nullopt;
+  decoded = heap_bytes(views.keys) + heap_bytes(views.buffer);
   return owned(views.keys);
 }
 
@@ -172,6 +196,7 @@ std::string_view to_string(Outcome outcome) noexcept {
     case Outcome::local: return "local";
     case Outcome::unavailable: return "unavailable";
     case Outcome::failed: return "failed";
+    case Outcome::busy: return "busy";
   }
   return "unknown";
 }
@@ -190,7 +215,7 @@ void answer_locally(const RoutedTarget& target, std::string_view body, std::stri
 }
 
 void forward(internal::AsyncClient& client, internal::AsyncTransport& transport, const RoutedTarget& target,
-             std::string_view body, std::chrono::milliseconds deadline, Reply& reply,
+             std::string_view body, std::chrono::milliseconds deadline, server::BodyShare share, Reply& reply,
              std::function<void(Outcome)> done) {
   const auto f = std::make_shared<Forwarding>(Forwarding{client, transport, target, body, CallOptions{deadline},
                                                          reply, std::move(done)});
@@ -198,6 +223,28 @@ void forward(internal::AsyncClient& client, internal::AsyncTransport& transport,
   const auto refused = [&] {
     answer_locally(target, body, {}, reply);
     f->done(Outcome::local);
+  };
+  // Takes the bytes of the request's copies, `decoded` and its answer's, from the body budget, with
+  // the SDK's re-encoding of the body (as long as it, or shorter): false when answered for want of room.
+  const auto afford = [&](std::uint64_t decoded, std::uint64_t answer) {
+    const std::uint64_t copies = decoded + body.size() + answer;
+    if (share.take(copies)) return true;
+    const std::uint64_t limit = share.budget->limit();
+    if (body.size() + copies > limit) {  // never: waiting makes no room for it
+      reply.set_json(413, protocol::encode_detail(
+                              "Request body too large: with the copies hf3fs-meta-proxy makes of it and its answer, it "
+                              "would hold " + std::to_string(body.size() + copies) +
+                              " bytes, over --max-inflight-body-bytes " + std::to_string(limit)));
+      f->done(Outcome::local);
+    } else {
+      reply.set_json(503, protocol::encode_detail(server::body_budget_full_text(limit)));
+      reply.retry_after = "1";
+      f->done(Outcome::busy);
+    }
+    return false;
+  };
+  const auto key_lists = [&](const std::vector<std::string>& keys, const auto& decoded) {
+    return afford(heap_bytes(keys) + decoded, kAnswerBytesPerKey * keys.size());
   };
   // Each decoded request is held by the shared_ptr its encoder keeps, since the call views it.
   switch (target.route) {
@@ -214,6 +261,9 @@ void forward(internal::AsyncClient& client, internal::AsyncTransport& transport,
       auto request = protocol::decode_allocate_request(body);
       if (!request) return refused();
       const auto r = std::make_shared<protocol::AllocateRequest>(std::move(request).value());
+      std::uint64_t answer = 0;  // [key, page] a key, twice, and the pages
+      for (const BlockKey& k : r->keys) answer += 2 * (k.key.size() + 2 + kIntChars + 4) + sizeof(Page);
+      if (!afford(heap_bytes(r->keys), answer)) return;
       return client.allocate(transport, r->rank, r->keys, call,
                              finish<std::vector<Page>>(f, [r](const std::vector<Page>& pages) {
                                return protocol::encode_allocate_response(r->rank, r->keys, pages);
@@ -230,13 +280,16 @@ void forward(internal::AsyncClient& client, internal::AsyncTransport& transport,
                                 "]: hf3fs-meta-proxy takes bare pages only (keyed releases are not forwarded)"));
         return f->done(Outcome::local);
       }
+      if (!afford(heap_bytes(r->confirmations) + heap_bytes(r->pages_to_release), 0)) return;
       return client.confirm_write(transport, r->rank, r->confirmations, r->pages_to_release, call,
                                   finish<void>(f, [r](auto&&...) { return std::string(); }));
     }
     case Route::batch_exists: {
-      auto keys = key_list(body);
+      std::uint64_t decoded = 0;
+      auto keys = key_list(body, decoded);
       if (!keys) return refused();
       const auto k = std::make_shared<std::vector<std::string>>(std::move(*keys));
+      if (!key_lists(*k, decoded)) return;
       return client.batch_exists(transport, *k, call, finish<std::vector<bool>>(f, [k](const std::vector<bool>& e) {
                                    return protocol::encode_batch_exists_response(e);
                                  }));
@@ -246,6 +299,7 @@ void forward(internal::AsyncClient& client, internal::AsyncTransport& transport,
       if (protocol::decode_get_locations_request(body, views)) return refused();
       const Rank rank = views.rank;
       const auto k = std::make_shared<std::vector<std::string>>(owned(views.keys));
+      if (!key_lists(*k, heap_bytes(views.keys) + heap_bytes(views.buffer))) return;
       return client.get_locations(transport, rank, *k, call,
                                   finish<std::vector<std::optional<Page>>>(
                                       f, [k](const std::vector<std::optional<Page>>& l) {
@@ -262,9 +316,11 @@ void forward(internal::AsyncClient& client, internal::AsyncTransport& transport,
       });
     }
     case Route::delete_keys: {
-      auto keys = key_list(body);
+      std::uint64_t decoded = 0;
+      auto keys = key_list(body, decoded);
       if (!keys) return refused();
       const auto k = std::make_shared<std::vector<std::string>>(std::move(*keys));
+      if (!key_lists(*k, decoded)) return;
       return client.delete_keys(transport, *k, call, finish<std::vector<bool>>(f, [k](const std::vector<bool>& d) {
                                   return protocol::encode_delete_keys_response(d);
                                 }));
@@ -299,9 +355,11 @@ void forward(internal::AsyncClient& client, internal::AsyncTransport& transport,
                                    }));
     }
     case Route::key_status: {
-      auto keys = key_list(body);
+      std::uint64_t decoded = 0;
+      auto keys = key_list(body, decoded);
       if (!keys) return refused();
       const auto k = std::make_shared<std::vector<std::string>>(std::move(*keys));
+      if (!key_lists(*k, decoded)) return;
       return client.key_status(transport, *k, call, finish<KeyStatusAnswer>(f, [k](const KeyStatusAnswer& answer) {
                                  return key_status_body(answer);
                                }));

@@ -23,6 +23,7 @@ enum class Outcome : std::uint8_t {
   local,        // answered here without a round trip (bad input, no such route)
   unavailable,  // no answer from the upstream within the deadline: the proxy's 503
   failed,       // an error in the proxy (out of memory): the server's 500 for an unhandled error
+  busy,         // the body budget had no room for the request's copies: the front's 503, nothing sent
 };
 std::string_view to_string(Outcome outcome) noexcept;
 
@@ -32,9 +33,12 @@ void answer_locally(const RoutedTarget& target, std::string_view body, std::stri
 
 // `target` is routed to one of the protocol's endpoints: the call of its route, on `transport`'s
 // thread, which sets `reply` and then calls `done` there (at once when answered locally). `target`,
-// `body` and `reply` stay valid until then.
+// `body` and `reply` stay valid until then. The bytes of the copies the proxy makes of the request
+// and its answer (decoded, re-encoded upstream, the answer's body and its rendering for vLLM) are
+// taken from `share`, the connection's share of the front's body budget, before anything is sent:
+// without room, the front's 503 (413 when they could never fit --max-inflight-body-bytes).
 void forward(internal::AsyncClient& client, internal::AsyncTransport& transport, const RoutedTarget& target,
-             std::string_view body, std::chrono::milliseconds deadline, server::Reply& reply,
-             std::function<void(Outcome)> done);
+             std::string_view body, std::chrono::milliseconds deadline, server::BodyShare share,
+             server::Reply& reply, std::function<void(Outcome)> done);
 
 }  // namespace hf3fs_meta::proxy

@@ -97,6 +97,10 @@ void define(CLI::App& app, ProxyOptions& o) {
                "forward GET /namespaces and POST /namespaces/{name}/drop, which act beyond --namespace (an "
                "operator's token needed upstream); without it they are refused with 403");
   server::define_front_limits(app, o.front);
+  app.get_option("--max-inflight-body-bytes")
+      ->description("bytes held at once for all requests in flight: their bodies, counted as they arrive, and the "
+                    "copies the proxy makes of each (decoded, re-encoded upstream, its answer's), counted before "
+                    "it is sent; a request without room gets 503, one that could never fit 413");
   app.add_flag("--log-requests", o.front.log_requests, "log every request on stderr");
   app.footer(kFooter);
 }

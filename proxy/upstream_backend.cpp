@@ -72,7 +72,8 @@ UpstreamBackend::UpstreamBackend(const ProxyOptions& options)
                      .Name("hf3fs_meta_proxy_forwarded_total")
                      .Help("Protocol requests, by route and outcome: ok (the upstream's 2xx), answered (its "
                            "refusal, passed on), local (bad input, answered without a round trip), unavailable "
-                           "(no answer within --deadline-ms: 503), failed (an error in the proxy, out of memory: 500).")
+                           "(no answer within --deadline-ms: 503), failed (an error in the proxy, out of memory: 500), busy (no room "
+                           "in --max-inflight-body-bytes for the request's copies: 503, nothing sent).")
                      .Register(registry_)),
       latency_(prometheus::BuildHistogram()
                    .Name("hf3fs_meta_proxy_upstream_duration_seconds")
@@ -150,9 +151,10 @@ void UpstreamBackend::await(Next, const Request& request, Exchange& exchange, st
     return check_health(transport, exchange.reply, std::move(wake));
   }
   const auto started = std::chrono::steady_clock::now();
-  forward(client_, transport, exchange.target, request.body, options_.deadline, exchange.reply,
+  forward(client_, transport, exchange.target, request.body, options_.deadline, exchange.body_share, exchange.reply,
           [this, &exchange, started, wake = std::move(wake)](Outcome outcome) {
-            if (outcome != Outcome::local) {
+            if (outcome == Outcome::busy) metrics_.limits.body_refused.fetch_add(1, std::memory_order_relaxed);
+            if (outcome != Outcome::local && outcome != Outcome::busy) {
               latency_.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
             }
             forwarded_

@@ -172,8 +172,7 @@ class Core : public std::enable_shared_from_this<Core> {
       e->idle.clear();
       e->waiting.clear();
     }
-    error_code ignored;
-    timer_.cancel(ignored);
+    timer_.cancel();  // never fails for a timer, so never throws (the error_code overload is deprecated)
     resolver_.cancel();
     delays.clear();
   }
@@ -508,8 +507,7 @@ class Core : public std::enable_shared_from_this<Core> {
     transfers_.erase(t.self);
     if (transfers_.empty() && timer_armed_) {
       timer_armed_ = false;
-      error_code ignored;
-      timer_.cancel(ignored);
+      timer_.cancel();  // never fails for a timer, so never throws (the error_code overload is deprecated)
     }
     if (in_post_) {  // `done` never runs inside async_post
       asio::post(ioc_, [weak = weak_from_this(), done = std::move(done), result = std::move(result)]() mutable {

@@ -158,8 +158,7 @@ class Core : public std::enable_shared_from_this<Core> {
     if (multi_ != nullptr) curl_multi_cleanup(multi_);  // closes the cached connections
     multi_ = nullptr;
     watched_.clear();  // a socket libcurl did not close is closed by its destructor: no descriptor leaks
-    error_code ignored;
-    timer_.cancel(ignored);
+    timer_.cancel();  // never fails for a timer, so never throws (the error_code overload is deprecated)
     delays.clear();
   }
 
@@ -275,8 +274,7 @@ class Core : public std::enable_shared_from_this<Core> {
       // No transfer waits on a timeout: an armed timer would keep the io_context from running out
       // of work (a shutdown waits for that) for nothing.
       if (core->armed_until_) {
-        error_code ignored;
-        core->timer_.cancel(ignored);
+        core->timer_.cancel();  // never fails for a timer, so never throws (the error_code overload is deprecated)
         core->armed_until_.reset();
       }
       return 0;

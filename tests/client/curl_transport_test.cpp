@@ -5,8 +5,12 @@
 // (CurlClientTest) over the blocking one, which Client uses.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 
 #include <chrono>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -108,7 +112,13 @@ class FullBacklog {
       ::connect(c, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
       fillers_.push_back(c);
     }
-    std::this_thread::sleep_for(50ms);
+    // Until the kernel has queued more handshakes than the backlog takes (TCP_INFO of a listener:
+    // tcpi_unacked is its accept queue, tcpi_sacked the backlog), the next connect could still land.
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (!full()) {
+      if (std::chrono::steady_clock::now() >= deadline) throw std::runtime_error("the accept queue never filled");
+      std::this_thread::sleep_for(1ms);
+    }
   }
   ~FullBacklog() {
     for (int c : fillers_) ::close(c);
@@ -117,6 +127,12 @@ class FullBacklog {
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
 
  private:
+  bool full() const {
+    tcp_info info{};
+    socklen_t len = sizeof info;
+    return ::getsockopt(fd_, IPPROTO_TCP, TCP_INFO, &info, &len) == 0 && info.tcpi_unacked > info.tcpi_sacked;
+  }
+
   int fd_ = -1;
   int port_ = 0;
   std::vector<int> fillers_;

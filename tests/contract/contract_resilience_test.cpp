@@ -139,11 +139,13 @@ TEST_F(ContractResilienceTest, AllocateAfterARealRestartOnTheSamePortReinitializ
 TEST_F(ContractResilienceTest, ACallRidesOutARealRestart) {
   ClientOptions options;
   options.base_url = server_.base_url();
+  options.observer = observer_;
   Client client(options);
   ASSERT_THAT(client.ensure_initialized(0, 8), IsOk());
   server_.kill();
   EXPECT_THAT(client.ensure_initialized(1, 8, Role::worker, CallOptions{std::chrono::milliseconds(100)}),
               FailsWith(errc::connection_failed));
+  observer_->reset();
   // The calls run on another thread; the server is restarted from this one (a server started by a
   // thread that then ends would get its parent-death signal).
   Result<std::vector<Page>> allocated = Error{};
@@ -152,7 +154,18 @@ TEST_F(ContractResilienceTest, ACallRidesOutARealRestart) {
     allocated = client.allocate(0, {"a"});
     located = client.get_locations(1, {"a"});
   });
-  std::this_thread::sleep_for(std::chrono::seconds(1));  // the outage being ridden out
+  // The outage is being ridden out: the allocate's refused connections repeated, twice at least.
+  const auto refused_repeats = [&] {
+    const auto events = observer_->events();
+    return std::count_if(events.begin(), events.end(), [](const auto& e) {
+      return e.kind == Kind::retry && e.operation == Operation::allocate && e.code == errc::connection_failed;
+    });
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (refused_repeats() < 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_GE(refused_repeats(), 2) << "the allocate never met the outage";
   server_.restart();
   calls.join();
   ASSERT_THAT(allocated, HasValue(ElementsAre(0)));

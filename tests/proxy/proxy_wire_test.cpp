@@ -9,6 +9,7 @@
 #include <chrono>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -499,6 +500,80 @@ TEST(ProxyFailoverTest, AnEndpointThatAcceptsNothingIsPassedOver) {
   const std::string metrics = testing::raw_request(proxy.host(), proxy.port(), "GET", "/metrics").body;
   EXPECT_THAT(metrics, HasSubstr("hf3fs_meta_proxy_failovers_total 1\n"));
   EXPECT_THAT(metrics, HasSubstr("hf3fs_meta_proxy_retries_total 1\n"));
+  EXPECT_EQ(proxy.terminate(), 0);
+}
+
+// A batch_exists body of `keys` 64-character keys (67 bytes of body a key).
+std::string exists_body(std::size_t keys) {
+  std::string body = R"({"keys":[)";
+  for (std::size_t i = 0; i < keys; ++i) {
+    if (i) body += ',';
+    std::string key = std::to_string(i);
+    body.append("\"").append(64 - key.size(), 'k').append(key).append("\"");
+  }
+  return body + "]}";
+}
+
+// The value of the family `name` (a single sample, no labels) in a /metrics text; -1 when absent.
+double metric_value(const std::string& text, const std::string& name) {
+  const std::size_t at = text.find("\n" + name + " ");
+  return at == std::string::npos ? -1 : std::stod(text.substr(at + name.size() + 2));
+}
+
+// --max-inflight-body-bytes bounds what the proxy holds for the requests in flight, the copies it
+// makes of them counted (decoded, re-encoded upstream, the answer's): a body that fits beside
+// another connection's half-sent body when counted raw, but not with its copies, gets the front's
+// 503 and nothing goes upstream; alone, it is answered; one that could never fit with its copies
+// gets 413. What each took is given back once it is answered.
+TEST(ProxyMemoryTest, TheBodyBudgetCountsTheProxysCopies) {
+  constexpr std::size_t kLimit = 1'000'000;
+  ServerProcess server({"--threads", "1"});
+  ProxyProcess proxy(server.base_url(), {"--threads", "1", "--max-inflight-body-bytes", std::to_string(kLimit)});
+  const auto proxy_metrics = [&] { return send_to(proxy, "GET", "/metrics").body; };
+  const auto in_flight = [&] { return metric_value(proxy_metrics(), "hf3fs_meta_body_bytes_in_flight"); };
+  // Waits (bounded) until the proxy holds `pred`'s bytes of the budget.
+  const auto wait_in_flight = [&](auto pred) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!pred(in_flight()) && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return pred(in_flight());
+  };
+  const std::string body = exists_body(1500);  // 100.5 kB; about 500 kB with its copies
+
+  const RawResponse alone = send_to(proxy, "POST", kExists, body);
+  EXPECT_EQ(alone.status, 200);
+  EXPECT_THAT(alone.body, StartsWith(R"({"exists":[false,)"));
+  ASSERT_TRUE(wait_in_flight([](double v) { return v == 0; }));
+
+  // Another connection has sent 600 kB of a 700 kB body: counted raw, the body would fit beside it
+  // (700 kB of 1 MB); with its copies it does not.
+  auto holder = std::make_unique<RawConnection>(proxy.host(), proxy.port());
+  const std::string half = exists_body(9000).substr(0, 600'000);
+  holder->send("POST /keys/batch_exists HTTP/1.1\r\nHost: x\r\nContent-Length: 700000\r\n\r\n" + half);
+  ASSERT_TRUE(wait_in_flight([](double v) { return v >= 600'000; }));
+  const RawResponse busy = send_to(proxy, "POST", kExists, body);
+  EXPECT_EQ(busy.status, 503);
+  EXPECT_EQ(busy.header("retry-after"), "1");
+  EXPECT_EQ(busy.body, R"({"detail":"Server busy: request bodies in flight are at their limit of 1000000 bytes; )"
+                       R"(nothing was applied, retry later"})");
+  const std::string metrics = proxy_metrics();
+  EXPECT_EQ(metric_value(metrics, "hf3fs_meta_body_budget_refused_total"), 1);
+  EXPECT_THAT(metrics, HasSubstr(R"(hf3fs_meta_proxy_forwarded_total{outcome="busy",route="/keys/batch_exists"} 1)"));
+  // Nothing of it went upstream: the server answered the first body only.
+  EXPECT_THAT(testing::raw_request(server.host(), server.port(), "GET", "/metrics").body,
+              HasSubstr(R"(hf3fs_meta_requests_total{route="/keys/batch_exists",status="200"} 1)" "\n"));
+  EXPECT_TRUE(wait_in_flight([](double v) { return v == 600'000; }));  // the refused one's share given back
+
+  holder.reset();  // closed half-way: its share given back
+  ASSERT_TRUE(wait_in_flight([](double v) { return v == 0; }));
+  EXPECT_EQ(send_to(proxy, "POST", kExists, body).status, 200);
+
+  // 268 kB fits the budget raw, but never with its copies (about 1.3 MB): 413, not a 503 to repeat.
+  const RawResponse never = send_to(proxy, "POST", kExists, exists_body(4000));
+  EXPECT_EQ(never.status, 413);
+  EXPECT_THAT(never.body, HasSubstr("over --max-inflight-body-bytes 1000000"));
+  EXPECT_TRUE(wait_in_flight([](double v) { return v == 0; }));
   EXPECT_EQ(proxy.terminate(), 0);
 }
 
