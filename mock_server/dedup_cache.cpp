@@ -166,10 +166,9 @@ void DedupCache::restore(std::string_view ns, int route, std::string_view id, st
   entry->done = true;
   entry->settled = true;
   std::lock_guard lock(mutex_);
+  // The namespace's share bounds new ids only: an answer kept before a restart is a promise still
+  // inside its window, whatever share the restart gives its namespace.
   if (entry->bytes > options_.max_bytes - std::min(bytes_, options_.max_bytes)) return;
-  const auto held = namespace_bytes_.find(ns);
-  const std::size_t share = namespace_budget();
-  if (entry->bytes > share - std::min(held == namespace_bytes_.end() ? 0 : held->second, share)) return;
   entry->generation = generation_;
   entry->stored_at = now() - age;
   if (auto it = entries_.find(entry->key); it != entries_.end()) {

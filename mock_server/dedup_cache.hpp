@@ -103,6 +103,10 @@ class DedupCache {
   explicit DedupCache(Options options);
 
   bool enabled() const noexcept { return options_.max_bytes > 0; }
+  // The most one namespace may hold.
+  std::size_t namespace_budget() const noexcept {
+    return options_.namespace_max_bytes == 0 ? options_.max_bytes : std::min(options_.namespace_max_bytes, options_.max_bytes);
+  }
   std::chrono::milliseconds window() const noexcept { return options_.ttl; }
 
   // `ns`: the namespace's name (empty or kDefaultNamespace: the default one); `route` is a small
@@ -137,9 +141,6 @@ class DedupCache {
   void evict_locked(Clock::time_point now);
   static std::size_t weight(const Entry& entry, std::size_t pages);
   void erase_locked(const std::shared_ptr<Entry>& entry);
-  std::size_t namespace_budget() const noexcept {
-    return options_.namespace_max_bytes == 0 ? options_.max_bytes : std::min(options_.namespace_max_bytes, options_.max_bytes);
-  }
   std::chrono::milliseconds until_oldest_leaves(std::optional<std::string_view> ns, Clock::time_point at) const;
   void count_locked(const Entry& entry, std::size_t bytes);    // bytes_ and the namespace's, += bytes
   void uncount_locked(const Entry& entry, std::size_t bytes);  // -= bytes

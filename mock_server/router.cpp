@@ -519,7 +519,7 @@ Router::Outcome Router::deduplicate(const Request& request, Exchange& exchange) 
                               "the answer to this X-Request-Id could never fit " +
                               std::string(acquired.namespace_share ? "a namespace's share of request-id memory ("
                                                                    : "--dedup-max-bytes (") +
-                              std::to_string(acquired.namespace_share ? namespace_dedup_budget(options_)
+                              std::to_string(acquired.namespace_share ? dedup_.namespace_budget()
                                                                       : options_.dedup_max_bytes) +
                               " bytes); nothing was applied: send it without X-Request-Id or in smaller batches"));
       break;

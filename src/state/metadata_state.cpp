@@ -235,8 +235,17 @@ StateResult<InitializeOutcome> MetadataState::initialize(NamespaceRef ns, Rank r
     return Impl::check_room(*core_, space, name, rank, num_pages);
   };
   {
-    Impl::ReadAccess access(*core_, ns);
-    const Impl* space = access.space();
+    // The server-wide limits read every namespace: without the lifecycle, under every namespace's
+    // lock (SharedAll); with it, ReadAccess holds the core's lock exclusively.
+    std::optional<Impl::ReadAccess> one;
+    std::optional<Core::SharedAll> all;
+    const Impl* space = nullptr;
+    if (core_->lifecycle) {
+      space = one.emplace(*core_, ns).space();
+    } else {
+      all.emplace(*core_);
+      space = core_->find(ns);
+    }
     if (const std::uint32_t slot = space ? space->slot_of(rank) : kNone; slot != kNone) {
       return InitializeOutcome{false, space->ranks[slot]->num_pages};
     }
@@ -585,7 +594,10 @@ void MetadataState::set_change_sink(ChangeSink sink) {
 }
 
 std::uint64_t MetadataState::seq() const {
-  std::lock_guard lock(core_->emit_mutex);
+  // emit() numbers under emit_mutex; replay, import and the clock's record under the core's
+  // exclusive lock: reading needs both.
+  std::shared_lock lock(core_->mutex);
+  std::lock_guard numbering(core_->emit_mutex);
   return core_->seq;
 }
 

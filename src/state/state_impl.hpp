@@ -148,7 +148,9 @@ using namespace state_model;
 struct MetadataState::Core {
   StateOptions options;
   mutable WriterFirstMutex mutex;  // the set of namespaces; see "Locking" at the top
-  mutable std::mutex emit_mutex;   // seq and the sink's calls, when only the core's shared lock is held
+  // seq and the sink's calls when only the core's shared lock is held (emit()); seq is also written
+  // under the core's exclusive lock (replay, import, the clock's record), so a reader holds both.
+  mutable std::mutex emit_mutex;
   ChangeSink sink;
   std::uint64_t seq = 0;  // changes applied
   // Fixed at construction from the options.

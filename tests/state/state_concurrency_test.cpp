@@ -417,6 +417,33 @@ TEST(StateConcurrency, AnExportWhileNamespacesChangeIsTheStateOfItsInstant) {
   EXPECT_GT(named_keys, 0);
 }
 
+// initialize counts every namespace's ranks and pages (the server-wide limits) while another
+// namespace drops and creates ranks under its own lock: the counts are read under every
+// namespace's lock, so ThreadSanitizer finds no race, and the limits hold.
+TEST(StateConcurrency, InitializeCountsEveryNamespaceWhileAnotherDropsRanks) {
+  StateOptions options;
+  options.max_ranks = 6;
+  MetadataState state(options);
+  std::atomic<bool> stop{false};
+  std::thread churn([&] {
+    for (int i = 0; i < 2000; ++i) {
+      (void)state.initialize(NamespaceRef{"a"}, i % 3, 16);
+      (void)state.drop_rank(NamespaceRef{"a"}, (i + 1) % 3);
+    }
+    stop = true;
+  });
+  for (Rank r = 0; !stop.load(); r = (r + 1) % 8) {
+    const auto created = state.initialize(NamespaceRef{"b"}, r, 16);
+    if (!created) {
+      EXPECT_EQ(created.error().kind, StateErrc::invalid_initialization);  // the limit
+    }
+    (void)state.drop_rank(NamespaceRef{"b"}, (r + 4) % 8);
+    EXPECT_LE(state.rank_count(), 6u);
+  }
+  churn.join();
+  EXPECT_LE(state.rank_count(), 6u);
+}
+
 // Each namespace has its own lock: threads in different namespaces run their calls at the same
 // time. Whatever the interleaving, each namespace ends exactly as the same calls alone would leave it
 // (namespaces share nothing a call changes), while a reader looks at every namespace at once.
