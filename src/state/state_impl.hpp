@@ -21,8 +21,9 @@
 //   get_locations, introspection: core shared, the namespace shared;
 // - the calls over every namespace (stats, listing, the export's sizing): core shared, then every
 //   namespace shared in id order (a writer holds one namespace's lock, so no cycle can form);
-// - initialize (the server-wide limits count every namespace), delete, clear, drops of namespaces,
-//   replay, import and the export's instant: the core's exclusive.
+// - initialize: its first check of the server-wide limits (which count every namespace) as the
+//   calls over every namespace, then the rank added, checked again, under the core's exclusive;
+// - delete, clear, drops of namespaces, replay, import and the export's instant: the core's exclusive.
 // With the lifecycle on (eviction, leases, TTL) every call takes the core's lock exclusively, as
 // before: the clock, its records and the event stamps are shared by every namespace.
 // Changes are numbered and handed to the sink under emit_mutex, in the order they were applied
