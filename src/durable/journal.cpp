@@ -287,8 +287,12 @@ Result<void> Journal::write_through(std::uint64_t seq) {
     std::uint64_t offset = 0;
     {
       std::lock_guard lock(mutex_);
+      // Written before a failure: with everysec and no it is acknowledged, and the roll back keeps
+      // it, so its caller must not answer 503 "nothing applied" (with always or replicated, its
+      // waiter on when_durable is told the outcome). Checked before the failure for that reason.
+      if (written_ >= seq) return boost::outcome_v2::success();
       if (failure_) return writable_locked();
-      if (written_ >= seq || written_ >= appended_) return boost::outcome_v2::success();
+      if (written_ >= appended_) return boost::outcome_v2::success();
       out.swap(buffer_);
       upto = rotation_ ? *rotation_ - 1 : appended_;
       switch_after = rotation_.has_value() && *rotation_ <= seq;

@@ -119,6 +119,36 @@ TEST_P(InjectedWriteError, AnAllocateWhoseRecordFailedIsRolledBackAndItsRepeatGe
   EXPECT_EQ(state.export_image(), expected);
 }
 
+// A record another caller's write already took to disk, then a later write fails: that record was
+// acknowledged (everysec, no) and the roll back keeps it, so its own caller must be told it was
+// written, not 503 "nothing applied".
+class WrittenBeforeAFailure : public InjectedDiskErrors, public ::testing::WithParamInterface<FsyncMode> {};
+
+TEST_P(WrittenBeforeAFailure, IsWrittenForItsCallerAndKeptByTheRollBack) {
+  MetadataState state;
+  auto store = open(state, GetParam());
+  Journal::reset_thread_seq();
+  ASSERT_TRUE(state.initialize(0, 4).has_value());
+  ASSERT_TRUE(acknowledge(*store).has_value());
+  ASSERT_EQ(allocate(state, "a"), Pages{0});
+  const std::uint64_t a = Journal::thread_seq();
+  ASSERT_EQ(allocate(state, "b"), Pages{1});
+  const std::uint64_t b = Journal::thread_seq();
+  ASSERT_TRUE(store->journal().write_through(b).has_value());  // b's caller writes a's record too
+  inject_disk_error(DiskOp::journal_write, ENOSPC, 1);
+  ASSERT_EQ(allocate(state, "c"), Pages{2});
+  ASSERT_FALSE(write(*store).has_value());  // c's record: not on disk, 503
+  const auto written = store->journal().write_through(a);  // a's caller comes to it only now
+  EXPECT_TRUE(written.has_value()) << message(written);
+  const auto kept = store->settle();
+  ASSERT_TRUE(kept.has_value()) << kept.error().message;
+  EXPECT_EQ(kept.value(), b);
+  EXPECT_EQ(allocate(state, "d"), Pages{2});  // c's page went back; a's and b's did not
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, WrittenBeforeAFailure, ::testing::Values(FsyncMode::everysec, FsyncMode::no),
+                         [](const auto& info) { return std::string(to_string(info.param)); });
+
 INSTANTIATE_TEST_SUITE_P(Modes, InjectedWriteError,
                          ::testing::Values(FsyncMode::always, FsyncMode::everysec, FsyncMode::no),
                          [](const auto& info) { return std::string(to_string(info.param)); });
