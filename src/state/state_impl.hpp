@@ -143,9 +143,9 @@ using WriterFirstMutex = std::shared_mutex;
 // Only the state's own files include this header: its names are theirs.
 using namespace state_model;
 
-// What every namespace shares (issue 20; docs/design.md "State"): one lock, one change numbering and
-// sink, one clock, and the table of namespaces. One order of changes across namespaces, so that a
-// journal's prefix is a prefix of every namespace's history.
+// What every namespace shares (docs/design.md "State"): the lock over the set of namespaces, one
+// change numbering and sink, one clock, and the table of namespaces. One order of changes across
+// namespaces, so that a journal's prefix is a prefix of every namespace's history.
 struct MetadataState::Core {
   StateOptions options;
   mutable WriterFirstMutex mutex;  // the set of namespaces; see "Locking" at the top
