@@ -264,6 +264,21 @@ TEST_F(ServerDedupShareTest, ANamespaceThatFillsItsShareIsRefusedAndTheOthersAre
   EXPECT_EQ(allocate(0, "d").body, allocate_answer(0, "d", 2));
 }
 
+// An answer larger than a namespace's share, though not than the whole budget, could never be kept:
+// 413 at once naming the share (600 bytes: a quarter of 2400), nothing applied.
+TEST_F(ServerDedupShareTest, AnAnswerLargerThanTheShareIs413NamingIt) {
+  initialize(0, 200);
+  std::string body = R"({"rank":0,"keys":[)";
+  for (int k = 0; k < 100; ++k) body += (k ? ",[\"k" : "[\"k") + std::to_string(k) + "\",\"\"]";
+  body += "]}";
+  const auto refused = post("/keys/batch_allocate", body, {{"X-Request-Id", "big"}});
+  EXPECT_EQ(refused.status, 413);
+  EXPECT_EQ(refused.body,
+            R"({"detail":"the answer to this X-Request-Id could never fit a namespace's share of request-id )"
+            R"(memory (600 bytes); nothing was applied: send it without X-Request-Id or in smaller batches"})");
+  EXPECT_EQ(allocate(0, "k0").body, allocate_answer(0, "k0", 0));  // nothing was taken
+}
+
 TEST_F(ServerDedupBoundsTest, AFullBudgetRefusesNewIdsWith503AndForgetsNoPromise) {
   initialize(0, 10);
   for (const char* name : {"A", "B", "C"}) {
