@@ -60,6 +60,12 @@ Result<void> acknowledge(Store& store) {
   if (store.journal().mode() != FsyncMode::always) return boost::outcome_v2::success();
   return synced(store, Journal::thread_seq());
 }
+// `store`'s state with rank 0 of 4 pages, acknowledged: where the failure tests start.
+void initialize_rank(MetadataState& state, Store& store) {
+  Journal::reset_thread_seq();
+  ASSERT_TRUE(state.initialize(0, 4).has_value());
+  ASSERT_TRUE(acknowledge(store).has_value());
+}
 // A Result<void>'s message, for a failed assertion's output.
 std::string message(const Result<void>& result) { return result ? "" : result.error().message; }
 
@@ -70,9 +76,7 @@ TEST_P(InjectedWriteError, AnAllocateWhoseRecordFailedIsRolledBackAndItsRepeatGe
   {
     MetadataState state;
     auto store = open(state, GetParam());
-    Journal::reset_thread_seq();
-    ASSERT_TRUE(state.initialize(0, 4).has_value());
-    ASSERT_TRUE(acknowledge(*store).has_value());
+    ASSERT_NO_FATAL_FAILURE(initialize_rank(state, *store));
     ASSERT_EQ(allocate(state, "a"), Pages{0});
     ASSERT_TRUE(acknowledge(*store).has_value());
     const StateImage acknowledged = state.export_image();
@@ -127,9 +131,7 @@ class WrittenBeforeAFailure : public InjectedDiskErrors, public ::testing::WithP
 TEST_P(WrittenBeforeAFailure, IsWrittenForItsCallerAndKeptByTheRollBack) {
   MetadataState state;
   auto store = open(state, GetParam());
-  Journal::reset_thread_seq();
-  ASSERT_TRUE(state.initialize(0, 4).has_value());
-  ASSERT_TRUE(acknowledge(*store).has_value());
+  ASSERT_NO_FATAL_FAILURE(initialize_rank(state, *store));
   ASSERT_EQ(allocate(state, "a"), Pages{0});
   const std::uint64_t a = Journal::thread_seq();
   ASSERT_EQ(allocate(state, "b"), Pages{1});
