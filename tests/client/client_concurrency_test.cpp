@@ -102,8 +102,8 @@ TEST(ClientConcurrencyTest, SixteenThreadsOneInitialize) {
   std::latch all_failed(kThreads);
   transport->otherwise([&](const HttpRequest& r, const AttemptTimeouts&) -> TransportResult {
     if (r.path == "/rank/3/initialize") {
-      // Slow enough that the other threads find the restore in flight and wait for it.
-      std::this_thread::sleep_for(20ms);
+      // The others find this restore in flight (and wait for it) or done (and repeat their call):
+      // either way none sends another, as each noted the restores' count before its first attempt.
       initialized = true;
       return http_answer(200, R"({"message":"Rank 3 initialized with 64 pages"})");
     }

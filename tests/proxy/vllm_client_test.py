@@ -58,6 +58,21 @@ def stop(process, sig=signal.SIGTERM):
             process.wait(timeout=10)
 
 
+def wait_for(condition, what, timeout=20.0):
+    """Waits for an event the test can see (a count, a metric), bounded by timeout; never a pause of
+    fixed length standing in for one."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no {what} within {timeout} s")
+        time.sleep(0.01)
+
+
+def retries(proxy_url):
+    """The upstream attempts the proxy repeated: one more means it met the upstream down."""
+    return metric(proxy_url, "hf3fs_meta_proxy_retries_total") or 0
+
+
 def start_server(port, *flags):
     # The port was ours a moment ago; binding it again can race with the kernel releasing it.
     deadline = time.monotonic() + 10
@@ -99,17 +114,22 @@ def durable_server_killed_and_restarted():
 
         thread = threading.Thread(target=worker)
         thread.start()
+        def saves_go_on():
+            mark = len(confirmed)
+            wait_for(lambda: len(confirmed) >= mark + 20 or errors, "20 more saves")
+
         for _ in range(3):
-            time.sleep(0.7)
+            saves_go_on()
             stop(server, signal.SIGKILL)
-            time.sleep(0.5)  # down: the proxy rides it out
+            seen = retries(proxy_url)
+            # Down until the proxy has met it so (and rides it out): then restarted.
+            wait_for(lambda: retries(proxy_url) > seen or errors, "attempt on the stopped server")
             server, _ = start_server(port, "--data-dir", data_dir, "--fsync", "always")
-        time.sleep(0.7)
+        saves_go_on()
         done.set()
         thread.join(timeout=60)
         assert not thread.is_alive(), "the client hung"
         assert not errors, f"the client raised: {errors}"
-        assert len(confirmed) > 20, f"only {len(confirmed)} saves in 3 s"
         keys = list(confirmed)
         assert all(client.batch_key_exists(keys)), "a key confirmed before a SIGKILL was lost"
         assert client.get_key_locations(0, keys) == [confirmed[k] for k in keys]
@@ -130,9 +150,10 @@ def memory_server_restarted():
         stop(server, signal.SIGKILL)
         result = {}
         # The next save starts while the server is down, and goes on once it is back with no rank 0.
+        seen = retries(proxy_url)
         thread = threading.Thread(target=lambda: result.update(page=save(client, 0, f"after-{restart}")))
         thread.start()
-        time.sleep(0.5)
+        wait_for(lambda: retries(proxy_url) > seen, "attempt on the stopped server")
         server, _ = start_server(port)
         thread.join(timeout=60)
         assert not thread.is_alive(), "the client hung"
