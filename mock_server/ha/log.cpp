@@ -41,7 +41,7 @@ EtcdResult<LogRead> read_log(EtcdClient& etcd, const Keys& keys, std::uint64_t a
   RangeRequest range{keys.entry(after_seq + 1), keys.entry(tip.value().seq + 1)};
   range.limit = limit;
   range.revision = tip.value().revision;
-  auto read = etcd.range(range);
+  auto read = etcd.range_large(range);
   if (!read) return read.error();
   for (KeyValue& kv : read.value().kvs) {
     const std::uint64_t last_seq = keys.seq_of(kv.key);

@@ -14,7 +14,8 @@ namespace {
 EtcdOptions etcd_options(const MemberOptions& options) {
   EtcdOptions out;
   out.endpoints = options.etcd;
-  out.request_timeout = options.etcd_timeout;
+  out.request_timeout = std::min(options.etcd_attempt_timeout, options.etcd_timeout);
+  out.call_timeout = options.etcd_timeout;
   return out;
 }
 
