@@ -63,6 +63,10 @@ durable::Result<void> Member::replicate(std::string_view records, std::uint64_t 
   const auto sent = std::chrono::steady_clock::now();
   auto appended = writer_->append(records, last_seq);
   if (appended) {
+    if (!appended.value().lost_answer.empty()) {
+      log("the log took records up to " + std::to_string(last_seq) + " although an answer was lost (" +
+          appended.value().lost_answer + ")");
+    }
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - sent);
     role_.counters().appended(records.size(), static_cast<std::uint64_t>(ns.count()), last_seq);
     return boost::outcome_v2::success();

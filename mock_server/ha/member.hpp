@@ -13,9 +13,9 @@
 //   leading    records of the leader's answers: appended to the log, acknowledged once it has them
 //   closed     records of a leader that stepped down: refused (the journal rolls them back)
 //
-// Stepping down (a lease that lapsed, a failed or fenced append, an append whose answer was lost,
-// a local journal write or sync that failed: then it also resigns, and campaigns only once its data
-// dir writes again):
+// Stepping down (a lease that lapsed, a failed or fenced append, an append whose outcome no etcd
+// member could tell within the etcd timeout, a local journal write or sync that failed: then it
+// also resigns, and campaigns only once its data dir writes again):
 // the Router stops answering at once; every change admitted meanwhile is refused or waited for
 // (Store::barrier); what the log did not take is rolled back (Store::settle) and the member
 // follows the log from there, which brings back a lost-answer batch if etcd did take it.
