@@ -267,15 +267,7 @@ EtcdResult<void> Member::lead(std::int64_t fence) {
     auto read = read_log(etcd_, keys_, state_.seq(), LogFollower::Options{}.read_limit);  // a bounded answer
     if (!read) return read.error();
     for (const LogEntry& entry : read.value().entries) {
-      const auto run = record_run(entry.batch);
-      if (!run) return run.error();
-      if (!first && run.value().first != state_.seq() + 1) {
-        return EtcdError{EtcdError::Kind::not_applied, 0,
-                         "log entry " + std::to_string(entry.last_seq) + " holds records " +
-                             std::to_string(run.value().first) + "-" + std::to_string(run.value().last) +
-                             ", which do not follow record " + std::to_string(state_.seq()) +
-                             ": the log has a gap or holds a record twice"};
-      }
+      if (auto follows = check_follows(entry, state_.seq(), first); !follows) return follows;
       first = false;
       if (auto applied = apply(entry); !applied) return applied;
     }
