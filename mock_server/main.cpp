@@ -14,6 +14,7 @@
 #include "durable/data_dir.hpp"
 #include "durable/store.hpp"
 #include "ha/member.hpp"
+#include "ha/verify_log.hpp"
 #include "hf3fs_meta/protocol.hpp"
 #include "hf3fs_meta/service.hpp"
 #include "hf3fs_meta/state.hpp"
@@ -78,6 +79,25 @@ int verify(const std::string& dir, const hf3fs_meta::StateOptions& limits) {
   return 0;
 }
 
+// --verify-ha-log: the cluster's replicated log read and checked (ha/verify_log.hpp).
+int verify_ha_log(const hf3fs_meta::server::ServerOptions& options) {
+  using namespace hf3fs_meta::server;
+  ha::EtcdClient etcd(ha::EtcdOptions{.endpoints = options.ha_etcd});
+  const auto verdict = ha::verify_log(etcd, ha::Keys(options.ha_cluster));
+  if (!verdict) {
+    std::fprintf(stderr, "hf3fs-meta-server: the log of cluster %s could not be read: %s\n",
+                 options.ha_cluster.c_str(), verdict.error().message.c_str());
+    return 2;
+  }
+  const ha::LogVerdict& v = verdict.value();
+  std::printf("log of cluster %s: %s. %llu entries, records %llu-%llu (%llu bytes), read at revision %lld\n",
+              options.ha_cluster.c_str(), v.problem.empty() ? "sound" : ("broken: " + v.problem).c_str(),
+              static_cast<unsigned long long>(v.entries), static_cast<unsigned long long>(v.first_seq),
+              static_cast<unsigned long long>(v.last_seq), static_cast<unsigned long long>(v.bytes),
+              static_cast<long long>(v.revision));
+  return v.problem.empty() ? 0 : 2;
+}
+
 // SIGHUP: --tenants-file read again; a file that does not parse keeps the table in use. Without
 // tenants (null) there is nothing to reload and the signal is only logged: operators send SIGHUP to
 // reload, and its default action would end a server whose memory may be all there is. Re-armed after
@@ -116,6 +136,7 @@ int main(int argc, char** argv) {
   }
   const ServerOptions options = *parsed.options;
   if (!options.verify_data_dir.empty()) return verify(options.verify_data_dir, state_options(options));
+  if (options.verify_ha_log) return verify_ha_log(options);
   // A client that goes away must not kill the server; socket writes already avoid SIGPIPE, stdout not.
   std::signal(SIGPIPE, SIG_IGN);
 

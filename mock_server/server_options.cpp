@@ -41,6 +41,9 @@ CLI::Validator key_part(const char* value_name) {
 
 // --ha-*: what the flags need of each other, once all are in. Empty: they fit.
 std::string check_ha(const CLI::App& app, ServerOptions& o) {
+  if (o.verify_ha_log) {
+    return o.ha_etcd.empty() || o.ha_cluster.empty() ? "--verify-ha-log needs --ha-etcd and --ha-cluster" : "";
+  }
   if (o.ha_etcd.empty()) {
     for (const char* flag : {"--ha-cluster", "--ha-name", "--ha-advertise", "--ha-lease-ms"}) {
       if (app.count(flag) > 0) return std::string(flag) + " needs --ha-etcd";
@@ -194,6 +197,10 @@ void define(CLI::App& app, ServerOptions& o) {
                  "check this data dir offline (without its lock, writing nothing), print a summary ('sound', or "
                  "'cut N bytes after change S' for a torn end a start would cut), and exit: 0 if it recovers, 2 if not")
       ->check(not_empty("DIR"));
+  app.add_flag("--verify-ha-log", o.verify_ha_log,
+               "check the replicated log of the cluster --ha-cluster on --ha-etcd offline (reading only): every "
+               "entry whole, its checksums right, each beginning after the one before, the last at the tip; "
+               "print a summary and exit: 0 if it is sound, 2 if not or if etcd could not be read");
   // High availability (docs/design.md "High availability on etcd").
   app.add_option_function<std::string>(
          "--ha-etcd", [&o](const std::string& list) { o.ha_etcd = ha::parse_etcd_endpoints(list).value(); },

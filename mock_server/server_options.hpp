@@ -62,6 +62,7 @@ struct ServerOptions {
   durable::FsyncMode fsync = durable::FsyncMode::everysec;
   std::uint64_t snapshot_after_bytes = std::uint64_t{64} << 20;
   std::string verify_data_dir;  // check this data dir offline, print a summary, exit
+  bool verify_ha_log = false;   // check the cluster's replicated log offline, print a summary, exit
   // High availability on etcd (issue 21; docs/design.md "High availability"): empty ha_etcd, a
   // single server. The lease is whole seconds (etcd's), at least 2.
   std::vector<std::string> ha_etcd;

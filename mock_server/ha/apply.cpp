@@ -9,7 +9,12 @@ namespace hf3fs_meta::server::ha {
 durable::Result<void> apply_entry(MetadataState& state, const LogEntry& entry, durable::Recovered& out,
                                   bool to_sink) {
   const std::string name = "etcd log entry " + std::to_string(entry.last_seq);
-  if (entry.last_seq <= out.seq) return boost::outcome_v2::success();
+  if (entry.last_seq <= out.seq) {
+    // Its records are all applied already: the log holds them twice, or the caller read the entry
+    // twice. Either way not skipped in silence.
+    return durable::Error{durable::Errc::inconsistent, name + " holds no record after record " +
+                                                           std::to_string(out.seq) + ", the last applied"};
+  }
   if (entry.batch.size() < durable::kRecordHeaderSize) {
     return durable::Error{durable::Errc::corrupt, name + ": " + std::to_string(entry.batch.size()) +
                                                       " bytes hold no record"};

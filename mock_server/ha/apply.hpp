@@ -14,7 +14,8 @@ namespace hf3fs_meta::server::ha {
 // Applies the records of `entry` after out.seq (the state's last change); the records up to it that
 // the entry begins with are skipped. Advances `out` (its seq, and the tagged records' answers in
 // out.dedup). An entry that begins after out.seq + 1 leaves a gap: an error saying the member needs
-// a snapshot; anything else wrong names the entry and the record. `to_sink`: the records also go to
+// a snapshot; one that ends at or before out.seq is refused too (nothing of it is new); anything
+// else wrong names the entry and the record. `to_sink`: the records also go to
 // the state's change sink (a member's journal), tagged as they were.
 durable::Result<void> apply_entry(MetadataState& state, const LogEntry& entry, durable::Recovered& out,
                                   bool to_sink = false);

@@ -52,21 +52,26 @@ void LogFollower::watch_while_live() {
   }
 }
 
+EtcdResult<void> check_follows(const LogEntry& entry, std::uint64_t applied, bool may_overlap) {
+  const auto run = record_run(entry.batch);
+  if (run && run.value().last == entry.last_seq && entry.last_seq > applied &&
+      (may_overlap ? run.value().first <= applied + 1 : run.value().first == applied + 1)) {
+    return boost::outcome_v2::success();
+  }
+  const std::string holds = run ? "records " + std::to_string(run.value().first) + "-" + std::to_string(run.value().last)
+                                : "no run of records (" + run.error().message + ")";
+  return EtcdError{EtcdError::Kind::not_applied, 0,
+                   "log entry " + std::to_string(entry.last_seq) + " (revision " + std::to_string(entry.revision) +
+                       ") holds " + holds + ", which do not follow record " + std::to_string(applied) +
+                       ", the last applied: the log has a gap or holds a record twice; nothing of it was applied"};
+}
+
 bool LogFollower::deliver(const LogEntry& entry) {
   if (failed_.load()) return false;
   // The same entry again (a catch-up read and the watch overlap): one put, one revision.
   if (delivered_revision_ != 0 && entry.revision <= delivered_revision_) return true;
-  const std::uint64_t from = applied();
-  const auto run = record_run(entry.batch);
-  const bool follows = run && run.value().last == entry.last_seq && entry.last_seq > from &&
-                       (at_entry_end_ ? run.value().first == from + 1 : run.value().first <= from + 1);
-  if (!follows) {
-    const std::string holds = run ? "records " + std::to_string(run.value().first) + "-" + std::to_string(run.value().last)
-                                  : "no run of records (" + run.error().message + ")";
-    fail(EtcdError{EtcdError::Kind::not_applied, 0,
-                   "log entry " + std::to_string(entry.last_seq) + " (revision " + std::to_string(entry.revision) +
-                       ") holds " + holds + ", which do not follow record " + std::to_string(from) +
-                       ", the last applied: the log has a gap or holds a record twice; nothing of it was applied"});
+  if (auto follows = check_follows(entry, applied(), !at_entry_end_); !follows) {
+    fail(std::move(follows).error());
     return false;
   }
   if (auto applied = apply_(entry); !applied) {

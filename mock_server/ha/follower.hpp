@@ -28,6 +28,11 @@
 
 namespace hf3fs_meta::server::ha {
 
+// Whether `entry` follows a member whose last applied record is `applied`: it ends past it and
+// begins right after it, or at or before it when `may_overlap` (the member's last record may be
+// inside an entry: see above). The error names the seqs: the log has a gap or holds a record twice.
+EtcdResult<void> check_follows(const LogEntry& entry, std::uint64_t applied, bool may_overlap);
+
 class LogFollower {
  public:
   // The entry's records after the member's applied seq, applied; an error says why it could not be.

@@ -143,79 +143,63 @@ void Member::switch_mode(Mode mode) {
 }
 
 void Member::run() {
-  stand_down("starting");
-  auto next_renewal = std::chrono::steady_clock::now();
-  auto next_compaction = next_renewal + options_.compact_interval;
-  auto next_fetch = next_renewal;
+  MemberCore core(MemberTiming{options_.poll, options_.compact_interval}, std::chrono::steady_clock::now());
   for (;;) {
-    std::string lost;
-    std::optional<EtcdError> ended;
-    {
-      std::unique_lock lock(mutex_);
-      // (A leader looks at its data dir as often as a standby asks who leads.)
-      const auto until = std::min(next_renewal, std::chrono::steady_clock::now() + options_.poll);
-      wake_.wait_until(lock, until, [&] { return stopping_ || !lost_.empty() || ended_; });
-      if (stopping_) return;
-      std::swap(lost, lost_);
-      std::swap(ended, ended_);
-    }
-    if (!lost.empty()) {
-      stand_down(lost);
-      continue;
-    }
-    if (role_.name() == RoleName::leader) {
-      if (auto writable = store_->journal().writable(); !writable) {
-        step_down_for_disk(writable.error().message);
-        continue;
-      }
-    }
-    if (ended && ended->needs_snapshot) {
-      log(ended->message + "; fetching the leader's snapshot");
-      behind_ = true;
-    } else if (ended) {
-      log("following the log ended: " + ended->message);
-      role_.log_failed(ended->message);
-      // An entry that cannot be applied fails again at once: not more than once a second.
-      std::unique_lock lock(mutex_);
-      if (wake_.wait_for(lock, std::chrono::seconds(1), [&] { return stopping_; })) return;
-      lock.unlock();
-      stand_down("following again");
-    }
-    if (behind_ && std::chrono::steady_clock::now() >= next_fetch) {
-      behind_ = !catch_up_from_snapshot();
-      next_fetch = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-    }
-    const auto now = std::chrono::steady_clock::now();
-    // Every member renews a third of a TTL after the last renewal (or grant), whatever its role: a
-    // standby's lease is the one it campaigns with, and a lease that lapsed must be granted anew.
-    const bool renewal_due = now >= next_renewal;
-    if (renewal_due) {
-      next_renewal = now + renewal_interval();
-      auto renewed = election_.renew();
-      if (role_.name() == RoleName::leader && (!renewed ? !election_.surely_alive() : !renewed.value())) {
-        stand_down(renewed ? std::string("the lease is gone") : "the lease could not be renewed: " + renewed.error().message);
-        continue;
-      }
-      // The key can go while the lease lives (deleted by hand): reads would go on, only a change
-      // would be fenced. Checked at each renewal, which bounds such stale reads to one interval.
-      if (role_.name() == RoleName::leader && renewed && !holds_leader_key()) {
-        stand_down("the leader key is no longer this member's");
-        continue;
-      }
-    }
-    // A member whose data dir fails does not campaign until a snapshot made it writable again.
-    if (role_.name() != RoleName::leader && !behind_ && std::chrono::steady_clock::now() >= campaign_after_ &&
-        store_->journal().writable()) {
-      campaign();
-    }
-    // (A leader, woken each poll only to look at its data dir, publishes at its renewals, as before:
-    // an etcd write per poll would cost its appends.)
-    if (role_.name() != RoleName::leader || renewal_due) publish_applied();
-    if (role_.name() == RoleName::leader && std::chrono::steady_clock::now() >= next_compaction) {
-      next_compaction = std::chrono::steady_clock::now() + options_.compact_interval;
-      if (auto compacted = compact(); !compacted) log("compacting the log: " + compacted.error().message);
+    take_events(core);
+    const MemberAction action = core.next(std::chrono::steady_clock::now(), facts());
+    switch (action.kind) {
+      case MemberAction::Kind::wait: wait_for_event(action.until); break;
+      case MemberAction::Kind::stop: return;
+      case MemberAction::Kind::stand_down: stand_down(action.why); break;
+      case MemberAction::Kind::step_down_for_disk: step_down_for_disk(); break;
+      case MemberAction::Kind::resign: election_.resign(); break;
+      case MemberAction::Kind::fetch_snapshot:
+        core.fetched(catch_up_from_snapshot(), std::chrono::steady_clock::now());
+        break;
+      case MemberAction::Kind::renew: core.renewed(renew()); break;
+      case MemberAction::Kind::check_leader_key: core.key_checked(holds_leader_key()); break;
+      case MemberAction::Kind::campaign: core.campaigned(campaign()); break;
+      case MemberAction::Kind::publish_applied: publish_applied(); break;
+      case MemberAction::Kind::compact:
+        if (auto compacted = compact(); !compacted) log("compacting the log: " + compacted.error().message);
+        break;
     }
   }
+}
+
+MemberFacts Member::facts() const {
+  return MemberFacts{store_->journal().writable().has_value(), election_.surely_alive(), renewal_interval()};
+}
+
+void Member::take_events(MemberCore& core) {
+  std::string lost;
+  std::optional<EtcdError> ended;
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_) core.stop();
+    std::swap(lost, lost_);
+    std::swap(ended, ended_);
+  }
+  if (!lost.empty()) core.append_lost(std::move(lost));
+  if (!ended) return;
+  if (ended->needs_snapshot) {
+    log(ended->message + "; fetching the leader's snapshot");
+  } else {
+    log("following the log ended: " + ended->message);
+    role_.log_failed(ended->message);
+  }
+  core.following_ended(ended->needs_snapshot);
+}
+
+void Member::wait_for_event(std::chrono::steady_clock::time_point until) {
+  std::unique_lock lock(mutex_);
+  wake_.wait_until(lock, until, [&] { return stopping_ || !lost_.empty() || ended_; });
+}
+
+RenewOutcome Member::renew() {
+  auto renewed = election_.renew();
+  if (!renewed) return RenewOutcome{false, false, renewed.error().message};
+  return RenewOutcome{true, renewed.value(), {}};
 }
 
 void Member::publish_applied() {
@@ -260,25 +244,22 @@ std::chrono::milliseconds Member::renewal_interval() const {
   return std::chrono::milliseconds(std::max<std::int64_t>(election_.ttl_seconds(), 1) * 1000 / 3);
 }
 
-void Member::campaign() {
+CampaignOutcome Member::campaign() {
   auto outcome = election_.campaign();
   if (!outcome) {
     if (role_.name() != RoleName::candidate) log("etcd does not say who leads: " + outcome.error().message);
     role_.set(RoleName::candidate, {});
-    return;
+    return CampaignOutcome{CampaignOutcome::Kind::unanswered};
   }
   if (!outcome.value().won) {
     role_.set(outcome.value().leader.empty() ? RoleName::candidate : RoleName::standby, outcome.value().leader);
-    return;
+    return CampaignOutcome{CampaignOutcome::Kind::lost};
   }
   if (auto led = lead(outcome.value().fence); !led) {
     log("won the election but cannot lead: " + led.error().message);
-    // What failed (a data dir ahead of the log, etcd failing the catch-up) may fail again at once:
-    // the others campaign meanwhile.
-    campaign_after_ = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-    election_.resign();
-    stand_down("resigned");
+    return CampaignOutcome{CampaignOutcome::Kind::cannot_lead};  // the core has it resign
   }
+  return CampaignOutcome{CampaignOutcome::Kind::led};
 }
 
 EtcdResult<void> Member::lead(std::int64_t fence) {
@@ -291,15 +272,7 @@ EtcdResult<void> Member::lead(std::int64_t fence) {
     auto read = read_log(etcd_, keys_, state_.seq(), LogFollower::Options{}.read_limit);  // a bounded answer
     if (!read) return read.error();
     for (const LogEntry& entry : read.value().entries) {
-      const auto run = record_run(entry.batch);
-      if (!run) return run.error();
-      if (!first && run.value().first != state_.seq() + 1) {
-        return EtcdError{EtcdError::Kind::not_applied, 0,
-                         "log entry " + std::to_string(entry.last_seq) + " holds records " +
-                             std::to_string(run.value().first) + "-" + std::to_string(run.value().last) +
-                             ", which do not follow record " + std::to_string(state_.seq()) +
-                             ": the log has a gap or holds a record twice"};
-      }
+      if (auto follows = check_follows(entry, state_.seq(), first); !follows) return follows;
       first = false;
       if (auto applied = apply(entry); !applied) return applied;
     }
@@ -340,15 +313,16 @@ void Member::stand_down(const std::string& why) {
   start_following();
 }
 
-void Member::step_down_for_disk(const std::string& why) {
+void Member::step_down_for_disk() {
+  const auto writable = store_->journal().writable();
+  const std::string why = writable ? std::string("a write failed") : writable.error().message;
   // What was written before the failure goes to the log first, its callers told the log's answer
   // (Store::settle waits for it, then rolls back what was never written): nothing the log took is
   // answered "not applied", and the state ends where the log does.
   if (auto settled_store = store_->settle(); !settled_store) log("rolling back: " + settled_store.error().message);
   stand_down("the data dir failed (" + why + "): a member whose disk works leads");
-  // The lease goes now, not a lease later; the others campaign first.
+  // The lease goes now, not a lease later; the others campaign first (the core waits a while).
   election_.resign();
-  campaign_after_ = std::chrono::steady_clock::now() + std::chrono::seconds(1);
 }
 
 void Member::start_following() {

@@ -1,7 +1,11 @@
-// ha::Member: one server of an HA cluster (issue 21, --ha-etcd). It campaigns for the leader key;
-// the winner catches up with the replicated log, then its journal appends to the log (the Store's
-// replicate hook, Journal::Options::replicate) and it answers; the others follow the log into
-// their state and answer 503 "not the leader" (the Router asks Role).
+// ha::Member: one server of an HA cluster (--ha-etcd). It campaigns for the leader key; the winner
+// catches up with the replicated log, then its journal appends to the log (the Store's replicate
+// hook, Journal::Options::replicate) and it answers; the others follow the log into their state and
+// answer 503 "not the leader" (the Router asks Role).
+//
+// What to do and when is MemberCore's (member_core.hpp: the decisions, without I/O); Member runs
+// them on a thread of its own: the etcd calls, the store, following the log, and the outcomes
+// reported back.
 //
 // One Store for the member's life, whatever its role: a standby's records enter its state from the
 // log and go to its journal as the leader wrote them (apply_entry with to_sink), so its data dir and
@@ -41,6 +45,7 @@
 #include "ha/follower.hpp"
 #include "ha/keys.hpp"
 #include "ha/log.hpp"
+#include "ha/member_core.hpp"
 #include "ha/role.hpp"
 #include "ha/snapshot_fetch.hpp"
 #include "hf3fs_meta/state.hpp"
@@ -100,22 +105,29 @@ class Member {
  private:
   enum class Mode : std::uint8_t { closed, following, leading };
 
+  // The member's thread: asks the core (member_core.hpp) what to do, does it, reports the outcome.
   void run();
-  // A campaign; leads if it won.
-  void campaign();
+  MemberFacts facts() const;
+  // Hands the core what the other threads reported (stop, a lost append, following that ended).
+  void take_events(MemberCore& core);
+  // Until `until`, or an event.
+  void wait_for_event(std::chrono::steady_clock::time_point until);
+  RenewOutcome renew();
+  // A campaign; catches up and leads if it won.
+  CampaignOutcome campaign();
   std::chrono::milliseconds renewal_interval() const;  // a third of the lease etcd granted
   // As leader: whether the leader key is still the one this member created (false only when etcd
   // says it is not).
   bool holds_leader_key();
-  // Catches up with the log under `fence`, then leads. An error: it does not lead (and resigned).
+  // Catches up with the log under `fence`, then leads. An error: it does not lead.
   EtcdResult<void> lead(std::int64_t fence);
   // Leading ends (or never began, at start): mode closed, what the log did not take rolled back,
   // then following from there.
   void stand_down(const std::string& why);
-  // The leader's local journal failed (a full disk, say): it stands down, resigns so that a healthy
-  // standby leads at once, and campaigns again only once its data dir writes again (a snapshot
-  // cleared the failure; the log then brings what it missed).
-  void step_down_for_disk(const std::string& why);
+  // The leader's local journal failed (a full disk, say): it stands down and resigns so that a
+  // healthy standby leads at once; the core has it campaign again only once its data dir writes
+  // again (a snapshot cleared the failure; the log then brings what it missed).
+  void step_down_for_disk();
   // stand_down's and stop()'s first half: no more answers, no more following, what the log did not
   // take rolled back. Whether the member led.
   bool stop_answering();
@@ -157,11 +169,6 @@ class Member {
   bool stopping_ = false;          // under mutex_
   std::string lost_;               // under mutex_: why leading must end (a failed append)
   std::optional<EtcdError> ended_;  // under mutex_: why following ended
-  // The log was compacted past this member's state while it ran: it follows nothing and never
-  // leads until it installed the leader's snapshot. The member's thread only.
-  bool behind_ = false;
-  // No campaign before this: a won election that could not lead waits a second (the member's thread).
-  std::chrono::steady_clock::time_point campaign_after_{};
   std::thread thread_;
 };
 

@@ -76,7 +76,12 @@ TEST(HaApplyTest, AFollowerOfTheEntriesHasTheLeadersStateAndAnswers) {
   const auto overlapping = apply_entry(follower, leader.entry(2, 5), out);
   ASSERT_TRUE(overlapping) << overlapping.error().message;
   EXPECT_EQ(out.seq, 5u);
-  ASSERT_TRUE(apply_entry(follower, leader.entry(2, 5), out));  // all had: nothing to do
+  // All had: refused, not skipped in silence, and nothing changes.
+  const auto again = apply_entry(follower, leader.entry(2, 5), out);
+  ASSERT_FALSE(again);
+  EXPECT_EQ(again.error().code, durable::Errc::inconsistent);
+  EXPECT_THAT(again.error().message, HasSubstr("etcd log entry 5 holds no record after record 5, the last applied"));
+  EXPECT_EQ(out.seq, 5u);
   ASSERT_TRUE(apply_entry(follower, leader.entry(6, n), out));
   EXPECT_EQ(out.seq, n);
   EXPECT_EQ(follower.export_image(), leader.state.export_image());

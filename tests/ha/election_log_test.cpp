@@ -15,6 +15,7 @@
 #include "ha/election.hpp"
 #include "ha/log.hpp"
 #include "ha/snapshot_fetch.hpp"
+#include "ha/verify_log.hpp"
 #include "support/etcd_suite.hpp"
 #include "support/framed_records.hpp"
 #include "support/temp_dir.hpp"
@@ -273,6 +274,65 @@ TEST_F(HaEtcdTest, TwoWritersFromOneTipCannotInterleave) {
   EXPECT_THAT(after.error().message, HasSubstr("already failed"));
   EXPECT_EQ(read_log(*etcd_, k, 0).value().entries.size(), 1u);
   a.resign();
+}
+
+// --verify-ha-log's check (verify_log.hpp): a log as leaders write it is sound, before and after
+// a compaction; each way a log can be wrong is named, with the entry and the records.
+TEST_F(HaEtcdTest, VerifyingTheLogFindsItSoundOrNamesTheFirstThingWrong) {
+  Election a(*etcd_, real_clock_, options("http://a"));
+  const auto won = a.campaign();
+  ASSERT_TRUE(won.value().won);
+  const Keys k = keys();
+  {
+    LogWriter writer(*etcd_, k, won.value().fence, read_tip(*etcd_, k).value());
+    ASSERT_TRUE(writer.append(records(1, 2), 2));
+    ASSERT_TRUE(writer.append(records(3, 5), 5));
+    ASSERT_TRUE(writer.append(records(6, 6), 6));
+  }
+  auto sound = verify_log(*etcd_, k, /*page=*/2);  // two reads of entries
+  ASSERT_TRUE(sound);
+  EXPECT_EQ(sound.value().problem, "");
+  EXPECT_EQ(sound.value().entries, 3u);
+  EXPECT_EQ(sound.value().first_seq, 1u);
+  EXPECT_EQ(sound.value().last_seq, 6u);
+  EXPECT_EQ(sound.value().bytes, records(1, 6).size());
+  // Compacted below record 3: the log begins at the oldest entry left.
+  ASSERT_TRUE(etcd_->delete_range({k.log_prefix(), k.entry(3)}));
+  sound = verify_log(*etcd_, k);
+  ASSERT_TRUE(sound);
+  EXPECT_EQ(sound.value().problem, "");
+  EXPECT_EQ(sound.value().first_seq, 3u);
+  EXPECT_EQ(sound.value().entries, 2u);
+  a.resign();
+
+  // Each a log of its own, written by hand as no leader would: the verdict names what is wrong.
+  std::string damaged = records(2, 3);
+  damaged.back() ^= 0x01;
+  const struct {
+    const char* name;
+    std::vector<std::pair<std::uint64_t, std::string>> entries;  // keyed by last seq
+    std::uint64_t tip;
+    const char* problem;
+  } broken[] = {
+      {"twice", {{2, records(1, 2)}, {3, records(2, 3)}}, 3, "holds records 2-3, which do not follow record 2"},
+      {"gap", {{2, records(1, 2)}, {5, records(4, 5)}}, 5, "holds records 4-5, which do not follow record 2"},
+      {"checksum", {{1, records(1, 1)}, {3, damaged}}, 3, "record payload checksum mismatch"},
+      {"mislabelled", {{1, records(1, 1)}, {4, records(2, 3)}}, 4, "holds records 2-3, which do not follow record 1"},
+      {"tip", {{1, records(1, 1)}, {2, records(2, 2)}}, 7,
+       "the log's entries end at record 2 but its tip says record 7"},
+      {"stray_key", {{1, records(1, 1)}}, 1, "which is not an entry's key"},
+  };
+  for (const auto& c : broken) {
+    const Keys bad(test_name() + "-" + c.name);
+    for (const auto& [last, batch] : c.entries) ASSERT_TRUE(etcd_->put({bad.entry(last), batch}));
+    if (std::string_view(c.name) == "stray_key") {
+      ASSERT_TRUE(etcd_->put({bad.log_prefix() + "junk", "x"}));
+    }
+    ASSERT_TRUE(etcd_->put({bad.tip(), std::to_string(c.tip)}));
+    const auto verdict = verify_log(*etcd_, bad);
+    ASSERT_TRUE(verdict) << c.name;
+    EXPECT_THAT(verdict.value().problem, HasSubstr(c.problem)) << c.name;
+  }
 }
 
 TEST_F(HaEtcdTest, AReaderBehindACompactedLogIsToldItNeedsASnapshot) {

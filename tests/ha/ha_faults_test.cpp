@@ -397,6 +397,11 @@ TEST_F(HaFaultTest, RepeatedDiskFailuresOnTheLeaderNeitherForkTheLogNorWedgeTheC
   ASSERT_EQ(exists.status, 200) << exists.body;
   EXPECT_EQ(count_exists(exists.body, keys.size()), static_cast<int>(keys.size())) << members.logs();
   EXPECT_EQ(members.stop_all(), "") << members.logs();
+  // The log the failures went through, read offline: every entry whole and after the one before.
+  const auto verified = ServerProcess::run_to_exit(
+      {"--verify-ha-log", "--ha-etcd", cluster_->endpoints(), "--ha-cluster", test_name()}, 30s);
+  EXPECT_EQ(verified.exit_code, 0) << verified.output;
+  EXPECT_THAT(verified.output, HasSubstr("log of cluster " + test_name() + ": sound. ")) << verified.output;
 }
 
 // The leader deletes the entries every live member applied and its last snapshot holds (a snapshot
@@ -969,6 +974,9 @@ TEST(HaFlagsTest, MisfitsExitTwoNamingTheFlag) {
       {with({"--ha-cluster", "c", "--ha-name", "n", "--ha-lease-ms", "1000"}), "--ha-lease-ms"},
       {{"--port", "0", "--host", "127.0.0.1", "--data-dir", data.str(), "--ha-name", "n"}, "--ha-name"},
       {with({"--ha-cluster", "c", "--ha-name", "n", "--max-body-bytes", "2000000"}), "--max-body-bytes"},
+      {{"--verify-ha-log", "--ha-etcd", "http://127.0.0.1:1"}, "--verify-ha-log needs --ha-etcd and --ha-cluster"},
+      {{"--verify-ha-log", "--ha-etcd", "http://127.0.0.1:1", "--ha-cluster", "c"},
+       "the log of cluster c could not be read"},
   };
   for (const auto& c : cases) {
     std::string line;
