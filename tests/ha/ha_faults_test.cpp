@@ -57,10 +57,6 @@ long long ms(Clock::duration d) { return std::chrono::duration_cast<std::chrono:
 
 // ---- requests and their answers -----------------------------------------------------------------
 
-RawResponse post(ServerProcess& server, std::string_view target, std::string_view body) {
-  return raw_request(server.host(), server.port(), "POST", target, body);
-}
-
 // Per key of a /keys/status answer for `n` keys: "unknown", "complete" or "incomplete"; empty if
 // the answer is not one.
 std::vector<std::string> key_states(const std::string& body, std::size_t n) {
@@ -75,24 +71,6 @@ std::vector<std::string> key_states(const std::string& body, std::size_t n) {
 void initialize(ServerProcess& leader) {
   const auto r = post(leader, "/rank/0/initialize", R"({"num_pages":256})");
   ASSERT_EQ(r.status, 200) << r.body;
-}
-
-// A key made complete (allocated, then confirmed). True when both steps were acknowledged; a step
-// refused says why in `failure`.
-bool write_key(ServerProcess& leader, const std::string& key, std::string* failure = nullptr) {
-  const auto allocated = post(leader, "/keys/batch_allocate", allocate_body(0, {key}));
-  const auto pages = allocated.status == 200 ? allocated_pages(allocated.body, {key}) : std::vector<Page>{};
-  const Page page = pages.empty() ? kNoPage : pages.front();
-  if (page == kNoPage) {
-    if (failure) *failure = "allocate " + key + ": " + std::to_string(allocated.status) + " " + allocated.body;
-    return false;
-  }
-  const auto confirmed = post(leader, "/keys/confirm_write", confirm_body(0, {key}, {page}));
-  if (confirmed.status != 204) {
-    if (failure) *failure = "confirm " + key + ": " + std::to_string(confirmed.status) + " " + confirmed.body;
-    return false;
-  }
-  return true;
 }
 
 // Member i, the only one still running of those that could lead, takes the lead, and every key of
@@ -250,14 +228,6 @@ std::pair<std::size_t, std::uint64_t> log_entries(const EtcdCluster& etcd, const
   const auto read = client.range(range);
   if (!read || read.value().kvs.empty()) return {0, 0};
   return {read.value().kvs.size(), keys.seq_of(read.value().kvs.front().key)};
-}
-
-// A counter or gauge of a member's /metrics (-1: not there).
-double metric(HaMembers& members, std::size_t i, const std::string& name) {
-  const auto answer = http_call(members.url(i) + "/metrics", "", 2000ms);
-  const std::string line_start = "\n" + name + " ";
-  const auto at = answer.body.find(line_start);
-  return at == std::string::npos ? -1 : std::stod(answer.body.substr(at + line_start.size()));
 }
 
 // A standby's disk fails (disk_error rules on its own process): its journal refuses the next entry,
