@@ -347,6 +347,9 @@ void Member::step_down_for_disk(const std::string& why) {
 }
 
 void Member::start_following() {
+  LogFollower::Options options;
+  // The entries applied say the tip only up to them: a follower behind shows its lag by these.
+  options.saw_tip = [this](std::uint64_t tip) { role_.counters().saw_tip(tip); };
   follower_ = std::make_unique<LogFollower>(
       etcd_, keys_, state_.seq(), [this](const LogEntry& entry) { return apply(entry); },
       [this](EtcdError why) {
@@ -355,7 +358,8 @@ void Member::start_following() {
           ended_ = std::move(why);
         }
         wake_.notify_all();
-      });
+      },
+      std::move(options));
 }
 
 bool Member::catch_up_from_snapshot() {
