@@ -278,6 +278,7 @@ void Member::campaign() {
 
 EtcdResult<void> Member::lead(std::int64_t fence) {
   follower_.reset();
+  const std::uint64_t from = state_.seq();
   auto tip = read_tip(etcd_, keys_);
   if (!tip) return tip.error();
   // As a follower does (follower.hpp): only the first entry may hold records the state has.
@@ -322,7 +323,8 @@ EtcdResult<void> Member::lead(std::int64_t fence) {
   state_.restarted();
   (void)store_->journal().write_through(state_.seq());
   role_.set(RoleName::leader, options_.advertise);
-  log("leads from change " + std::to_string(state_.seq()) + " (fence " + std::to_string(fence) + ")");
+  log("leads from change " + std::to_string(state_.seq()) + " (fence " + std::to_string(fence) +
+      ", caught up from change " + std::to_string(from) + ")");
   return boost::outcome_v2::success();
 }
 
