@@ -792,6 +792,8 @@ TEST(HaFlagsTest, MisfitsExitTwoNamingTheFlag) {
       {with({"--ha-cluster", "c", "--ha-name", "n", "--ha-lease-ms", "1000"}), "--ha-lease-ms"},
       {{"--port", "0", "--host", "127.0.0.1", "--data-dir", data.str(), "--ha-name", "n"}, "--ha-name"},
       {with({"--ha-cluster", "c", "--ha-name", "n", "--max-body-bytes", "2000000"}), "--max-body-bytes"},
+      // A member fetches the leader's snapshot with --auth-token-file's token; a tenants file gives it none.
+      {with({"--ha-cluster", "c", "--ha-name", "n", "--tenants-file", "/nonexistent/tenants"}), "--auth-token-file"},
   };
   for (const auto& c : cases) {
     std::string line;
