@@ -32,6 +32,7 @@
 #include "support/ha_members.hpp"
 #include "support/raw_http.hpp"
 #include "support/server_process.hpp"
+#include "support/temp_file.hpp"
 
 namespace hf3fs_meta::testing {
 namespace {
@@ -68,16 +69,17 @@ std::vector<std::string> key_states(const std::string& body, std::size_t n) {
 }
 
 // Rank 0 with room for every key of a test.
-void initialize(ServerProcess& leader) {
-  const auto r = post(leader, "/rank/0/initialize", R"({"num_pages":256})");
+void initialize(ServerProcess& leader, const HttpHeaders& headers = {}) {
+  const auto r = post(leader, "/rank/0/initialize", R"({"num_pages":256})", headers);
   ASSERT_EQ(r.status, 200) << r.body;
 }
 
 // Member i, the only one still running of those that could lead, takes the lead, and every key of
 // `keys` exists there: nothing acknowledged was lost on the way.
-void expect_leads_with_every_key(HaMembers& members, std::size_t i, const std::vector<std::string>& keys) {
+void expect_leads_with_every_key(HaMembers& members, std::size_t i, const std::vector<std::string>& keys,
+                                 const HttpHeaders& headers = {}) {
   ASSERT_EQ(members.wait_leader(kWait, {i}), i) << members.logs();
-  const auto exists = post(members.process(i), "/keys/batch_exists", keys_body(keys));
+  const auto exists = post(members.process(i), "/keys/batch_exists", keys_body(keys), headers);
   ASSERT_EQ(exists.status, 200) << exists.body;
   EXPECT_EQ(count_exists(exists.body, keys.size()), static_cast<int>(keys.size())) << exists.body;
 }
@@ -714,24 +716,27 @@ TEST_F(HaQuorumTest, ReadsStopOnceTheLeaseLapses) {
 
 // A standby cut off from etcd (its one etcd member killed) while the leader writes and compacts the
 // log past it: once etcd is back, the running standby finds the log's entries gone, installs the
-// leader's snapshot (GET /_ha/snapshot) without a restart, follows the log from it, and can lead
-// with every key.
+// leader's snapshot (GET /_ha/snapshot, an operator's route: the members run with
+// --auth-token-file, and the standby fetches with that token) without a restart, follows the log
+// from it, and can lead with every key.
 TEST_F(HaQuorumTest, AStandbyBehindTheCompactedLogInstallsTheLeadersSnapshotWhileRunning) {
   HaMembers members(cluster_->endpoints(), test_name(), kLease);
-  const std::vector<std::string> snapshots_often = {"--snapshot-after-bytes", "1000"};
+  const TempFile token("the-operators-token\n");
+  const HttpHeaders auth{{"Authorization", "Bearer the-operators-token"}};
+  const std::vector<std::string> snapshots_often = {"--snapshot-after-bytes", "1000", "--auth-token-file", token.path()};
   members.add(snapshots_often);
   const std::size_t leader = members.wait_leader(kWait);
   ASSERT_EQ(leader, 0u) << members.logs();
   const std::size_t etcd_member = etcd_follower(*cluster_);
   ASSERT_NE(etcd_member, kNone) << "no etcd member says it follows another";
   const std::size_t standby = members.add(snapshots_often, cluster_->client_url(etcd_member));
-  initialize(members.process(leader));
+  initialize(members.process(leader), auth);
   std::vector<std::string> keys;
   const auto write_keys = [&](int n) {
     for (int i = 0; i < n; ++i) {
       keys.push_back(std::string("key-").append(std::to_string(keys.size())));
       std::string failure;
-      ASSERT_TRUE(write_key(members.process(leader), keys.back(), &failure)) << failure;
+      ASSERT_TRUE(write_key(members.process(leader), keys.back(), &failure, auth)) << failure;
     }
   };
   ASSERT_NO_FATAL_FAILURE(write_keys(5));
@@ -755,7 +760,7 @@ TEST_F(HaQuorumTest, AStandbyBehindTheCompactedLogInstallsTheLeadersSnapshotWhil
   ASSERT_NO_THROW(cluster_->wait_healthy(kWait));
   const auto h = members.wait_standby_at(standby, members.url(leader), written, kWait);
   ASSERT_EQ(h.applied_seq, written) << h.body << "\n" << members.logs();
-  EXPECT_EQ(metric(members, standby, "hf3fs_meta_ha_snapshot_fetches_total"), 1);
+  EXPECT_EQ(metric(members, standby, "hf3fs_meta_ha_snapshot_fetches_total", auth), 1);
   EXPECT_THAT(file_tail(members.log_path(standby), 40), HasSubstr("snapshot of change"));
   EXPECT_THAT(file_tail(members.log_path(standby), 40), HasSubstr("while running"));
   // It follows the log from the snapshot on.
@@ -764,7 +769,7 @@ TEST_F(HaQuorumTest, AStandbyBehindTheCompactedLogInstallsTheLeadersSnapshotWhil
   ASSERT_EQ(members.wait_standby_at(standby, members.url(leader), more, kWait).applied_seq, more) << members.logs();
 
   EXPECT_EQ(members.process(leader).terminate(), 0);
-  expect_leads_with_every_key(members, standby, keys);
+  expect_leads_with_every_key(members, standby, keys, auth);
   EXPECT_EQ(members.stop_all(), "") << members.logs();
 }
 
