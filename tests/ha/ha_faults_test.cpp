@@ -33,6 +33,7 @@
 #include "support/ha_members.hpp"
 #include "support/raw_http.hpp"
 #include "support/server_process.hpp"
+#include "support/temp_file.hpp"
 
 namespace hf3fs_meta::testing {
 namespace {
@@ -58,10 +59,6 @@ long long ms(Clock::duration d) { return std::chrono::duration_cast<std::chrono:
 
 // ---- requests and their answers -----------------------------------------------------------------
 
-RawResponse post(ServerProcess& server, std::string_view target, std::string_view body) {
-  return raw_request(server.host(), server.port(), "POST", target, body);
-}
-
 // Per key of a /keys/status answer for `n` keys: "unknown", "complete" or "incomplete"; empty if
 // the answer is not one.
 std::vector<std::string> key_states(const std::string& body, std::size_t n) {
@@ -73,34 +70,17 @@ std::vector<std::string> key_states(const std::string& body, std::size_t n) {
 }
 
 // Rank 0 with room for every key of a test.
-void initialize(ServerProcess& leader) {
-  const auto r = post(leader, "/rank/0/initialize", R"({"num_pages":256})");
+void initialize(ServerProcess& leader, const HttpHeaders& headers = {}) {
+  const auto r = post(leader, "/rank/0/initialize", R"({"num_pages":256})", headers);
   ASSERT_EQ(r.status, 200) << r.body;
-}
-
-// A key made complete (allocated, then confirmed). True when both steps were acknowledged; a step
-// refused says why in `failure`.
-bool write_key(ServerProcess& leader, const std::string& key, std::string* failure = nullptr) {
-  const auto allocated = post(leader, "/keys/batch_allocate", allocate_body(0, {key}));
-  const auto pages = allocated.status == 200 ? allocated_pages(allocated.body, {key}) : std::vector<Page>{};
-  const Page page = pages.empty() ? kNoPage : pages.front();
-  if (page == kNoPage) {
-    if (failure) *failure = "allocate " + key + ": " + std::to_string(allocated.status) + " " + allocated.body;
-    return false;
-  }
-  const auto confirmed = post(leader, "/keys/confirm_write", confirm_body(0, {key}, {page}));
-  if (confirmed.status != 204) {
-    if (failure) *failure = "confirm " + key + ": " + std::to_string(confirmed.status) + " " + confirmed.body;
-    return false;
-  }
-  return true;
 }
 
 // Member i, the only one still running of those that could lead, takes the lead, and every key of
 // `keys` exists there: nothing acknowledged was lost on the way.
-void expect_leads_with_every_key(HaMembers& members, std::size_t i, const std::vector<std::string>& keys) {
+void expect_leads_with_every_key(HaMembers& members, std::size_t i, const std::vector<std::string>& keys,
+                                 const HttpHeaders& headers = {}) {
   ASSERT_EQ(members.wait_leader(kWait, {i}), i) << members.logs();
-  const auto exists = post(members.process(i), "/keys/batch_exists", keys_body(keys));
+  const auto exists = post(members.process(i), "/keys/batch_exists", keys_body(keys), headers);
   ASSERT_EQ(exists.status, 200) << exists.body;
   EXPECT_EQ(count_exists(exists.body, keys.size()), static_cast<int>(keys.size())) << exists.body;
 }
@@ -251,14 +231,6 @@ std::pair<std::size_t, std::uint64_t> log_entries(const EtcdCluster& etcd, const
   const auto read = client.range(range);
   if (!read || read.value().kvs.empty()) return {0, 0};
   return {read.value().kvs.size(), keys.seq_of(read.value().kvs.front().key)};
-}
-
-// A counter or gauge of a member's /metrics (-1: not there).
-double metric(HaMembers& members, std::size_t i, const std::string& name) {
-  const auto answer = http_call(members.url(i) + "/metrics", "", 2000ms);
-  const std::string line_start = "\n" + name + " ";
-  const auto at = answer.body.find(line_start);
-  return at == std::string::npos ? -1 : std::stod(answer.body.substr(at + line_start.size()));
 }
 
 // A standby's disk fails (disk_error rules on its own process): its journal refuses the next entry,
@@ -896,24 +868,27 @@ TEST_F(HaQuorumTest, AStoppedEtcdMemberCostsTheLeadersWritesAboutOneAttempt) {
 
 // A standby cut off from etcd (its one etcd member killed) while the leader writes and compacts the
 // log past it: once etcd is back, the running standby finds the log's entries gone, installs the
-// leader's snapshot (GET /_ha/snapshot) without a restart, follows the log from it, and can lead
-// with every key.
+// leader's snapshot (GET /_ha/snapshot, an operator's route: the members run with
+// --auth-token-file, and the standby fetches with that token) without a restart, follows the log
+// from it, and can lead with every key.
 TEST_F(HaQuorumTest, AStandbyBehindTheCompactedLogInstallsTheLeadersSnapshotWhileRunning) {
   HaMembers members(cluster_->endpoints(), test_name(), kLease);
-  const std::vector<std::string> snapshots_often = {"--snapshot-after-bytes", "1000"};
+  const TempFile token("the-operators-token\n");
+  const HttpHeaders auth{{"Authorization", "Bearer the-operators-token"}};
+  const std::vector<std::string> snapshots_often = {"--snapshot-after-bytes", "1000", "--auth-token-file", token.path()};
   members.add(snapshots_often);
   const std::size_t leader = members.wait_leader(kWait);
   ASSERT_EQ(leader, 0u) << members.logs();
   const std::size_t etcd_member = etcd_follower(*cluster_);
   ASSERT_NE(etcd_member, kNone) << "no etcd member says it follows another";
   const std::size_t standby = members.add(snapshots_often, cluster_->client_url(etcd_member));
-  initialize(members.process(leader));
+  initialize(members.process(leader), auth);
   std::vector<std::string> keys;
   const auto write_keys = [&](int n) {
     for (int i = 0; i < n; ++i) {
       keys.push_back(std::string("key-").append(std::to_string(keys.size())));
       std::string failure;
-      ASSERT_TRUE(write_key(members.process(leader), keys.back(), &failure)) << failure;
+      ASSERT_TRUE(write_key(members.process(leader), keys.back(), &failure, auth)) << failure;
     }
   };
   ASSERT_NO_FATAL_FAILURE(write_keys(5));
@@ -937,7 +912,7 @@ TEST_F(HaQuorumTest, AStandbyBehindTheCompactedLogInstallsTheLeadersSnapshotWhil
   ASSERT_NO_THROW(cluster_->wait_healthy(kWait));
   const auto h = members.wait_standby_at(standby, members.url(leader), written, kWait);
   ASSERT_EQ(h.applied_seq, written) << h.body << "\n" << members.logs();
-  EXPECT_EQ(metric(members, standby, "hf3fs_meta_ha_snapshot_fetches_total"), 1);
+  EXPECT_EQ(metric(members, standby, "hf3fs_meta_ha_snapshot_fetches_total", auth), 1);
   EXPECT_THAT(file_tail(members.log_path(standby), 40), HasSubstr("snapshot of change"));
   EXPECT_THAT(file_tail(members.log_path(standby), 40), HasSubstr("while running"));
   // It follows the log from the snapshot on.
@@ -946,7 +921,7 @@ TEST_F(HaQuorumTest, AStandbyBehindTheCompactedLogInstallsTheLeadersSnapshotWhil
   ASSERT_EQ(members.wait_standby_at(standby, members.url(leader), more, kWait).applied_seq, more) << members.logs();
 
   EXPECT_EQ(members.process(leader).terminate(), 0);
-  expect_leads_with_every_key(members, standby, keys);
+  expect_leads_with_every_key(members, standby, keys, auth);
   EXPECT_EQ(members.stop_all(), "") << members.logs();
 }
 
@@ -977,6 +952,8 @@ TEST(HaFlagsTest, MisfitsExitTwoNamingTheFlag) {
       {{"--verify-ha-log", "--ha-etcd", "http://127.0.0.1:1"}, "--verify-ha-log needs --ha-etcd and --ha-cluster"},
       {{"--verify-ha-log", "--ha-etcd", "http://127.0.0.1:1", "--ha-cluster", "c"},
        "the log of cluster c could not be read"},
+      // A member fetches the leader's snapshot with --auth-token-file's token; a tenants file gives it none.
+      {with({"--ha-cluster", "c", "--ha-name", "n", "--tenants-file", "/nonexistent/tenants"}), "--auth-token-file"},
   };
   for (const auto& c : cases) {
     std::string line;
