@@ -53,6 +53,12 @@ std::string check_ha(const CLI::App& app, ServerOptions& o) {
   if (o.data_dir.empty()) return "--ha-etcd needs --data-dir (a member keeps its snapshots there)";
   if (o.ha_cluster.empty()) return "--ha-etcd needs --ha-cluster";
   if (o.ha_name.empty()) return "--ha-etcd needs --ha-name";
+  // A member behind the compacted log fetches the leader's snapshot, an operator's route, with this
+  // token: it knows no other (a tenants file's operators are the clients').
+  if (!o.tenants_file.empty() && o.auth_token.empty()) {
+    return "--ha-etcd with --tenants-file needs --auth-token-file: a member fetches the leader's snapshot "
+           "(an operator's route) with that token";
+  }
   if (app.count("--max-body-bytes") == 0) {
     o.max_body_bytes = kHaMaxBodyBytes;
   } else if (o.max_body_bytes > kHaMaxBodyBytes) {
@@ -206,8 +212,9 @@ void define(CLI::App& app, ServerOptions& o) {
          "--ha-etcd", [&o](const std::string& list) { o.ha_etcd = ha::parse_etcd_endpoints(list).value(); },
          "run as a member of an HA cluster on these etcd client URLs (http, comma separated): one member "
          "leads and answers; the others follow its log and answer 503 'not the leader' with the "
-         "X-Hf3fs-Leader header. Needs --data-dir, --ha-cluster and --ha-name; --max-body-bytes is then at "
-         "most (and by default) 1048576")
+         "X-Hf3fs-Leader header. Needs --data-dir, --ha-cluster and --ha-name (and with --tenants-file, "
+         "--auth-token-file: the token a member fetches the leader's snapshot with); --max-body-bytes is "
+         "then at most (and by default) 1048576")
       ->check(CLI::Validator(
           [](std::string& list) {
             auto parsed = ha::parse_etcd_endpoints(list);

@@ -1,5 +1,7 @@
 #include "ha/etcd_client.hpp"
 
+#include <algorithm>
+#include <chrono>
 #include <utility>
 
 #include "hf3fs_meta/transport.hpp"
@@ -11,6 +13,9 @@ namespace {
 
 // The largest answer read from etcd: a range of the log is cut by its limit well below this.
 constexpr std::size_t kMaxAnswerBytes = std::size_t{256} << 20;
+
+// No attempt is begun with less of a call's time left than this: no answer could come in it.
+constexpr std::chrono::milliseconds kLeastAttempt{10};
 
 // Whether an error answer says the request certainly did not take effect. etcd's refusals (a bad
 // request, a lease not found, a revision compacted, a precondition, the space quota) are checked
@@ -58,18 +63,32 @@ const std::string& EtcdClient::current_endpoint() const noexcept {
   return options_.endpoints[current_.load(std::memory_order_relaxed)];
 }
 
+void EtcdClient::pass_over(std::size_t at) {
+  std::size_t expected = at;
+  current_.compare_exchange_strong(expected, (at + 1) % options_.endpoints.size(), std::memory_order_relaxed);
+}
+
 EtcdResult<std::string> EtcdClient::call(std::string_view path, std::string body, Retry retry) {
+  return call(path, std::move(body), retry, std::chrono::steady_clock::now() + options_.call_timeout,
+              options_.request_timeout);
+}
+
+EtcdResult<std::string> EtcdClient::call(std::string_view path, std::string body, Retry retry, Deadline deadline,
+                                         std::chrono::milliseconds attempt) {
+  using std::chrono::milliseconds;
   HttpRequest request;
   request.path = path;
   request.body = std::move(body);
-  const AttemptTimeouts timeouts{options_.connect_timeout, options_.request_timeout};
   const std::size_t n = options_.endpoints.size();
   const std::size_t first = current_.load(std::memory_order_relaxed);
   std::string tried;  // what each member did, for the error
-  EtcdError last;
+  EtcdError last{EtcdError::Kind::not_applied, 0, "no time was left to send it"};
   for (std::size_t i = 0; i < n; ++i) {
+    const auto left = std::chrono::ceil<milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left < kLeastAttempt) break;  // the budget is spent: not sent again
     const std::size_t at = (first + i) % n;
     request.endpoint = options_.endpoints[at];
+    const AttemptTimeouts timeouts{std::min(options_.connect_timeout, left), std::min(attempt, left)};
     TransportResult result = transport_->post(request, timeouts);
     bool certain = false;  // the request certainly did not take effect on this member
     if (result && result.value().status == 200) {
@@ -95,11 +114,13 @@ EtcdResult<std::string> EtcdClient::call(std::string_view path, std::string body
       last.code = 0;
       last.message = result.error().message;
     }
+    pass_over(at);
     last.kind = certain ? EtcdError::Kind::not_applied : EtcdError::Kind::unknown;
     if (!tried.empty()) tried += "; ";
     tried += last.message;
     if (!certain && retry == Retry::writes) break;  // sent: repeating it elsewhere could apply it twice
   }
+  if (tried.empty()) tried = last.message;
   last.message = std::string("no etcd member answered ").append(path).append(": ").append(tried);
   return last;
 }
@@ -107,6 +128,13 @@ EtcdResult<std::string> EtcdClient::call(std::string_view path, std::string body
 EtcdResult<RangeResponse> EtcdClient::range(const RangeRequest& request) {
   constexpr std::string_view kPath = "/v3/kv/range";
   return answer(call(kPath, encode(request), Retry::reads), decode_range, kPath);
+}
+
+EtcdResult<RangeResponse> EtcdClient::range_large(const RangeRequest& request) {
+  constexpr std::string_view kPath = "/v3/kv/range";
+  const auto each = options_.call_timeout;
+  const auto deadline = std::chrono::steady_clock::now() + each * static_cast<int>(options_.endpoints.size());
+  return answer(call(kPath, encode(request), Retry::reads, deadline, each), decode_range, kPath);
 }
 
 EtcdResult<PutResponse> EtcdClient::put(const PutRequest& request) {
@@ -120,8 +148,13 @@ EtcdResult<DeleteResponse> EtcdClient::delete_range(const DeleteRequest& request
 }
 
 EtcdResult<TxnResponse> EtcdClient::txn(const TxnRequest& request) {
+  return txn(request, std::chrono::steady_clock::now() + options_.call_timeout);
+}
+
+EtcdResult<TxnResponse> EtcdClient::txn(const TxnRequest& request, Deadline deadline) {
   constexpr std::string_view kPath = "/v3/kv/txn";
-  return answer(call(kPath, encode(request), Retry::writes), decode_txn, kPath);
+  deadline = std::min(deadline, std::chrono::steady_clock::now() + options_.call_timeout);
+  return answer(call(kPath, encode(request), Retry::writes, deadline, options_.request_timeout), decode_txn, kPath);
 }
 
 EtcdResult<LeaseGrant> EtcdClient::lease_grant(std::int64_t ttl_seconds) {

@@ -41,14 +41,14 @@ void LogFollower::watch_while_live() {
   std::unique_lock lock(mutex_);
   std::uint64_t checked = applied();
   while (!wake_.wait_for(lock, options_.stall_check, done)) {
-    if (applied() != checked) {  // entries came: live
-      checked = applied();
-      continue;
-    }
     lock.unlock();
     const auto tip = read_tip(etcd_, keys_);
     lock.lock();
-    if (tip && tip.value().seq > applied()) return;  // the log went on without the watch: stalled
+    if (!tip) continue;
+    if (options_.saw_tip) options_.saw_tip(tip.value().seq);
+    // No entry since the last look while the log went on without the watch: stalled.
+    if (applied() == checked && tip.value().seq > applied()) return;
+    checked = applied();
   }
 }
 

@@ -44,10 +44,13 @@ class LogFollower {
   struct Options {
     std::int64_t read_limit = 64;                      // entries per catch-up read
     std::chrono::milliseconds retry_after{200};        // after a failed read, or a watch that ended at once
-    // A watch through a member that lost its quorum stays open and silent. Every this long without
-    // an entry, the tip is read (through any member that answers): past what was applied, the watch
-    // has stalled and is started anew.
+    // A watch through a member that lost its quorum stays open and silent. Every this long the tip
+    // is read (through any member that answers): past what was applied, with no entry since the
+    // last look, the watch has stalled and is started anew.
     std::chrono::milliseconds stall_check{2000};
+    // Called with the log's tip as each such read saw it (on the follower's thread): a watch that
+    // trickles is not stalled, yet the member falls behind, and only the tip says how far.
+    std::function<void(std::uint64_t tip)> saw_tip{};
   };
 
   // Follows from the record after `applied_seq` on a thread of its own.

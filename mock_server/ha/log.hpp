@@ -6,6 +6,14 @@
 // tip key was last changed where the writer left it, put the entry and move the tip. The first
 // compare keeps a deposed leader out; the second keeps two writers with one fence (which a bug
 // could make) from interleaving. A failed compare applies nothing: the writer is fenced.
+//
+// The same compares make an append safe to repeat: of all copies of one Txn at most one commits
+// (the first moves the tip, and the tip never comes back). So when an append's answer is lost (its
+// member stopped, say), the writer sends it again through another member instead of giving up, and
+// the Txn's failure branch reads the entry and the tip back: a copy that committed before shows its
+// bytes there; a tip left where the writer left it lets the repeat commit; anything else means the
+// entry can never commit. Only when no member answers within the etcd call's timeout does the
+// outcome stay unknown.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +34,8 @@ struct Tip {
 };
 
 EtcdResult<Tip> read_tip(EtcdClient& etcd, const Keys& keys);
+// The seq the tip key's value holds; an error naming the key when it holds none.
+EtcdResult<std::uint64_t> tip_seq(const Keys& keys, const KeyValue& kv);
 
 struct LogEntry {
   std::uint64_t last_seq{0};  // of its last record
@@ -62,19 +72,31 @@ class LogWriter {
   struct Appended {
     std::uint64_t seq = 0;
     std::int64_t revision = 0;
+    // Not empty when an attempt's answer was lost and the log then said the entry is in (by a
+    // repeat, or by that attempt): what was lost, for the leader's log.
+    std::string lost_answer{};
   };
   // Appends `batch`, the records after seq() up to `last_seq`, as the next entry. A batch whose
   // records are not exactly seq() + 1 to `last_seq` (record_run) is refused before etcd is asked:
-  // two entries never hold one record, so a log is never forked. Errors: not_applied when fenced
-  // (the message says so), when the batch does not follow the tip, or when etcd certainly did not take it; unknown when the answer was lost (the entry may be in the
-  // log: the writer must step down and read the log to learn it). After any error the writer
-  // appends nothing more.
+  // two entries never hold one record, so a log is never forked. An attempt whose answer was lost
+  // is repeated (see the top) until the log says what became of the entry or the etcd call's
+  // timeout has passed since the first. Errors: not_applied when fenced (the message says so), when
+  // the batch does not follow the tip, or when etcd certainly did not take it; unknown when no
+  // member answered in time (the entry may yet be in the log: the writer must step down and read
+  // the log to learn it). After any error the writer appends nothing more.
   EtcdResult<Appended> append(std::string_view batch, std::uint64_t last_seq);
 
   std::uint64_t seq() const noexcept { return tip_.seq; }
   bool failed() const noexcept { return failed_; }
 
  private:
+  // Sends `txn` (the append of `batch`) until its outcome is known or the time is up.
+  EtcdResult<Appended> send(const TxnRequest& txn, std::string_view batch, std::uint64_t last_seq);
+  // What a compare that failed after a lost answer says, from the failure branch's reads.
+  EtcdResult<Appended> read_back(const TxnResponse& failed, std::string_view batch, std::uint64_t last_seq,
+                                 const EtcdError& lost) const;
+  EtcdError fenced() const;
+
   EtcdClient& etcd_;
   const Keys& keys_;
   std::int64_t fence_;

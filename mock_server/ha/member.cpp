@@ -14,7 +14,8 @@ namespace {
 EtcdOptions etcd_options(const MemberOptions& options) {
   EtcdOptions out;
   out.endpoints = options.etcd;
-  out.request_timeout = options.etcd_timeout;
+  out.request_timeout = std::min(options.etcd_attempt_timeout, options.etcd_timeout);
+  out.call_timeout = options.etcd_timeout;
   return out;
 }
 
@@ -62,6 +63,10 @@ durable::Result<void> Member::replicate(std::string_view records, std::uint64_t 
   const auto sent = std::chrono::steady_clock::now();
   auto appended = writer_->append(records, last_seq);
   if (appended) {
+    if (!appended.value().lost_answer.empty()) {
+      log("the log took records up to " + std::to_string(last_seq) + " although an answer was lost (" +
+          appended.value().lost_answer + ")");
+    }
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - sent);
     role_.counters().appended(records.size(), static_cast<std::uint64_t>(ns.count()), last_seq);
     return boost::outcome_v2::success();
@@ -259,6 +264,7 @@ CampaignOutcome Member::campaign() {
 
 EtcdResult<void> Member::lead(std::int64_t fence) {
   follower_.reset();
+  const std::uint64_t from = state_.seq();
   auto tip = read_tip(etcd_, keys_);
   if (!tip) return tip.error();
   // As a follower does (follower.hpp): only the first entry may hold records the state has.
@@ -295,7 +301,8 @@ EtcdResult<void> Member::lead(std::int64_t fence) {
   state_.restarted();
   (void)store_->journal().write_through(state_.seq());
   role_.set(RoleName::leader, options_.advertise);
-  log("leads from change " + std::to_string(state_.seq()) + " (fence " + std::to_string(fence) + ")");
+  log("leads from change " + std::to_string(state_.seq()) + " (fence " + std::to_string(fence) +
+      ", caught up from change " + std::to_string(from) + ")");
   return boost::outcome_v2::success();
 }
 
@@ -321,6 +328,9 @@ void Member::step_down_for_disk() {
 }
 
 void Member::start_following() {
+  LogFollower::Options options;
+  // The entries applied say the tip only up to them: a follower behind shows its lag by these.
+  options.saw_tip = [this](std::uint64_t tip) { role_.counters().saw_tip(tip); };
   follower_ = std::make_unique<LogFollower>(
       etcd_, keys_, state_.seq(), [this](const LogEntry& entry) { return apply(entry); },
       [this](EtcdError why) {
@@ -329,7 +339,8 @@ void Member::start_following() {
           ended_ = std::move(why);
         }
         wake_.notify_all();
-      });
+      },
+      std::move(options));
 }
 
 bool Member::catch_up_from_snapshot() {

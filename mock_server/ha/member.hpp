@@ -17,9 +17,9 @@
 //   leading    records of the leader's answers: appended to the log, acknowledged once it has them
 //   closed     records of a leader that stepped down: refused (the journal rolls them back)
 //
-// Stepping down (a lease that lapsed, a failed or fenced append, an append whose answer was lost,
-// a local journal write or sync that failed: then it also resigns, and campaigns only once its data
-// dir writes again):
+// Stepping down (a lease that lapsed, a failed or fenced append, an append whose outcome no etcd
+// member could tell within the etcd timeout, a local journal write or sync that failed: then it
+// also resigns, and campaigns only once its data dir writes again):
 // the Router stops answering at once; every change admitted meanwhile is refused or waited for
 // (Store::barrier); what the log did not take is rolled back (Store::settle) and the member
 // follows the log from there, which brings back a lost-answer batch if etcd did take it.
@@ -61,9 +61,13 @@ struct MemberOptions {
   // How often a member that does not lead asks who does (a campaign): a failover takes the lease
   // plus up to this, plus the new leader's catching up.
   std::chrono::milliseconds poll{200};
-  // etcd's own leader election (about 1-2 s on loopback with its defaults) must fit in one call, or
-  // an etcd failover deposes ours needlessly.
+  // A call to etcd, across its members (EtcdOptions::call_timeout), and so an append whose answer
+  // was lost before the leader steps down: etcd's own leader election (about 1-2 s on loopback with
+  // its defaults) must fit in it, or an etcd failover deposes ours needlessly.
   std::chrono::milliseconds etcd_timeout{3000};
+  // One etcd member's time to answer before a call moves on to the next (EtcdOptions::
+  // request_timeout): what a stopped etcd member costs the leader's writes.
+  std::chrono::milliseconds etcd_attempt_timeout{1000};
   // How often the leader deletes the log entries every live member has applied and its own last
   // snapshot holds, and compacts etcd's history (etcd 3.4 keeps every old revision unless asked).
   std::chrono::milliseconds compact_interval{5000};

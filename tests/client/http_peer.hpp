@@ -53,9 +53,12 @@ class HttpPeer {
     answer_once,   // answer the first request of each connection, hang up on the second
   };
   using Responder = std::function<PeerResponse(const PeerRequest&)>;
+  // Called with each request read, whatever the mode, before the peer answers or not: what its
+  // arrival should cause elsewhere (a request passed on to a real server whose answer is then lost).
+  using Observer = std::function<void(const PeerRequest&)>;
 
-  explicit HttpPeer(Mode mode = Mode::answer, Responder responder = {})
-      : mode_(mode), responder_(std::move(responder)) {
+  explicit HttpPeer(Mode mode = Mode::answer, Responder responder = {}, Observer observer = {})
+      : mode_(mode), responder_(std::move(responder)), observer_(std::move(observer)) {
     listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
     if (listen_fd_ < 0) throw std::runtime_error("socket");
     int one = 1;
@@ -167,6 +170,7 @@ class HttpPeer {
         std::lock_guard lock(mutex_);
         requests_.push_back(request);
       }
+      if (observer_) observer_(request);
       if (mode_ == Mode::hang_up) break;
       if (mode_ == Mode::answer_once && ++served > 1) break;
       if (mode_ == Mode::silent) {
@@ -197,6 +201,7 @@ class HttpPeer {
 
   Mode mode_;
   Responder responder_;
+  Observer observer_;
   int listen_fd_ = -1;
   int port_ = 0;
   std::atomic<bool> stopping_{false};

@@ -5,8 +5,13 @@
 
 #include <chrono>
 #include <filesystem>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <thread>
 
+#include "client/http_peer.hpp"
+#include "durable/log_writer.hpp"
 #include "ha/election.hpp"
 #include "ha/log.hpp"
 #include "ha/snapshot_fetch.hpp"
@@ -18,6 +23,8 @@
 namespace hf3fs_meta::server::ha {
 namespace {
 
+using ::hf3fs_meta::testing::HttpPeer;
+using ::hf3fs_meta::testing::PeerRequest;
 using ::testing::HasSubstr;
 using namespace std::chrono_literals;
 using TimePoint = std::chrono::steady_clock::time_point;
@@ -38,6 +45,14 @@ TEST(LeaseWindowTest, ALeaseIsSurelyAliveUntilTheRenewalsSendTimePlusTtlLessTheM
 
 // Framed records (their payloads do not matter here): the entry's first record says where it begins.
 std::string records(std::uint64_t first, std::uint64_t last) { return ::hf3fs_meta::testing::framed_records(first, last); }
+
+// The same records with other payloads: another leader's entry for the same seqs.
+std::string other_records(std::uint64_t first, std::uint64_t last) {
+  std::string out;
+  durable::LogWriter writer(out);
+  for (std::uint64_t seq = first; seq <= last; ++seq) writer.add_record_encoded(seq, [](std::string& p) { p += 'y'; });
+  return out;
+}
 
 class HaEtcdTest : public ::hf3fs_meta::testing::EtcdSuite {
  protected:
@@ -385,6 +400,163 @@ TEST_F(HaEtcdTest, AFetchWithoutASnapshotToGetGivesUpNamingWhy) {
   ASSERT_FALSE(leaderless);
   EXPECT_THAT(leaderless.error().message, HasSubstr("no snapshot came from the leader: no leader"));
   EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
+}
+
+// ---- appends whose answer is lost ----------------------------------------------------------------
+//
+// The first member of the writer's client is an HttpPeer that reads each request, hands it to the
+// test (which may pass it on to a real member, or act as another leader meanwhile), then hangs up
+// unanswered: the writer cannot know what became of that copy, and repeats it through the next member.
+
+class LostAnswerTest : public HaEtcdTest {
+ protected:
+  // A client whose first member is `losing`, then the real ones.
+  std::unique_ptr<EtcdClient> losing_client(const HttpPeer& losing) {
+    EtcdOptions o;
+    o.endpoints = cluster_->client_urls();
+    o.endpoints.insert(o.endpoints.begin(), losing.url());
+    return std::make_unique<EtcdClient>(o);
+  }
+  void expect_fenced_after_a_lost_answer(bool and_appends);
+};
+
+// The first copy committed (passed on to a real member) and only its answer was lost: the repeat's
+// compare fails, and the entry read back is this one, so the append is answered once, committed.
+TEST_F(LostAnswerTest, AnAppendThatCommittedThoughItsAnswerWasLostIsAnsweredAsCommitted) {
+  Election a(*etcd_, real_clock_, options("http://a"));
+  const auto won = a.campaign();
+  ASSERT_TRUE(won && won.value().won);
+  const Keys k = keys();
+  std::mutex mutex;
+  long passed_on = -1;  // the real member's status for the copy passed on; under mutex
+  HttpPeer losing(HttpPeer::Mode::hang_up, {}, [&](const PeerRequest& request) {
+    const auto answer = ::hf3fs_meta::testing::http_call(cluster_->client_url(0).append(request.target), request.body, 5s);
+    std::lock_guard lock(mutex);
+    passed_on = answer.status;
+  });
+  const auto etcd = losing_client(losing);
+  LogWriter writer(*etcd, k, won.value().fence, read_tip(*etcd_, k).value());
+  const auto appended = writer.append(records(1, 2), 2);
+  ASSERT_TRUE(appended) << appended.error().message;
+  {
+    std::lock_guard lock(mutex);
+    EXPECT_EQ(passed_on, 200);  // the copy whose answer was lost did commit
+  }
+  EXPECT_EQ(appended.value().seq, 2u);
+  EXPECT_THAT(appended.value().lost_answer, HasSubstr(losing.url()));
+  const auto log = read_log(*etcd_, k, 0);
+  ASSERT_TRUE(log) << log.error().message;
+  ASSERT_EQ(log.value().entries.size(), 1u);
+  EXPECT_EQ(log.value().entries[0].batch, records(1, 2));
+  EXPECT_EQ(appended.value().revision, log.value().entries[0].revision);
+  // The writer goes on from the entry the first copy put, through the member that answered.
+  const auto next = writer.append(records(3, 3), 3);
+  ASSERT_TRUE(next) << next.error().message;
+  EXPECT_TRUE(next.value().lost_answer.empty());
+  EXPECT_EQ(read_tip(*etcd_, k).value().seq, 3u);
+  EXPECT_EQ(losing.requests().size(), 1u);
+  a.resign();
+}
+
+// No member took the first copy: the tip is where the writer left it, so the repeat commits.
+TEST_F(LostAnswerTest, AnAppendLostBeforeAnyMemberTookItIsCommittedByItsRepeat) {
+  Election a(*etcd_, real_clock_, options("http://a"));
+  const auto won = a.campaign();
+  ASSERT_TRUE(won && won.value().won);
+  const Keys k = keys();
+  HttpPeer losing(HttpPeer::Mode::hang_up);
+  const auto etcd = losing_client(losing);
+  LogWriter writer(*etcd, k, won.value().fence, read_tip(*etcd_, k).value());
+  const auto appended = writer.append(records(1, 2), 2);
+  ASSERT_TRUE(appended) << appended.error().message;
+  EXPECT_FALSE(appended.value().lost_answer.empty());
+  const auto log = read_log(*etcd_, k, 0);
+  ASSERT_TRUE(log) << log.error().message;
+  ASSERT_EQ(log.value().entries.size(), 1u);
+  EXPECT_EQ(log.value().entries[0].batch, records(1, 2));
+  EXPECT_EQ(appended.value().revision, log.value().entries[0].revision);
+  EXPECT_EQ(losing.requests().size(), 1u);
+  a.resign();
+}
+
+// While the first copy's answer is lost, another member takes the lead (`and_appends`: and puts its
+// own entry for the same records). The repeat is fenced, and nothing of this writer's is in the log,
+// whether the tip stayed short of the entry or another's entry holds its key.
+void LostAnswerTest::expect_fenced_after_a_lost_answer(bool and_appends) {
+  Election a(*etcd_, real_clock_, options("http://a"));
+  Election b(*etcd_, real_clock_, options("http://b"));
+  const Keys k = keys();
+  const auto won = a.campaign();
+  ASSERT_TRUE(won && won.value().won);
+  std::mutex mutex;
+  std::optional<bool> taken_over;  // under mutex
+  HttpPeer losing(HttpPeer::Mode::hang_up, {}, [&](const PeerRequest&) {
+    a.resign();
+    const auto taken = b.campaign();
+    bool ok = taken && taken.value().won;
+    if (ok && and_appends) {
+      LogWriter other(*etcd_, k, taken.value().fence, read_tip(*etcd_, k).value());
+      ok = static_cast<bool>(other.append(other_records(1, 2), 2));
+    }
+    std::lock_guard lock(mutex);
+    taken_over = ok;
+  });
+  const auto etcd = losing_client(losing);
+  LogWriter writer(*etcd, k, won.value().fence, read_tip(*etcd_, k).value());
+  const auto appended = writer.append(records(1, 2), 2);
+  {
+    std::lock_guard lock(mutex);
+    ASSERT_EQ(taken_over, std::optional<bool>(true)) << "the other member did not take over";
+  }
+  ASSERT_FALSE(appended);
+  EXPECT_EQ(appended.error().kind, EtcdError::Kind::not_applied);
+  EXPECT_THAT(appended.error().message, HasSubstr("fenced"));
+  EXPECT_TRUE(writer.failed());
+  const auto log = read_log(*etcd_, k, 0);
+  ASSERT_TRUE(log) << log.error().message;
+  if (and_appends) {
+    ASSERT_EQ(log.value().entries.size(), 1u);
+    EXPECT_EQ(log.value().entries[0].batch, other_records(1, 2));
+  } else {
+    EXPECT_TRUE(log.value().entries.empty());
+  }
+  EXPECT_EQ(losing.requests().size(), 1u);
+  b.resign();
+}
+
+TEST_F(LostAnswerTest, AnAppendLostWhileAnotherMemberTookTheLeadIsNotApplied) {
+  expect_fenced_after_a_lost_answer(/*and_appends=*/false);
+}
+
+TEST_F(LostAnswerTest, AnAppendLostWhileAnotherLeaderPutItsOwnEntryThereIsNotApplied) {
+  expect_fenced_after_a_lost_answer(/*and_appends=*/true);
+}
+
+// No member answers at all: the writer repeats through each until the etcd call's timeout has
+// passed since its first copy, and then says that the outcome is unknown (a copy may yet commit).
+TEST_F(LostAnswerTest, AnAppendNoMemberAnswersIsUnknownOnceTheCallTimeoutHasPassed) {
+  Election a(*etcd_, real_clock_, options("http://a"));
+  const auto won = a.campaign();
+  ASSERT_TRUE(won && won.value().won);
+  const Keys k = keys();
+  HttpPeer first(HttpPeer::Mode::silent);
+  HttpPeer second(HttpPeer::Mode::silent);
+  EtcdOptions o;
+  o.endpoints = {first.url(), second.url()};
+  o.request_timeout = 200ms;
+  o.call_timeout = 700ms;
+  EtcdClient etcd(o);
+  LogWriter writer(etcd, k, won.value().fence, read_tip(*etcd_, k).value());
+  const auto appended = writer.append(records(1, 2), 2);
+  ASSERT_FALSE(appended);
+  EXPECT_EQ(appended.error().kind, EtcdError::Kind::unknown);
+  EXPECT_THAT(appended.error().message, HasSubstr("no etcd member said within 700 ms whether the log took it"));
+  EXPECT_THAT(appended.error().message, HasSubstr(first.url()));  // the first copy's, lost
+  EXPECT_TRUE(writer.failed());
+  EXPECT_GE(first.requests().size(), 1u);
+  EXPECT_GE(second.requests().size(), 1u);  // repeated through the next member
+  EXPECT_TRUE(read_log(*etcd_, k, 0).value().entries.empty());
+  a.resign();
 }
 
 TEST(HaKeysTest, EntriesSortAsTheirSeqsAndParseBack) {

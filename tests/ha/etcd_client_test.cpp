@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <mutex>
 
+#include "client/http_peer.hpp"
 #include "ha/etcd_client.hpp"
 #include "ha/etcd_watch.hpp"
 #include "support/etcd_suite.hpp"
@@ -14,6 +15,7 @@
 namespace hf3fs_meta::server::ha {
 namespace {
 
+using ::hf3fs_meta::testing::HttpPeer;
 using ::testing::HasSubstr;
 using namespace std::chrono_literals;
 
@@ -124,6 +126,65 @@ TEST_F(EtcdClientTest, AMemberThatRefusesConnectionsIsPassedForReadsAndWrites) {
   ASSERT_TRUE(client.put({key("k"), "v"}));  // not sent to the first: safe to send to the next
   EXPECT_NE(client.current_endpoint(), refused_endpoint());
   EXPECT_EQ(client.range({key("k")}).value().kvs.size(), 1u);
+}
+
+// A member that takes connections and never answers, as a stopped one (SIGSTOP) does: a read waits
+// one attempt for it, then is answered by the next; the calls after it start at the member that
+// answered, so the silent one costs no more than that attempt.
+TEST_F(EtcdClientTest, AMemberThatDoesNotAnswerCostsOneAttemptAndIsThenPassedOver) {
+  HttpPeer stopped(HttpPeer::Mode::silent);
+  auto endpoints = cluster_->client_urls();
+  endpoints.insert(endpoints.begin(), stopped.url());
+  EtcdOptions o = options(endpoints);
+  o.request_timeout = 300ms;
+  EtcdClient client(o);
+  const auto read = client.range({key("k")});
+  ASSERT_TRUE(read) << read.error().message;
+  EXPECT_EQ(client.current_endpoint(), cluster_->client_url(0));
+  EXPECT_EQ(stopped.requests().size(), 1u);
+  ASSERT_TRUE(client.put({key("k"), "v"}));
+  EXPECT_EQ(client.range({key("k")}).value().kvs.size(), 1u);
+  EXPECT_EQ(stopped.requests().size(), 1u);
+}
+
+// A write whose answer never came may have been applied: it is not sent to another member (its
+// caller decides whether a repeat is safe), but the next call starts at the next member.
+TEST_F(EtcdClientTest, AWriteLostInASilentMemberIsUnknownNotRepeatedAndTheNextCallStartsAtTheNext) {
+  HttpPeer stopped(HttpPeer::Mode::silent);
+  auto endpoints = cluster_->client_urls();
+  endpoints.insert(endpoints.begin(), stopped.url());
+  EtcdOptions o = options(endpoints);
+  o.request_timeout = 300ms;
+  EtcdClient client(o);
+  const auto put = client.put({key("k"), "v"});
+  ASSERT_FALSE(put);
+  EXPECT_EQ(put.error().kind, EtcdError::Kind::unknown);
+  EXPECT_THAT(put.error().message, HasSubstr(stopped.url().append("/v3/kv/put")));
+  EXPECT_EQ(client.current_endpoint(), cluster_->client_url(0));
+  EXPECT_TRUE(client.range({key("k")}).value().kvs.empty());  // no member was sent it but the silent one
+  EXPECT_EQ(stopped.requests().size(), 1u);
+}
+
+// Each attempt waits at most the attempt timeout, and the call as a whole its own: with members
+// left but the call's time spent, none is tried.
+TEST_F(EtcdClientTest, ACallEndsWhenItsTimeoutIsSpentThoughMembersAreLeft) {
+  HttpPeer a(HttpPeer::Mode::silent);
+  HttpPeer b(HttpPeer::Mode::silent);
+  HttpPeer c(HttpPeer::Mode::silent);
+  EtcdOptions o = options({a.url(), b.url(), c.url()});
+  o.request_timeout = 1000ms;
+  o.call_timeout = 1500ms;  // a's whole attempt, half of b's, none of c's
+  EtcdClient client(o);
+  const auto read = client.range({key("k")});
+  ASSERT_FALSE(read);
+  EXPECT_EQ(read.error().kind, EtcdError::Kind::unknown);
+  EXPECT_THAT(read.error().message, HasSubstr("no etcd member answered /v3/kv/range"));
+  EXPECT_THAT(read.error().message, HasSubstr(a.url()));
+  EXPECT_THAT(read.error().message, HasSubstr(b.url()));
+  EXPECT_THAT(read.error().message, ::testing::Not(HasSubstr(c.url())));
+  EXPECT_EQ(a.requests().size(), 1u);
+  EXPECT_TRUE(c.requests().empty());
+  EXPECT_EQ(client.current_endpoint(), c.url());  // where the next call starts
 }
 
 TEST_F(EtcdClientTest, NoMemberAnsweringSaysEachOneAndThatNothingWasApplied) {

@@ -1,7 +1,8 @@
 // HaMembers: hf3fs-meta-server processes run as the members of one HA cluster (--ha-etcd, issue 21)
 // on a test's etcd, each with a data dir and a stderr log of its own, and what a test asks of them:
-// a member's GET /healthz, the one member that leads, a wait for a role, and the protocol's bodies
-// and answers through the SDK's own codec (hf3fs_meta/protocol.hpp). Every wait is bounded; the
+// a member's GET /healthz, the one member that leads, a wait for a role, the protocol's bodies
+// and answers through the SDK's own codec (hf3fs_meta/protocol.hpp), requests with headers of the
+// test's (a token, a request id), and the figures of /metrics. Every wait is bounded; the
 // destructor stops every member still running (by its PID, through ServerProcess), a stopped one
 // continued first so that it can take its SIGTERM.
 #pragma once
@@ -16,6 +17,7 @@
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -27,6 +29,7 @@
 
 #include "hf3fs_meta/protocol.hpp"
 #include "support/etcd_cluster.hpp"
+#include "support/raw_http.hpp"
 #include "support/server_process.hpp"
 #include "support/temp_dir.hpp"
 
@@ -102,6 +105,43 @@ inline std::vector<Page> located_pages(std::string_view body, std::size_t n) {
     for (const auto& page : located.value()) out.push_back(page.value_or(kNoPage));
   }
   return out;
+}
+
+// ---- requests to a member ---------------------------------------------------------------------
+
+// Extra request headers: `Authorization` for a member run with --auth-token-file, say.
+using HttpHeaders = std::vector<std::pair<std::string, std::string>>;
+
+inline RawResponse post(ServerProcess& server, std::string_view target, std::string_view body,
+                        const HttpHeaders& headers = {}) {
+  return raw_request(server.host(), server.port(), "POST", target, body, headers);
+}
+
+// A key made complete (allocated, then confirmed) on rank 0. True when both steps were
+// acknowledged; a step refused says why in `failure`. Its page in `page`, when given.
+inline bool write_key(ServerProcess& leader, const std::string& key, std::string* failure = nullptr,
+                      const HttpHeaders& headers = {}, Page* page = nullptr) {
+  const auto allocated = post(leader, "/keys/batch_allocate", allocate_body(0, {key}), headers);
+  const auto pages = allocated.status == 200 ? allocated_pages(allocated.body, {key}) : std::vector<Page>{};
+  const Page got = pages.empty() ? kNoPage : pages.front();
+  if (got == kNoPage) {
+    if (failure) *failure = "allocate " + key + ": " + std::to_string(allocated.status) + " " + allocated.body;
+    return false;
+  }
+  const auto confirmed = post(leader, "/keys/confirm_write", confirm_body(0, {key}, {got}), headers);
+  if (confirmed.status != 204) {
+    if (failure) *failure = "confirm " + key + ": " + std::to_string(confirmed.status) + " " + confirmed.body;
+    return false;
+  }
+  if (page) *page = got;
+  return true;
+}
+
+// The value of the unlabelled counter or gauge `name` in a /metrics text (-1: not there).
+inline double metric_value(const std::string& text, const std::string& name) {
+  const std::string line_start = "\n" + name + " ";
+  const auto at = text.find(line_start);
+  return at == std::string::npos ? -1 : std::stod(text.substr(at + line_start.size()));
 }
 
 // The last `lines` lines of a text file.
@@ -250,5 +290,15 @@ class HaMembers {
   TempDir logs_;
   std::vector<std::unique_ptr<Member>> members_;
 };
+
+// A counter or gauge of member i's /metrics (-1: not there, or no answer).
+inline double metric(HaMembers& members, std::size_t i, const std::string& name, const HttpHeaders& headers = {}) {
+  const ServerProcess& member = members.process(i);
+  try {
+    return metric_value(raw_request(member.host(), member.port(), "GET", "/metrics", {}, headers).body, name);
+  } catch (const std::runtime_error&) {  // not listening
+    return -1;
+  }
+}
 
 }  // namespace hf3fs_meta::testing
