@@ -478,7 +478,9 @@ TEST_F(HaFaultTest, EvictionsAndAllocationTtlsCarryOverAKill) {
   const std::string allocated_gauge = R"(hf3fs_meta_rank_pages{namespace="default",rank="0",state="allocated"})";
   const std::vector<std::size_t> survivors = all_but(3, old_leader);
   const std::size_t standby = survivors[0] == next ? survivors[1] : survivors[0];
-  if (within_ttl) EXPECT_EQ(metric(members, next, allocated_gauge), 1);
+  if (within_ttl) {
+    EXPECT_EQ(metric(members, next, allocated_gauge), 1);
+  }
   while (Clock::now() < allocated_at + kTtl + 200ms) std::this_thread::sleep_for(50ms);  // the TTL is wall time
   if (within_ttl) {
     EXPECT_EQ(metric(members, standby, allocated_gauge), 1) << members.logs();
