@@ -386,6 +386,10 @@ class MetadataState {
   // pages drain one lease period from now (at once without leases, recorded), so that a reader the
   // restart caught between a lookup and its read stays safe. Reclaim times were kept.
   void restarted();
+  // An HA standby's state moves only by its leader's log: while held, nothing expires by this
+  // process's clock (no lease ends, no reclaim, no key's TTL), so that reading it (/metrics) records
+  // nothing the log does not have. A new leader lets go before restarted(). Not held by default.
+  void hold_clock(bool held);
   std::uint64_t seq() const;  // the last change applied
 
   // Introspection, for tests, metrics and the server. A namespace that does not exist has nothing.

@@ -96,6 +96,7 @@ EtcdResult<std::uint64_t> Member::fetch_snapshot_if_behind(const std::filesystem
 }
 
 void Member::start(durable::Store& store, Answers answers, std::string advertise) {
+  state_.hold_clock(true);  // its state moves by the log until it leads
   options_.advertise = std::move(advertise);
   election_.set_advertise(options_.advertise);
   store_ = &store;
@@ -118,6 +119,7 @@ void Member::stop() {
 bool Member::stop_answering() {
   const bool led = role_.name() == RoleName::leader;
   role_.demote();
+  state_.hold_clock(true);  // a standby's state moves by the log alone: none of its own expiries
   follower_.reset();
   switch_mode(Mode::closed);
   // What the log did not take is rolled back: the state is then the log's up to some seq.
@@ -297,7 +299,9 @@ EtcdResult<void> Member::lead(std::int64_t fence) {
     mode_ = Mode::leading;
   }
   // Leases and recency were not replicated: every key counts as read-leased for one lease period,
-  // as after a restart (the records it makes, if any, go to the log).
+  // as after a restart (the records it makes, if any, go to the log). Its clock runs from now on:
+  // what expired while it followed expires now, as the leader's records.
+  state_.hold_clock(false);
   state_.restarted();
   (void)store_->journal().write_through(state_.seq());
   role_.set(RoleName::leader, options_.advertise);

@@ -23,7 +23,7 @@ std::int64_t MetadataState::Impl::read_clock() const {
 // Processes what expired by now, in the order it happened; at one instant, leases first, then
 // pages, then keys.
 void MetadataState::Impl::advance() {
-  if (!lifecycle) return;
+  if (!lifecycle || core.clock_held) return;
   now = std::max(now, read_clock());
   constexpr std::int64_t kNever = std::numeric_limits<std::int64_t>::max();
   for (;;) {

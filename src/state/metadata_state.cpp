@@ -588,6 +588,11 @@ void MetadataState::restarted() {
   }
 }
 
+void MetadataState::hold_clock(bool held) {
+  std::unique_lock lock(core_->mutex);
+  core_->clock_held = held;
+}
+
 void MetadataState::set_change_sink(ChangeSink sink) {
   std::unique_lock lock(core_->mutex);
   core_->sink = std::move(sink);

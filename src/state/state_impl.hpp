@@ -160,6 +160,7 @@ struct MetadataState::Core {
   std::int64_t lease_ms = 0;
   std::int64_t ttl_ms = 0;
   std::int64_t now = std::numeric_limits<std::int64_t>::min() / 4;  // the latest clock reading
+  bool clock_held = false;  // hold_clock(): nothing expires by the clock (under the exclusive lock)
   std::uint64_t stamps = 0;                                         // of timed events, never reused
   // With a TTL: the clock reading the records carry (ChangeKind::clock), so that a replay times what
   // it replays as the original did.

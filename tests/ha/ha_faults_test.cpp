@@ -421,6 +421,85 @@ TEST_F(HaFaultTest, CompactionKeepsTheLogShortAndAMemberJoinsThroughTheLeadersSn
   EXPECT_EQ(members.stop_all(), "") << members.logs();
 }
 
+// The cache's turnover across a failover (--eviction lru, --allocation-ttl-ms): the evictions the
+// leader made reach the standbys as its records, so the new leader holds exactly the keys the old
+// one answered, on the same pages; a page allocated and never confirmed before the kill is
+// reclaimed by the new leader once its TTL ran out (the reclaim time travels in the record, in wall
+// time), and its late confirm is 409 there.
+TEST_F(HaFaultTest, EvictionsAndAllocationTtlsCarryOverAKill) {
+  constexpr auto kTtl = 6000ms;  // longer than a failover takes here, so that it expires after it
+  HaMembers members(cluster_->endpoints(), test_name(), kLease);
+  for (int i = 0; i < 3; ++i) {
+    members.add({"--eviction", "lru", "--read-lease-ms", "1", "--allocation-ttl-ms", std::to_string(kTtl.count())});
+  }
+  const std::size_t old_leader = members.wait_leader(kWait);
+  ASSERT_NE(old_leader, kNone) << members.logs();
+  ServerProcess& leader = members.process(old_leader);
+  ASSERT_EQ(post(leader, "/rank/0/initialize", R"({"num_pages":4})").status, 200);
+  // Ten keys on four pages: each new one evicts the least recently used. k6 read again, so the
+  // unconfirmed allocate of u0 evicts k7 (the least recent), not k6.
+  std::vector<std::string> keys;
+  for (int i = 0; i < 10; ++i) {
+    keys.push_back("k" + std::to_string(i));
+    std::string failure;
+    ASSERT_TRUE(write_key(leader, keys.back(), &failure)) << failure;
+  }
+  ASSERT_EQ(post(leader, "/keys/batch_exists", keys_body({"k6"})).status, 200);
+  const auto allocated = post(leader, "/keys/batch_allocate", allocate_body(0, {"u0"}));
+  const auto allocated_at = Clock::now();
+  ASSERT_EQ(allocated.status, 200) << allocated.body;
+  const std::vector<Page> u0 = allocated_pages(allocated.body, {"u0"});
+  ASSERT_EQ(u0.size(), 1u);
+  ASSERT_NE(u0[0], kNoPage) << allocated.body;
+  const auto before = post(leader, "/keys/batch_exists", keys_body(keys));
+  ASSERT_EQ(before.status, 200);
+  EXPECT_EQ(before.body, R"({"exists":[false,false,false,false,false,false,true,false,true,true]})");
+  const std::vector<std::string> kept{"k6", "k8", "k9"};
+  const auto located = post(leader, "/keys/get_locations", locations_body(0, kept));
+  ASSERT_EQ(located.status, 200);
+
+  leader.kill();
+  const std::size_t next = members.wait_leader(kWait, all_but(3, old_leader));
+  ASSERT_NE(next, kNone) << members.logs();
+  ServerProcess& now = members.process(next);
+  const auto after = post(now, "/keys/batch_exists", keys_body(keys));
+  ASSERT_EQ(after.status, 200) << after.body;
+  EXPECT_EQ(after.body, before.body);
+  const auto relocated = post(now, "/keys/get_locations", locations_body(0, kept));
+  ASSERT_EQ(relocated.status, 200);
+  EXPECT_EQ(located_pages(relocated.body, kept.size()), located_pages(located.body, kept.size()));
+  // Whether the new leader's calls above came before u0's TTL ran out (they would reclaim it).
+  const bool within_ttl = Clock::now() < allocated_at + kTtl - 1s;
+
+  // Past u0's TTL, the standby, scraped as Prometheus scrapes every member, reclaims nothing of its
+  // own: its state moves by the log alone (a reclaim of its own would put a record in its journal
+  // that the log never had, and the leader's would then not follow). The new leader reclaims the
+  // page when next asked (a scrape here), never before the TTL; the standby gets that from the log.
+  const std::string allocated_gauge = R"(hf3fs_meta_rank_pages{namespace="default",rank="0",state="allocated"})";
+  const std::vector<std::size_t> survivors = all_but(3, old_leader);
+  const std::size_t standby = survivors[0] == next ? survivors[1] : survivors[0];
+  if (within_ttl) {
+    EXPECT_EQ(metric(members, next, allocated_gauge), 1);
+  }
+  while (Clock::now() < allocated_at + kTtl + 200ms) std::this_thread::sleep_for(50ms);  // the TTL is wall time
+  if (within_ttl) {
+    EXPECT_EQ(metric(members, standby, allocated_gauge), 1) << members.logs();
+  } else {
+    std::cerr << "the failover outlasted u0's TTL: the standby's own clock was not put to the test\n";
+  }
+  EXPECT_EQ(metric(members, next, allocated_gauge), 0) << members.logs();
+  const auto late = post(now, "/keys/confirm_write", confirm_body(0, {"u0"}, u0));
+  EXPECT_EQ(late.status, 409) << late.body;
+  std::string failure;
+  ASSERT_TRUE(write_key(now, "after", &failure)) << failure;
+  const std::uint64_t tip = members.health(next).applied_seq;
+  const auto caught = members.wait_standby_at(standby, members.url(next), tip, kWait);
+  EXPECT_EQ(caught.applied_seq, tip) << caught.body << members.logs();
+  EXPECT_EQ(metric(members, standby, "hf3fs_meta_ha_log_apply_failures_total"), 0) << members.logs();
+  EXPECT_EQ(metric(members, standby, allocated_gauge), 0) << members.logs();
+  EXPECT_EQ(members.stop_all(), "") << members.logs();
+}
+
 // A data dir holding changes the cluster's log never had (a server's own, started as a member of a new
 // cluster): the member wins the election but will not lead from it (it would serve changes no other
 // member can ever have), says why, and applies nothing.

@@ -301,6 +301,26 @@ TEST_F(Lifecycle, ReclaimsAllocatedPagesInAllocationOrderAndRefusesTheLateConfir
   expect_counts_add_up(*s);
 }
 
+// An HA standby's state (hold_clock): nothing expires by the clock, however far it goes, and no
+// change is recorded; let go, what expired meanwhile expires at the next call.
+TEST_F(Lifecycle, AHeldClockExpiresNothingUntilLetGo) {
+  auto s = make({.lru = true, .lease_ms = 50, .ttl_ms = 100});
+  std::vector<ChangeKind> recorded;
+  s->set_change_sink([&recorded](const Change& change) { recorded.push_back(change.kind); });
+  ASSERT_TRUE(s->initialize(0, 4).has_value());
+  EXPECT_THAT(allocate(*s, 0, {"a"}), ElementsAre(0));
+  s->hold_clock(true);
+  const std::size_t before = recorded.size();
+  clock.set(1000);
+  EXPECT_EQ(s->page_state(0, 0), PageState::allocated);
+  EXPECT_EQ(s->stats().reclaimed_allocated_pages, 0u);
+  EXPECT_EQ(recorded.size(), before);
+  s->hold_clock(false);
+  EXPECT_EQ(s->page_state(0, 0), PageState::free);
+  EXPECT_EQ(s->stats().reclaimed_allocated_pages, 1u);
+  EXPECT_GT(recorded.size(), before);
+}
+
 TEST_F(Lifecycle, ALateConfirmOfAReclaimedPageAllocatedToAnotherKeyIsRefused) {
   auto s = make({.ttl_ms = 100});
   ASSERT_TRUE(s->initialize(0, 1).has_value());
