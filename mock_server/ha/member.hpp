@@ -135,7 +135,7 @@ class Member {
   void switch_mode(Mode mode);
   void start_following();
   // Behind the compacted log while running: one attempt at the leader's snapshot, installed into
-  // the store, then following from it. Whether it worked (if not, run() tries again a second later).
+  // the store, then following from it. Whether it worked (if not, the core has it try again a second later).
   bool catch_up_from_snapshot();
   EtcdResult<void> apply(const LogEntry& entry);
   // Puts this member's applied seq under its lease (members/<name>), when it changed.
