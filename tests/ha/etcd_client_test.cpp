@@ -32,6 +32,15 @@ class EtcdClientTest : public ::hf3fs_meta::testing::EtcdSuite {
     return o;
   }
 
+  // The cluster's members behind `first` (a member that does not answer), 300 ms an attempt.
+  static EtcdOptions behind(HttpPeer& first) {
+    auto endpoints = cluster_->client_urls();
+    endpoints.insert(endpoints.begin(), first.url());
+    EtcdOptions o = options(endpoints);
+    o.request_timeout = 300ms;
+    return o;
+  }
+
   // A key of this test's own.
   std::string key(std::string_view suffix) const { return "/test/" + test_name() + "/" + std::string(suffix); }
 
@@ -133,11 +142,7 @@ TEST_F(EtcdClientTest, AMemberThatRefusesConnectionsIsPassedForReadsAndWrites) {
 // answered, so the silent one costs no more than that attempt.
 TEST_F(EtcdClientTest, AMemberThatDoesNotAnswerCostsOneAttemptAndIsThenPassedOver) {
   HttpPeer stopped(HttpPeer::Mode::silent);
-  auto endpoints = cluster_->client_urls();
-  endpoints.insert(endpoints.begin(), stopped.url());
-  EtcdOptions o = options(endpoints);
-  o.request_timeout = 300ms;
-  EtcdClient client(o);
+  EtcdClient client(behind(stopped));
   const auto read = client.range({key("k")});
   ASSERT_TRUE(read) << read.error().message;
   EXPECT_EQ(client.current_endpoint(), cluster_->client_url(0));
@@ -151,11 +156,7 @@ TEST_F(EtcdClientTest, AMemberThatDoesNotAnswerCostsOneAttemptAndIsThenPassedOve
 // caller decides whether a repeat is safe), but the next call starts at the next member.
 TEST_F(EtcdClientTest, AWriteLostInASilentMemberIsUnknownNotRepeatedAndTheNextCallStartsAtTheNext) {
   HttpPeer stopped(HttpPeer::Mode::silent);
-  auto endpoints = cluster_->client_urls();
-  endpoints.insert(endpoints.begin(), stopped.url());
-  EtcdOptions o = options(endpoints);
-  o.request_timeout = 300ms;
-  EtcdClient client(o);
+  EtcdClient client(behind(stopped));
   const auto put = client.put({key("k"), "v"});
   ASSERT_FALSE(put);
   EXPECT_EQ(put.error().kind, EtcdError::Kind::unknown);
