@@ -70,6 +70,8 @@ struct ServerOptions {
   std::string ha_name;
   std::string ha_advertise;  // empty: the URL the server listens on
   std::chrono::seconds ha_lease{3};
+  // Appends to the log in flight at once (Journal::Options::replicate_in_flight).
+  std::size_t ha_appends_in_flight = 4;
 };
 
 // --ha-etcd: the request bodies' limit (and its default), so that a record and its batch stay
