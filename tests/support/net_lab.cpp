@@ -11,6 +11,7 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <fstream>
 #include <stdexcept>
 #include <string_view>
 #include <system_error>
@@ -38,6 +39,16 @@ pid_t owner_of(std::string_view name) {
     pid = pid * 10 + (c - '0');
   }
   return pid;
+}
+
+// Whether `pid` still runs: a zombie (killed, not yet reaped by its parent) does not.
+bool runs(pid_t pid) {
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  const auto paren = line.rfind(')');  // the state follows the command, which may hold spaces
+  return paren == std::string::npos || paren + 2 >= line.size() || line[paren + 2] != 'Z';
 }
 
 }  // namespace
@@ -83,7 +94,7 @@ std::vector<std::string> NetLab::remove_leftovers() {
   for (const auto& entry : std::filesystem::directory_iterator(kNetnsDir, ec)) {
     const std::string name = entry.path().filename().string();
     const pid_t owner = owner_of(name);
-    if (owner <= 0 || owner == ::getpid() || ::kill(owner, 0) == 0 || errno != ESRCH) continue;
+    if (owner <= 0 || owner == ::getpid() || runs(owner)) continue;
     try {
       ip({"netns", "del", name});
       removed.push_back(name);
