@@ -169,8 +169,10 @@ class HaMembers {
   HaMembers& operator=(const HaMembers&) = delete;
 
   // Starts a member with an empty data dir of its own and `extra` arguments; its index. `etcd`: the
-  // etcd client URLs of this member alone, instead of the cluster's.
-  std::size_t add(const std::vector<std::string>& extra = {}, const std::string& etcd = {}) {
+  // etcd client URLs of this member alone, instead of the cluster's. `placement`: where it listens
+  // and runs (a network namespace of a NetLab), loopback by default.
+  std::size_t add(const std::vector<std::string>& extra = {}, const std::string& etcd = {},
+                  const Placement& placement = {}) {
     auto m = std::make_unique<Member>();
     m->name = std::string("m").append(std::to_string(members_.size()));
     m->log = (logs_.path() / std::string(m->name).append(".log")).string();
@@ -180,7 +182,7 @@ class HaMembers {
     args.insert(args.end(), extra.begin(), extra.end());
     // Kept before it starts, so that logs() shows the stderr of a member that would not start.
     members_.push_back(std::move(m));
-    members_.back()->process = std::make_unique<ServerProcess>(std::move(args), members_.back()->log);
+    members_.back()->process = std::make_unique<ServerProcess>(std::move(args), members_.back()->log, placement);
     return members_.size() - 1;
   }
 
