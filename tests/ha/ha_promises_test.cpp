@@ -122,6 +122,10 @@ TEST_F(HaPromisesTest, ALaggingStandbyThatWinsLeadsOnlyWithTheWholeLogApplied) {
   const std::size_t laggard = members.add({}, relay.url());
   const std::uint64_t before = members.health(first).applied_seq;
   ASSERT_EQ(members.wait_standby_at(laggard, members.url(first), before, kWait).applied_seq, before) << members.logs();
+  // Its watch opens after the catch-up read that brought it there: waited for, a bounded while.
+  for (const auto watching_by = Clock::now() + kWait; relay.watches() == 0 && Clock::now() < watching_by;) {
+    std::this_thread::sleep_for(10ms);
+  }
   ASSERT_GE(relay.watches(), 1u) << "the standby's watch does not go through the relay";
 
   relay.throttle_watches(1000);
