@@ -1,4 +1,4 @@
-// Journal::Options::replicate (issue 21): a record is acknowledged once the replicated log has it,
+// Journal::Options::replicate: a record is acknowledged once the replicated log has it,
 // never before; what is written during a replication goes into the next batch (group commit);
 // batches are whole records in order under the size limit; a failed replication is rolled back to
 // the last record replicated. The replicated log here is the test's own, which can hold a call.

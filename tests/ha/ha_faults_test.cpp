@@ -1,4 +1,4 @@
-// hf3fs-meta-server's --ha-* members (issue 21) under faults, as processes on a real 3-member etcd:
+// hf3fs-meta-server's --ha-* members under faults, as processes on a real 3-member etcd:
 // a leader that hangs past its lease answers its held change 503 and comes back as a standby
 // without it; etcd losing its quorum stops changes at once and reads once the lease lapses, and
 // nothing acknowledged is lost when it recovers; the HA flags that do not fit are refused, each

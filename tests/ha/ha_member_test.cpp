@@ -1,4 +1,4 @@
-// hf3fs-meta-server's --ha-* members (issue 21) as processes against a real 3-member etcd: one
+// hf3fs-meta-server's --ha-* members as processes against a real 3-member etcd: one
 // leader and standbys that refuse naming it and follow its log; a leader killed with SIGKILL is
 // replaced within the lease and the replacement has every acknowledged change (pages, request-id
 // answers), again and again as killed members rejoin; the SDK given every member rides the

@@ -1,4 +1,4 @@
-// HaMembers: hf3fs-meta-server processes run as the members of one HA cluster (--ha-etcd, issue 21)
+// HaMembers: hf3fs-meta-server processes run as the members of one HA cluster (--ha-etcd)
 // on a test's etcd, each with a data dir and a stderr log of its own, and what a test asks of them:
 // a member's GET /healthz, the one member that leads, a wait for a role, the protocol's bodies
 // and answers through the SDK's own codec (hf3fs_meta/protocol.hpp), requests with headers of the
