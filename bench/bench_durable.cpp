@@ -1,4 +1,4 @@
-// Durability figures (issue 10): recovery of 8 ranks x 1,000,000 pages with 1,000,000 complete keys
+// Durability figures: recovery of 8 ranks x 1,000,000 pages with 1,000,000 complete keys
 // (a snapshot, then a journal of the last rank's work replayed after it), the snapshot's size and
 // the time to write it. HF3FS_BENCH_DATA_DIR names where the data dir goes (default: a temporary
 // directory under /var/tmp, on a disk rather than tmpfs); it is built once per run.

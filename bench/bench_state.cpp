@@ -1,6 +1,6 @@
-// Micro-benchmarks of MetadataState. Goals (issue): BM_Release1000Into1M <= 50 us (vLLM: ~4.5 s),
+// Micro-benchmarks of MetadataState. Goals: BM_Release1000Into1M <= 50 us (vLLM: ~4.5 s),
 // BM_Allocate128 <= 30 us, BM_Init1M <= 10 ms, BM_Exists1250 <= 100 us; BM_AllocateEvict128 within 2x
-// BM_Allocate128 (issue 11).
+// BM_Allocate128.
 //   bench_state --benchmark_filter=. --benchmark_repetitions=3
 // The timed benchmarks use manual time around the measured call only, so that refilling the pool
 // between iterations is not counted. That time is the thread's CPU time (CLOCK_THREAD_CPUTIME_ID,
@@ -232,7 +232,7 @@ void BM_Release1000Into1M(benchmark::State& bench) {
 BENCHMARK(BM_Release1000Into1M)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 // batch_exists of 1,250 keys (vLLM's largest batches) against 200k known keys, half of them present,
-// in the namespace `ns` (issue 20: a named one is found by its name under the lock, with two more
+// in the namespace `ns` (a named one is found by its name under the lock, with two more
 // namespaces beside it).
 void exists_1250(benchmark::State& bench, NamespaceRef ns) {
   MetadataState state;

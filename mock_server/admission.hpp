@@ -1,4 +1,4 @@
-// Router::admit's authentication and namespace steps (issue 20; docs/protocol.md, "Namespaces" and
+// Router::admit's authentication and namespace steps (docs/protocol.md, "Namespaces" and
 // "Tenants"), in a file of their own: added to router.cpp they changed GCC's inlining there
 // (string_view::compare, substr), and every request, with or without them, paid ~25 instructions in
 // Router::step.

@@ -1,5 +1,5 @@
 // Request-id deduplication: batch_allocate and confirm_write carrying X-Request-Id are applied once.
-// The key is (namespace, route, id): ids of one namespace never answer another's requests (issue 20).
+// The key is (namespace, route, id): ids of one namespace never answer another's requests.
 // The namespace is its name, not its id, so that a repeat after the namespace was dropped finds its
 // entry and gets 409 from the router's check of its pages, as a repeat after /clear does. A 2xx
 // answer is kept for the window (`ttl`) and given again to a repeat without applying anything; a

@@ -47,7 +47,7 @@ double value_of(const std::atomic<std::uint64_t>& v) {
 }
 
 // The state's figures, one set per namespace (MetadataState::all_stats, by name), each sample labelled
-// with its namespace first (issue 20): a family's samples share one label set, so the default-only
+// with its namespace first: a family's samples share one label set, so the default-only
 // server labels its samples too (namespace="default"). Only namespaces that exist appear, so
 // StateOptions::max_namespaces bounds the samples.
 using NamespaceStats = std::vector<std::pair<std::string, StateStats>>;
@@ -152,7 +152,7 @@ void RequestCounters::record(std::size_t shard, RouteLabel route, int status,
 }
 
 std::vector<MetricFamily> RequestCounters::Collect() const {
-  // No namespace label here (issue 20): these are counted on the request path, in shards per I/O
+  // No namespace label here: these are counted on the request path, in shards per I/O
   // thread of a counter per route and status (600 8-byte atomics per route label, RouteLabel::kCount
   // of them: 80-100 KB a shard); a namespace dimension would multiply that by the namespaces allowed
   // (about 100 MB per I/O thread at 1024) and put a lookup by name on the request path. The

@@ -71,7 +71,7 @@ enum class Stage : std::uint8_t {
 struct Exchange {
   RouteLabel label = Route::not_found;
   RoutedTarget target;  // routed once, handed to Service::handle
-  // The namespace the request acts in (issue 20), set by admit: the header's checked value, or the
+  // The namespace the request acts in, set by admit: the header's checked value, or the
   // tenant's namespace; empty for the default one. Views the request or the tenant table.
   std::string_view ns;
   Stage stage = Stage::admit;

@@ -28,7 +28,7 @@ struct ServerOptions {
   std::int64_t max_pages = std::int64_t{1} << 24;
   std::int64_t max_ranks = 1024;
   std::int64_t max_total_pages = std::int64_t{1} << 28;
-  // Namespaces (issue 20; docs/protocol.md, "Namespaces"): the pages of all ranks of one namespace
+  // Namespaces (docs/protocol.md, "Namespaces"): the pages of all ranks of one namespace
   // (0: max_total_pages), and how many namespaces may exist at once, the default one included.
   std::int64_t namespace_max_total_pages = 0;
   std::int64_t namespace_max_ranks = 0;
@@ -53,7 +53,7 @@ struct ServerOptions {
   std::string tls_key;
   bool enable_fault_injection = false;
   bool log_requests = false;
-  // The cache lifecycle (issue 11), off unless asked for.
+  // The cache lifecycle, off unless asked for.
   Eviction eviction = Eviction::none;
   std::optional<std::chrono::milliseconds> read_lease;  // unset: 5000 with eviction, else 0
   std::chrono::milliseconds allocation_ttl{0};          // 0: nothing is reclaimed
@@ -63,7 +63,7 @@ struct ServerOptions {
   std::uint64_t snapshot_after_bytes = std::uint64_t{64} << 20;
   std::string verify_data_dir;  // check this data dir offline, print a summary, exit
   bool verify_ha_log = false;   // check the cluster's replicated log offline, print a summary, exit
-  // High availability on etcd (issue 21; docs/design.md "High availability"): empty ha_etcd, a
+  // High availability on etcd (docs/design.md "High availability"): empty ha_etcd, a
   // single server. The lease is whole seconds (etcd's), at least 2.
   std::vector<std::string> ha_etcd;
   std::string ha_cluster;

@@ -1,4 +1,4 @@
-// --tenants-file (issue 20; docs/protocol.md, "Tenants"): which bearer tokens the server accepts and
+// --tenants-file (docs/protocol.md, "Tenants"): which bearer tokens the server accepts and
 // the namespace each acts in. One `TOKEN NAMESPACE` per line; NAMESPACE `*` makes an operator, who
 // acts in any namespace (X-Hf3fs-Namespace) and may read /metrics, use /_faults and list or drop
 // namespaces. The table is keyed by the SHA-256 of each token, so that how long a lookup takes says

@@ -23,7 +23,7 @@ namespace hf3fs_meta {
 struct ClientOptions {
   // The server, when `endpoints` is empty: one base URL, http:// or https://.
   std::string base_url = "http://127.0.0.1:18000";
-  // Not empty: the members of a highly available service (issue 21; docs/design.md, "Endpoints"),
+  // Not empty: the members of a highly available service (docs/design.md, "Endpoints"),
   // and base_url is not used. Calls go to one endpoint at a time, shared by every thread; a member
   // that answers 503 "not the leader" sends them to the leader it names (X-Hf3fs-Leader, which need
   // not be in this list), or, naming none, to the next endpoint, as does a failure with no answer.
@@ -37,7 +37,7 @@ struct ClientOptions {
   // Not empty: every request carries `Authorization: Bearer <auth_token>` (a server started with
   // --auth-token-file). Empty: no Authorization header, as vLLM's own client.
   std::string auth_token;
-  // Not empty: the namespace this client acts in (issue 20; docs/protocol.md, "Namespaces"), sent as
+  // Not empty: the namespace this client acts in (docs/protocol.md, "Namespaces"), sent as
   // X-Hf3fs-Namespace on every request (restores included), so its ranks, pages and keys are apart
   // from other namespaces'. 1 to 64 characters of A-Z, a-z, 0-9, '.', '_' and '-'; any other value
   // refuses every call before sending (errc::invalid_argument naming this option). A server that
@@ -98,7 +98,7 @@ class Connection {
   virtual Result<void> clear(const CallOptions& call) = 0;
   virtual Result<DropOutcome> drop_rank(Rank rank, const CallOptions& call) = 0;
   virtual Result<RawResponse> raw(std::string_view path, std::string_view body, const CallOptions& call) = 0;
-  // Namespaces (issue 20; GET /namespaces, POST /namespaces/{name}/drop, POST /keys/status). Pure, as
+  // Namespaces (GET /namespaces, POST /namespaces/{name}/drop, POST /keys/status). Pure, as
   // every call above: a user's own Connection must implement them (MockConnection does), so that a
   // missing one is a compile error rather than a call failing at run time.
   virtual Result<std::vector<NamespaceSummary>> namespaces(const CallOptions& call) = 0;

@@ -28,9 +28,9 @@ enum class Route : std::uint8_t {
   delete_keys,  // extension (like SGLang's delete_keys)
   stats,        // extension
   drop_rank,  // extension of the reference server
-  namespaces,      // extension (issue 20): GET /namespaces
-  drop_namespace,  // extension (issue 20): POST /namespaces/{name}/drop
-  key_status,      // extension (issue 20): POST /keys/status
+  namespaces,      // extension: GET /namespaces
+  drop_namespace,  // extension: POST /namespaces/{name}/drop
+  key_status,      // extension: POST /keys/status
   redirect,  // an endpoint's path with a trailing slash: 307
   method_not_allowed,
   not_found,
@@ -71,7 +71,7 @@ inline constexpr std::string_view kNameParameter = "{name}";
 // (ReleaseKey). vLLM's server would put such a pair into its free list: send bare pages to it.
 inline constexpr std::string_view kKeyedReleaseHeader = "X-Hf3fs-Keyed-Release";
 
-// Extension (issue 20; docs/protocol.md "Namespaces"): the namespace a request acts in. Absent, the
+// Extension (docs/protocol.md "Namespaces"): the namespace a request acts in. Absent, the
 // default one, which answers as vLLM's server does. A server that knows namespaces echoes the header
 // in its answer to a request that carried it; vLLM's server ignores it (and serves its one space).
 inline constexpr std::string_view kNamespaceHeader = "X-Hf3fs-Namespace";
@@ -90,7 +90,7 @@ constexpr bool valid_namespace_name(std::string_view name) {
   return true;
 }
 
-// High availability (issue 21; docs/protocol.md "High availability"): a member that is not the
+// High availability (docs/protocol.md "High availability"): a member that is not the
 // leader (a standby, a candidate, or a leader whose lease may have lapsed) answers every protocol
 // route 503 with a JSON detail starting with kNotLeaderDetailPrefix, and applies nothing, so that
 // any call may be repeated, whatever its idempotency. When it knows the leader, the answer carries
@@ -199,7 +199,7 @@ inline constexpr RouteInfo kRoutes[] = {
      .operation = Operation::drop_rank,
      .repeat = Repeat::never,
      .changes_state = true},
-    // Namespaces (issue 20; docs/protocol.md, "Namespaces"). Wire numbers 9-11 are the routing
+    // Namespaces (docs/protocol.md, "Namespaces"). Wire numbers 9-11 are the routing
     // outcomes', so these take 12-14. Dropping a namespace is never repeated: it could drop one
     // created again since the first attempt.
     {.route = Route::namespaces,

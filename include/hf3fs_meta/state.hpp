@@ -76,7 +76,7 @@ struct StateOptions {
   // Read at the start of every call while one of the above is on; what expired by then is processed
   // first. A reading below an earlier one counts as the earlier one. Empty: std::chrono::steady_clock.
   std::function<std::chrono::milliseconds()> clock{};
-  // Namespaces (issue 20): how many may exist at once, the default one included, and the pages of all
+  // Namespaces: how many may exist at once, the default one included, and the pages of all
   // ranks of one namespace together (0: max_total_pages). Checked by a worker's initialize, the only
   // call that creates a namespace, and by a replayed or imported one.
   std::int64_t max_namespaces = 1024;
@@ -136,7 +136,7 @@ enum class ChangeKind : std::uint8_t {
   cleared = 4,       // every rank and key forgotten
   rank_dropped = 5,  // rank: the rank, its pages and its keys' mappings on it gone; keys left unmapped gone
   keys_deleted = 6,  // deleted, in order: each key gone, its pages to the ends of their pools (POST /keys/delete)
-  // The cache lifecycle's effects (issue 11), decided by the clock, the LRU order and the leases:
+  // The cache lifecycle's effects, decided by the clock, the LRU order and the leases:
   // recorded as what happened, so that replay decides nothing.
   keys_removed = 7,    // removal, draining, deleted (the names, in order): each key gone; its pages to the
                        // ends of their pools, or, draining, kept until the key's lease ends (key_drained)
@@ -146,7 +146,7 @@ enum class ChangeKind : std::uint8_t {
   // rank, page, key_id: an orphaned page whose key was under a read lease when it moved: owned by the
   // key id given (no name, in no lookup) until key_drained returns it to the end of its pool.
   page_draining = 11,
-  // Namespaces (issue 20): not lifecycle kinds. Every record carries the namespace it acts in (ns).
+  // Namespaces: not lifecycle kinds. Every record carries the namespace it acts in (ns).
   namespace_created = 12,  // ns (the new id, never reused), ns_name
   namespace_dropped = 13,  // ns: the namespace, its ranks and its keys gone
 };

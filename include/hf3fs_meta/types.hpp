@@ -61,7 +61,7 @@ struct DropOutcome {
   friend bool operator==(const DropOutcome&, const DropOutcome&) = default;
 };
 
-// Namespaces (issue 20; docs/protocol.md, "Namespaces").
+// Namespaces (docs/protocol.md, "Namespaces").
 // GET /namespaces: one namespace.
 struct NamespaceSummary {
   std::string name;

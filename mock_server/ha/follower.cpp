@@ -53,7 +53,11 @@ void LogFollower::watch_while_live() {
 }
 
 EtcdResult<void> check_follows(const LogEntry& entry, std::uint64_t applied, bool may_overlap) {
-  const auto run = record_run(entry.batch);
+  return check_follows(entry, record_run(entry.batch), applied, may_overlap);
+}
+
+EtcdResult<void> check_follows(const LogEntry& entry, const EtcdResult<RecordRun>& run, std::uint64_t applied,
+                               bool may_overlap) {
   if (run && run.value().last == entry.last_seq && entry.last_seq > applied &&
       (may_overlap ? run.value().first <= applied + 1 : run.value().first == applied + 1)) {
     return boost::outcome_v2::success();

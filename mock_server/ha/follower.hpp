@@ -32,6 +32,9 @@ namespace hf3fs_meta::server::ha {
 // begins right after it, or at or before it when `may_overlap` (the member's last record may be
 // inside an entry: see above). The error names the seqs: the log has a gap or holds a record twice.
 EtcdResult<void> check_follows(const LogEntry& entry, std::uint64_t applied, bool may_overlap);
+// The same, given the entry's record run as record_run(entry.batch) read it.
+EtcdResult<void> check_follows(const LogEntry& entry, const EtcdResult<RecordRun>& run, std::uint64_t applied,
+                               bool may_overlap);
 
 class LogFollower {
  public:

@@ -164,7 +164,7 @@ void Member::run() {
       case MemberAction::Kind::wait: wait_for_event(action.until); break;
       case MemberAction::Kind::stop: return;
       case MemberAction::Kind::stand_down: stand_down(action.why); break;
-      case MemberAction::Kind::step_down_for_disk: step_down_for_disk(); break;
+      case MemberAction::Kind::step_down_for_disk: step_down_for_disk(action.why); break;
       case MemberAction::Kind::resign: election_.resign(); break;
       case MemberAction::Kind::fetch_snapshot:
         core.fetched(catch_up_from_snapshot(), std::chrono::steady_clock::now());
@@ -181,7 +181,9 @@ void Member::run() {
 }
 
 MemberFacts Member::facts() const {
-  return MemberFacts{store_->journal().writable().has_value(), election_.surely_alive(), renewal_interval()};
+  const auto writable = store_->journal().writable();
+  return MemberFacts{writable.has_value(), election_.surely_alive(), renewal_interval(),
+                     writable ? std::string() : writable.error().message};
 }
 
 void Member::take_events(MemberCore& core) {
@@ -330,14 +332,12 @@ void Member::stand_down(const std::string& why) {
   start_following();
 }
 
-void Member::step_down_for_disk() {
-  const auto writable = store_->journal().writable();
-  const std::string why = writable ? std::string("a write failed") : writable.error().message;
+void Member::step_down_for_disk(const std::string& why) {
   // What was written before the failure goes to the log first, its callers told the log's answer
   // (Store::settle waits for it, then rolls back what was never written): nothing the log took is
   // answered "not applied", and the state ends where the log does.
   if (auto settled_store = store_->settle(); !settled_store) log("rolling back: " + settled_store.error().message);
-  stand_down("the data dir failed (" + why + "): a member whose disk works leads");
+  stand_down(why);
   // The lease goes now, not a lease later; the others campaign first (the core waits a while).
   election_.resign();
 }

@@ -126,8 +126,9 @@ class Member {
   void stand_down(const std::string& why);
   // The leader's local journal failed (a full disk, say): it stands down and resigns so that a
   // healthy standby leads at once; the core has it campaign again only once its data dir writes
-  // again (a snapshot cleared the failure; the log then brings what it missed).
-  void step_down_for_disk();
+  // again (a snapshot cleared the failure; the log then brings what it missed). `why`: the core's
+  // words for it, with the journal's error.
+  void step_down_for_disk(const std::string& why);
   // stand_down's and stop()'s first half: no more answers, no more following, what the log did not
   // take rolled back. Whether the member led.
   bool stop_answering();

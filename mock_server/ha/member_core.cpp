@@ -67,7 +67,9 @@ std::optional<MemberAction> MemberCore::on_disk(Time now, const MemberFacts& fac
   if (!leading_ || facts.disk_writable) return std::nullopt;
   leading_ = false;
   campaign_after_ = now + timing_.retry;  // the others campaign first
-  return act(Kind::step_down_for_disk, Then::end_pass);
+  const std::string failure = facts.disk_error.empty() ? std::string("a write failed") : facts.disk_error;
+  return act(Kind::step_down_for_disk, Then::end_pass,
+             "the data dir failed (" + failure + "): a member whose disk works leads");
 }
 
 std::optional<MemberAction> MemberCore::on_ended(Time now, const MemberFacts&) {

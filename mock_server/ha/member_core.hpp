@@ -64,6 +64,7 @@ struct MemberFacts {
   bool disk_writable = true;         // the local journal writes (Journal::writable)
   bool lease_surely_alive = false;   // Election::surely_alive
   std::chrono::milliseconds renewal_interval{1000};  // a third of the TTL etcd granted
+  std::string disk_error{};          // when it does not: Journal::writable's why (may be empty)
 };
 
 struct RenewOutcome {

@@ -1,4 +1,4 @@
-// Role: what the server's front knows of an HA member (issue 21), written by ha::Member and read by
+// Role: what the server's front knows of an HA member, written by ha::Member and read by
 // the Router on every request: whether it may answer as the leader at this instant, and who leads.
 // Without --ha-etcd there is none, and the Router serves as it always did.
 #pragma once

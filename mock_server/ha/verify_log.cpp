@@ -30,11 +30,11 @@ std::string check_records(const LogEntry& entry, std::uint64_t first_seq) {
   }
 }
 
-// What is wrong with `entry`, the one after record `applied` (0 and `first`: the oldest left).
-std::string check_entry(const LogEntry& entry, std::uint64_t applied, bool first) {
-  const auto run = record_run(entry.batch);
+// What is wrong with `entry`, whose records are `run` (record_run: read once an entry), the one after
+// record `applied` (0 and `first`: the oldest left).
+std::string check_entry(const LogEntry& entry, const EtcdResult<RecordRun>& run, std::uint64_t applied, bool first) {
   if (!run) return "log entry " + std::to_string(entry.last_seq) + ": " + run.error().message;
-  if (auto follows = check_follows(entry, first ? run.value().first - 1 : applied, false); !follows) {
+  if (auto follows = check_follows(entry, run, first ? run.value().first - 1 : applied, false); !follows) {
     return follows.error().message;
   }
   return check_records(entry, run.value().first);
@@ -58,10 +58,11 @@ EtcdResult<LogVerdict> verify_log(EtcdClient& etcd, const Keys& keys, std::int64
     more = read.value().more;
     for (const KeyValue& kv : read.value().kvs) {
       const LogEntry entry{keys.seq_of(kv.key), kv.value, kv.mod_revision};
+      const auto run = record_run(entry.batch);
       out.problem = entry.last_seq == 0 ? "the log holds " + kv.key + ", which is not an entry's key"
-                                        : check_entry(entry, out.last_seq, out.entries == 0);
+                                        : check_entry(entry, run, out.last_seq, out.entries == 0);
       if (!out.problem.empty()) break;
-      if (out.entries++ == 0) out.first_seq = record_run(entry.batch).value().first;
+      if (out.entries++ == 0) out.first_seq = run.value().first;
       out.last_seq = entry.last_seq;
       out.bytes += entry.batch.size();
       from = kv.key + '\0';

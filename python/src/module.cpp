@@ -310,7 +310,7 @@ std::string token_or_env(std::optional<std::string> token) {
   }
   return value;
 }
-// The namespace (issue 20): given, else $HF3FS_META_NAMESPACE, else empty (the default namespace, no
+// The namespace: given, else $HF3FS_META_NAMESPACE, else empty (the default namespace, no
 // header). A name no header could carry is refused (InvalidArgumentError naming where it came from)
 // before anything is sent.
 std::string namespace_or_env(std::optional<std::string> ns) {

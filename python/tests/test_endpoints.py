@@ -1,4 +1,4 @@
-"""Issue 21: a client of several endpoints, as a list or one "URL,URL" str (the drop-in's way). A
+"""A client of several endpoints, as a list or one "URL,URL" str (the drop-in's way). A
 member that is not the leader (here a small stand-in on loopback, answering as a standby does) sends
 the call to the leader it names; a member that does not answer, to the next URL."""
 

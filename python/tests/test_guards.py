@@ -1,4 +1,4 @@
-"""Issue 23's guards, from Python: tokens that cannot be sent are refused before anything is sent,
+"""The SDK's guards, from Python: tokens that cannot be sent are refused before anything is sent,
 durations too long for the clock are refused, the drop-in makes max_retries + 1 attempts for every
 failure (a refused connection included), a 401 names the token, and the server says "listening on"
 once."""

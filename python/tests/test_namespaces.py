@@ -1,4 +1,4 @@
-"""namespace= and $HF3FS_META_NAMESPACE (issue 20): the Python clients send X-Hf3fs-Namespace on
+"""namespace= and $HF3FS_META_NAMESPACE: the Python clients send X-Hf3fs-Namespace on
 every request, refuse a bad name before anything is sent, and refuse the answers of a server that
 ignores the header. A recording HTTP server in this process stands for the server, so what was sent
 (and that nothing was) can be read back."""

@@ -81,7 +81,7 @@ class Journal {
     // oldest dropped first: the answers the cache still holds are the newest, and weigh no more.
     // (Only a record whose answer the cache did not keep, a 503's, also weighs here.)
     std::size_t dedup_retained_bytes = std::size_t{256} << 20;
-    // --ha-etcd (issue 21): not empty, a record is acknowledged once this has put it in the
+    // --ha-etcd: not empty, a record is acknowledged once this has put it in the
     // replicated log, and not before (whatever the fsync mode says of the local files). Replicator
     // threads hand it the records written and not yet handed over, framed as in the files
     // (log_format.hpp), whole and in order, at most replicate_batch_bytes at a time (a larger record

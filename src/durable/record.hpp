@@ -5,7 +5,7 @@
 //          naming its number: the cache lifecycle's kinds 7-11 came later without a new version)
 //          u8 flags (bit 0: a DedupTag follows; bit 1: the record's namespace follows)
 //          [tag: u8 route (its wire number, RouteInfo::wire), u32 length, id, u64 body hash, u64 body size]
-//          [namespace: u32 id, never 0 (issue 20): a record of the default namespace has no bit 1, so
+//          [namespace: u32 id, never 0: a record of the default namespace has no bit 1, so
 //           it is byte for byte what a server before namespaces wrote]
 //          then the kind's fields (record.cpp). The namespaces' own kinds carry the namespace in their
 //          fields, never in bit 1: 12 namespace_created u32 id, u32 length, name; 13 namespace_dropped

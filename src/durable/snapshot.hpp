@@ -20,7 +20,7 @@
 // above) version 3's layout, and after the timed keys, per rank (in the order above): u32 marks, the
 // marked pages (u32 each, ascending);
 // in version 5 (written when named namespaces exist or existed, StateImage::namespaces or
-// next_namespace_id above 1, or an answer is of one; issue 20) version 4's layout for the default
+// next_namespace_id above 1, or an answer is of one) version 4's layout for the default
 // namespace, and after its reclaim marks: u32 next namespace id, u32 namespaces, per namespace (by
 // id): u32 id, u32 length, name, its ranks (as above, from u32 ranks), keys and free ids, its
 // draining key ids, timed pages (rank indexes into its own ranks), timed keys and reclaim marks (the

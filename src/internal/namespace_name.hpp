@@ -1,4 +1,4 @@
-// A namespace name (issue 20): the one check of its bytes with a message saying what is wrong, made
+// A namespace name: the one check of its bytes with a message saying what is wrong, made
 // wherever a name comes from (ClientOptions, Python's namespace=, $HF3FS_META_NAMESPACE, the CLI's
 // --namespace, the server's --tenants-file). The rule itself is routes.hpp's valid_namespace_name.
 #pragma once

@@ -1,4 +1,4 @@
-// The cache lifecycle (issue 11; all of it off by default): recency (each rank's LRU order of the
+// The cache lifecycle (all of it off by default): recency (each rank's LRU order of the
 // pages of complete, unleased keys), read leases (one list of key ids in the order their leases
 // end), eviction, the TTL's reclaim of allocated and orphaned pages and of incomplete keys, and the
 // drain of pages under a lease. What the clock, the LRU order and the leases decide is recorded as

@@ -4,7 +4,7 @@
 // Layout, chosen so that every operation costs O(1) per page and per key and nothing scans a pool:
 // - per rank, the page pool and page table (state/page_pool.hpp);
 // - keys: the key table (state/key_table.hpp);
-// - the cache lifecycle (issue 11; all of it off by default): state/lifecycle.cpp;
+// - the cache lifecycle (all of it off by default): state/lifecycle.cpp;
 // - the lock and which file holds what: state/state_impl.hpp.
 // This file holds the calls: what they check before anything changes, the lock, and their change
 // records; the effects they then apply are state/effects.cpp's, shared with replay.

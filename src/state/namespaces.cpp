@@ -1,4 +1,4 @@
-// Namespaces (issue 20; docs/design.md "State"): the core's table of them, their creation (by a
+// Namespaces (docs/design.md "State"): the core's table of them, their creation (by a
 // worker's initialize only), drop, clear_all, and the calls that look at all of them.
 #include <algorithm>
 #include <mutex>

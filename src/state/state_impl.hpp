@@ -1,5 +1,5 @@
 // MetadataState::Core and MetadataState::Impl: the state's parts and the operations on them (internal;
-// only src/state/*.cpp include this). A namespace (issue 20) is one Impl: its ranks, keys and
+// only src/state/*.cpp include this). A namespace is one Impl: its ranks, keys and
 // lifecycle. The Core is what they share: the lock, the change numbering and sink, the clock, and the
 // table of namespaces (the default one, id 0, reached without a lookup). Which file holds what:
 // - state/page_pool.hpp: one rank's pages (pool, page table, LRU links, reclaim marks);

@@ -332,7 +332,7 @@ TEST_F(CliTest, TheTokenComesFromTheTokenFileElseTheEnvironment) {
   EXPECT_EQ(sent.size(), 4u);
 }
 
-// Issue 23: a token that cannot be sent (any byte outside visible ASCII) is refused before anything
+// A token that cannot be sent (any byte outside visible ASCII) is refused before anything
 // is sent, naming where it came from: $HF3FS_META_TOKEN or --token-file.
 TEST_F(CliTest, ATokenThatCannotBeSentIsRefusedNamingWhereItCameFrom) {
   auto recorder = std::make_shared<CannedTransport>([](const HttpRequest&) -> TransportResult {
@@ -365,7 +365,7 @@ TEST_F(CliTest, ATokenThatCannotBeSentIsRefusedNamingWhereItCameFrom) {
   EXPECT_EQ(recorder->calls, 1);
 }
 
-// Issue 21: --url, else $HF3FS_META_URL, may list the members of a highly available service; the
+// --url, else $HF3FS_META_URL, may list the members of a highly available service; the
 // call goes to the leader a member names. A bad entry is a usage error naming where it came from and
 // its index, and nothing is sent.
 class CliEndpointsTest : public ::testing::Test {
@@ -422,7 +422,7 @@ TEST_F(CliEndpointsTest, ABadEntryIsAUsageErrorNamingWhereItCameFromAndNothingIs
   EXPECT_THAT(sent, ::testing::ElementsAre("http://127.0.0.1:18002"));
 }
 
-// Issue 20: --namespace NAME, else $HF3FS_META_NAMESPACE, is sent as X-Hf3fs-Namespace; a server
+// --namespace NAME, else $HF3FS_META_NAMESPACE, is sent as X-Hf3fs-Namespace; a server
 // that answers without echoing it (vLLM's) is a protocol error; a bad name is a usage error naming
 // where it came from, and nothing is sent.
 class CliNamespaceTest : public ::testing::Test {
@@ -495,7 +495,7 @@ TEST_F(CliNamespaceTest, HelpSaysWhatTheNamespaceIsAndWhatClearForgets) {
   EXPECT_TRUE(sent.empty());
 }
 
-// Issue 20: exists --why asks POST /keys/status after the exists answer.
+// exists --why asks POST /keys/status after the exists answer.
 TEST_F(CliTest, ExistsWhySaysWhichRanksConfirmedAndWhatTheKeyNeeds) {
   for (Rank rank : {0, 1, 2}) ASSERT_EQ(run({"init", std::to_string(rank), "--pages", "4"}).status, kSuccess);
   for (Rank rank : {0, 1}) {

@@ -1,5 +1,5 @@
 // Client over a GoogleMock transport: what each call sends, how each answer decodes, how each
-// failure is classified, and what the client refuses before sending (issue 3).
+// failure is classified, and what the client refuses before sending.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 

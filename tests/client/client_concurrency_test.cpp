@@ -29,7 +29,7 @@ std::string key_of(int thread, int call) {
   return key;
 }
 
-// Issue 21: threads of one client share its current endpoint while the leader moves among three
+// Threads of one client share its current endpoint while the leader moves among three
 // members under them (each move a failover: the old leader answers "not the leader", naming the new
 // one or not). Every call succeeds, the calls follow the leader rather than each finding it alone,
 // and the endpoint ends at the last leader.

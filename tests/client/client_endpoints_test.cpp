@@ -1,4 +1,4 @@
-// A client of several endpoints (issue 21, docs/design.md "Endpoints"): a member that is not the
+// A client of several endpoints (docs/design.md "Endpoints"): a member that is not the
 // leader sends the call to the leader it names, or to the next endpoint, as a failure with no answer
 // does; such an answer applied nothing, so any call is repeated, within its deadline. A scripted
 // transport that records each attempt's endpoint, a fake clock, a sleeper that only advances it.

@@ -1,4 +1,4 @@
-// The SDK's guards of issue 23, against a fake server that records every request: tokens that
+// The SDK's guards, against a fake server that records every request: tokens that
 // cannot be sent are refused before anything is (fuzzed with keys), durations too long for the
 // clock are clamped, urllib3's attempt count and backoff as a policy configuration, error texts
 // that say what happened, and keyed releases to a server that advertises them.

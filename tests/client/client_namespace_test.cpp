@@ -1,4 +1,4 @@
-// ClientOptions::namespace_name (issue 20; docs/protocol.md, "Namespaces"): the header on every kind
+// ClientOptions::namespace_name (docs/protocol.md, "Namespaces"): the header on every kind
 // of request, none without the option, a bad name refused before anything is sent, an answer
 // without the echo refused as the shared space of a server without namespaces, and restores made
 // in the namespace the rank was registered in.

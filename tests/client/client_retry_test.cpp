@@ -1,4 +1,4 @@
-// The retry loop (issue 4, docs/design.md "Retries"): a scripted transport, a fake clock and a sleeper that
+// The retry loop (docs/design.md "Retries"): a scripted transport, a fake clock and a sleeper that
 // only advances it. Nothing really sleeps.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -100,7 +100,7 @@ TEST_F(ClientRetryTest, RefusedConnectionsStopWhenOtherFailuresDrainedTheBudget)
   EXPECT_EQ(r.error().stop_reason, "retry budget exhausted");
 }
 
-// Issue 12: a call rides out a server restart. Connection refused (the request never left) is
+// A call rides out a server restart. Connection refused (the request never left) is
 // repeated until the call's deadline, not until an attempt count.
 TEST_F(ClientRetryTest, RefusedConnectionsAreRepeatedPastTheAttemptCountUntilTheDeadline) {
   ClientOptions options;

@@ -1,4 +1,4 @@
-// CurlTransport against a real HTTP peer on 127.0.0.1 (issue 3). The transport's own tests
+// CurlTransport against a real HTTP peer on 127.0.0.1. The transport's own tests
 // (CurlTransportTest) run against both libcurl transports: the blocking one (easy handles) and the
 // asynchronous ones (CurlMultiTransport and the asio one, driven to completion by
 // BlockingAsyncTransport); a Client's
@@ -377,7 +377,7 @@ TEST(CurlClientTest, ClientOverCurlReusesOneConnection) {
   EXPECT_NE(seen[0].header("x-request-id"), seen[1].header("x-request-id"));
 }
 
-// Issue 21: a request goes to its endpoint, else to the transport's base URL; a client of several
+// A request goes to its endpoint, else to the transport's base URL; a client of several
 // endpoints reaches the leader a standby names, over one transport, and keeps going there.
 TEST_P(CurlTransportTest, ARequestGoesToItsEndpointElseToTheBaseUrl) {
   HttpPeer base(HttpPeer::Mode::answer, echo);

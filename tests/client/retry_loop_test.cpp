@@ -302,7 +302,7 @@ TEST_P(RetryLoopTest, AConnectionNothingAcceptedIsRepeatedPastTheAttemptCountUnt
             "within the deadline of 0.1 s");
 }
 
-// Issue 23: a policy that does not ride out restarts (the Python drop-in's, as vLLM's urllib3 Retry)
+// A policy that does not ride out restarts (the Python drop-in's, as vLLM's urllib3 Retry)
 // counts a connection nothing accepted as any other attempt: max_attempts, then the error.
 TEST_P(RetryLoopTest, APolicyThatCountsUnreachableStopsAtItsAttemptCount) {
   retry = std::make_unique<LimitedAttemptsRetryPolicy>(3, milliseconds(10000), Unreachable::count);

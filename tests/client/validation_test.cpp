@@ -125,7 +125,7 @@ TEST(ValidationTest, TheFirstProblemInCheckingOrderIsNamed) {
                  "confirmations[1]: duplicate key 'a' (also confirmations[0])");
 }
 
-// Issue 20: a namespace name to send in a path (drop_namespace) follows namespace_problem's rule,
+// A namespace name to send in a path (drop_namespace) follows namespace_problem's rule,
 // named "name"; its bad byte is located, never echoed.
 TEST(ValidationTest, NamespaceNamesFollowTheHeadersRule) {
   EXPECT_EQ(check_namespace_name(Operation::drop_namespace, "m1"), std::nullopt);

@@ -1,4 +1,4 @@
-// Namespaces over the real server (issue 20; docs/protocol.md, "Namespaces"), in raw HTTP with
+// Namespaces over the real server (docs/protocol.md, "Namespaces"), in raw HTTP with
 // X-Hf3fs-Namespace: what one namespace does is invisible in another, two "instances" of different
 // tensor-parallel sizes complete their keys side by side, the three routes of their own, the echo,
 // and a bad header. Requests without the header answer as before: the other contract suites.

@@ -132,7 +132,7 @@ TEST_F(ContractResilienceTest, AllocateAfterARealRestartOnTheSamePortReinitializ
   EXPECT_EQ(count(Kind::reinitialize), 1u);
 }
 
-// Issue 12: the server is down for a second (connections refused), then back with no state. A call
+// The server is down for a second (connections refused), then back with no state. A call
 // with the SDK's default policies rides it out: refused connections are repeated until the deadline
 // (not an attempt count, not spending the retry budget), then the rank is restored. A worker that
 // started during the outage (its ensure_initialized failed) is restored as well.

@@ -118,7 +118,7 @@ inline std::string label_value(std::string_view labels, std::string_view label) 
   return std::string(labels.substr(start, labels.find('"', start) - start));
 }
 
-// The default namespace's figures (every state family is labelled with its namespace, issue 20).
+// The default namespace's figures (every state family is labelled with its namespace).
 inline StateSnapshot parse_snapshot(std::string_view metrics_body) {
   StateSnapshot s;
   for (const auto& [labels, value] : metric_series(metrics_body, "hf3fs_meta_rank_pages")) {

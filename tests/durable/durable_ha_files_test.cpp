@@ -1,4 +1,4 @@
-// The data dir's side of an HA member (issue 21, ha/member.hpp): a replicated store trusts its data
+// The data dir's side of an HA member (ha/member.hpp): a replicated store trusts its data
 // dir only up to its newest snapshot (cut_journal_after_snapshot), a leader serves its newest
 // snapshot (map_newest_snapshot) and a member behind the compacted log installs them
 // (install_snapshot) before its store opens, or while it runs (Store::install_snapshot).

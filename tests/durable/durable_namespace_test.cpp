@@ -1,4 +1,4 @@
-// Namespaces on disk (issue 20; docs/design.md "Durable formats"): a record of a named namespace
+// Namespaces on disk (docs/design.md "Durable formats"): a record of a named namespace
 // carries its id (flag bit 1), the namespaces' own kinds 12 and 13 carry theirs and the name, a
 // snapshot holds the named namespaces from version 5 on; the default namespace's records and
 // snapshots are byte for byte what they were, and every refusal names what it refused.

@@ -614,7 +614,7 @@ TEST_P(DurableRestart, WhatWasAllocatedBeforeIsReclaimedAtItsOwnDeadline) {
   EXPECT_EQ(stats.reclaimed_keys, 1u);
 }
 
-// Issue 23, item 1, across a restart: a page the TTL reclaimed from "k1" and allocated to "k3"
+// A reclaimed page reallocated, across a restart: a page the TTL reclaimed from "k1" and allocated to "k3"
 // before the restart still refuses a bare release after it (the mark is in the snapshot, version 4,
 // and in the journal's page_reclaimed record); a keyed release still frees it for its holder only.
 TEST_P(DurableRestart, ABareReleaseOfAPageReallocatedAfterAReclaimIsStillRefused) {

@@ -29,7 +29,7 @@ const std::vector<std::pair<Route, int>> kPinned = {
     {Route::batch_exists, 3}, {Route::get_locations, 4},  {Route::clear, 5},
     {Route::delete_keys, 6},  {Route::stats, 7},          {Route::drop_rank, 8},
     {Route::redirect, 9},     {Route::method_not_allowed, 10}, {Route::not_found, 11},
-    // Namespaces (issue 20): rows inserted before `redirect`, numbered after the routing outcomes.
+    // Namespaces: rows inserted before `redirect`, numbered after the routing outcomes.
     {Route::namespaces, 12},  {Route::drop_namespace, 13}, {Route::key_status, 14},
 };
 

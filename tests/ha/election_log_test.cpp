@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <mutex>
@@ -484,14 +485,31 @@ class LostAnswerTest : public HaEtcdTest {
     return std::make_unique<EtcdClient>(o);
   }
   void expect_fenced_after_a_lost_answer(bool and_appends);
+
+  // Member "http://a" (a_) campaigns and wins: its fence; 0 when it did not win (the test has then
+  // failed, saying why).
+  std::int64_t win() {
+    a_.emplace(*etcd_, real_clock_, options("http://a"));
+    const auto won = a_->campaign();
+    if (!won) {
+      ADD_FAILURE() << "the campaign failed: " << won.error().message;
+      return 0;
+    }
+    if (!won.value().won) {
+      ADD_FAILURE() << "the campaign lost to " << won.value().leader;
+      return 0;
+    }
+    return won.value().fence;
+  }
+
+  std::optional<Election> a_;  // the writer's member, once win() made it
 };
 
 // The first copy committed (passed on to a real member) and only its answer was lost: the repeat's
 // compare fails, and the entry read back is this one, so the append is answered once, committed.
 TEST_F(LostAnswerTest, AnAppendThatCommittedThoughItsAnswerWasLostIsAnsweredAsCommitted) {
-  Election a(*etcd_, real_clock_, options("http://a"));
-  const auto won = a.campaign();
-  ASSERT_TRUE(won && won.value().won);
+  const std::int64_t fence = win();
+  ASSERT_NE(fence, 0);
   const Keys k = keys();
   std::mutex mutex;
   long passed_on = -1;  // the real member's status for the copy passed on; under mutex
@@ -501,7 +519,7 @@ TEST_F(LostAnswerTest, AnAppendThatCommittedThoughItsAnswerWasLostIsAnsweredAsCo
     passed_on = answer.status;
   });
   const auto etcd = losing_client(losing);
-  LogWriter writer(*etcd, k, won.value().fence, read_tip(*etcd_, k).value());
+  LogWriter writer(*etcd, k, fence, read_tip(*etcd_, k).value());
   const auto appended = writer.append(records(1, 2), 2);
   ASSERT_TRUE(appended) << appended.error().message;
   {
@@ -521,18 +539,17 @@ TEST_F(LostAnswerTest, AnAppendThatCommittedThoughItsAnswerWasLostIsAnsweredAsCo
   EXPECT_TRUE(next.value().lost_answer.empty());
   EXPECT_EQ(read_tip(*etcd_, k).value().seq, 3u);
   EXPECT_EQ(losing.requests().size(), 1u);
-  a.resign();
+  a_->resign();
 }
 
 // No member took the first copy: the tip is where the writer left it, so the repeat commits.
 TEST_F(LostAnswerTest, AnAppendLostBeforeAnyMemberTookItIsCommittedByItsRepeat) {
-  Election a(*etcd_, real_clock_, options("http://a"));
-  const auto won = a.campaign();
-  ASSERT_TRUE(won && won.value().won);
+  const std::int64_t fence = win();
+  ASSERT_NE(fence, 0);
   const Keys k = keys();
   HttpPeer losing(HttpPeer::Mode::hang_up);
   const auto etcd = losing_client(losing);
-  LogWriter writer(*etcd, k, won.value().fence, read_tip(*etcd_, k).value());
+  LogWriter writer(*etcd, k, fence, read_tip(*etcd_, k).value());
   const auto appended = writer.append(records(1, 2), 2);
   ASSERT_TRUE(appended) << appended.error().message;
   EXPECT_FALSE(appended.value().lost_answer.empty());
@@ -542,22 +559,21 @@ TEST_F(LostAnswerTest, AnAppendLostBeforeAnyMemberTookItIsCommittedByItsRepeat) 
   EXPECT_EQ(log.value().entries[0].batch, records(1, 2));
   EXPECT_EQ(appended.value().revision, log.value().entries[0].revision);
   EXPECT_EQ(losing.requests().size(), 1u);
-  a.resign();
+  a_->resign();
 }
 
 // While the first copy's answer is lost, another member takes the lead (`and_appends`: and puts its
 // own entry for the same records). The repeat is fenced, and nothing of this writer's is in the log,
 // whether the tip stayed short of the entry or another's entry holds its key.
 void LostAnswerTest::expect_fenced_after_a_lost_answer(bool and_appends) {
-  Election a(*etcd_, real_clock_, options("http://a"));
+  const std::int64_t fence = win();
+  ASSERT_NE(fence, 0);
   Election b(*etcd_, real_clock_, options("http://b"));
   const Keys k = keys();
-  const auto won = a.campaign();
-  ASSERT_TRUE(won && won.value().won);
   std::mutex mutex;
   std::optional<bool> taken_over;  // under mutex
   HttpPeer losing(HttpPeer::Mode::hang_up, {}, [&](const PeerRequest&) {
-    a.resign();
+    a_->resign();
     const auto taken = b.campaign();
     bool ok = taken && taken.value().won;
     if (ok && and_appends) {
@@ -568,7 +584,7 @@ void LostAnswerTest::expect_fenced_after_a_lost_answer(bool and_appends) {
     taken_over = ok;
   });
   const auto etcd = losing_client(losing);
-  LogWriter writer(*etcd, k, won.value().fence, read_tip(*etcd_, k).value());
+  LogWriter writer(*etcd, k, fence, read_tip(*etcd_, k).value());
   const auto appended = writer.append(records(1, 2), 2);
   {
     std::lock_guard lock(mutex);
@@ -601,9 +617,8 @@ TEST_F(LostAnswerTest, AnAppendLostWhileAnotherLeaderPutItsOwnEntryThereIsNotApp
 // No member answers at all: the writer repeats through each until the etcd call's timeout has
 // passed since its first copy, and then says that the outcome is unknown (a copy may yet commit).
 TEST_F(LostAnswerTest, AnAppendNoMemberAnswersIsUnknownOnceTheCallTimeoutHasPassed) {
-  Election a(*etcd_, real_clock_, options("http://a"));
-  const auto won = a.campaign();
-  ASSERT_TRUE(won && won.value().won);
+  const std::int64_t fence = win();
+  ASSERT_NE(fence, 0);
   const Keys k = keys();
   HttpPeer first(HttpPeer::Mode::silent);
   HttpPeer second(HttpPeer::Mode::silent);
@@ -612,7 +627,7 @@ TEST_F(LostAnswerTest, AnAppendNoMemberAnswersIsUnknownOnceTheCallTimeoutHasPass
   o.request_timeout = 200ms;
   o.call_timeout = 700ms;
   EtcdClient etcd(o);
-  LogWriter writer(etcd, k, won.value().fence, read_tip(*etcd_, k).value());
+  LogWriter writer(etcd, k, fence, read_tip(*etcd_, k).value());
   const auto appended = writer.append(records(1, 2), 2);
   ASSERT_FALSE(appended);
   EXPECT_EQ(appended.error().kind, EtcdError::Kind::unknown);
@@ -622,7 +637,7 @@ TEST_F(LostAnswerTest, AnAppendNoMemberAnswersIsUnknownOnceTheCallTimeoutHasPass
   EXPECT_GE(first.requests().size(), 1u);
   EXPECT_GE(second.requests().size(), 1u);  // repeated through the next member
   EXPECT_TRUE(read_log(*etcd_, k, 0).value().entries.empty());
-  a.resign();
+  a_->resign();
 }
 
 TEST(HaKeysTest, EntriesSortAsTheirSeqsAndParseBack) {

@@ -62,7 +62,7 @@ HttpAnswer put_within(const std::string& member, const std::string& key, const s
 
 bool process_gone(pid_t pid) { return ::kill(pid, 0) == -1 && errno == ESRCH; }
 
-// The scenario of issue 21's etcd test at the level of etcd itself: what the HA code will rely on.
+// The scenario of the HA tests (ha_member_test, ha_faults_test) at the level of etcd itself: what the HA code will rely on.
 TEST(EtcdClusterTest, AQuorumServesWritesALostQuorumDoesNotARestartedMemberCatchesUp) {
   const auto started = Clock::now();
   std::vector<pid_t> pids;

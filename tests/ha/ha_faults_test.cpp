@@ -1,4 +1,4 @@
-// hf3fs-meta-server's --ha-* members (issue 21) under faults, as processes on a real 3-member etcd:
+// hf3fs-meta-server's --ha-* members under faults, as processes on a real 3-member etcd:
 // a leader that hangs past its lease answers its held change 503 and comes back as a standby
 // without it; etcd losing its quorum stops changes at once and reads once the lease lapses, and
 // nothing acknowledged is lost when it recovers; the HA flags that do not fit are refused, each
@@ -594,44 +594,6 @@ TEST_F(HaFaultTest, BodyAboveOneMebibyteIsRefusedWith413) {
 
 // ---- etcd losing its quorum ---------------------------------------------------------------------
 
-// The member id of etcd member i and the id of the leader it knows (POST /v3/maintenance/status);
-// empty strings when it does not answer.
-std::pair<std::string, std::string> etcd_status(const EtcdCluster& cluster, std::size_t i) {
-  const auto answer = http_call(cluster.client_url(i) + "/v3/maintenance/status", "{}", 2000ms);
-  const rapidjson::Document d = parse_json(answer.body);
-  if (answer.status != 200 || d.HasParseError() || !d.IsObject()) return {};
-  // The gateway writes 64-bit ids as strings; accepted as numbers too.
-  const auto id = [](const rapidjson::Value& v) {
-    if (v.IsString()) return std::string(v.GetString());
-    if (v.IsUint64()) return std::to_string(v.GetUint64());
-    return std::string();
-  };
-  if (!d.HasMember("header") || !d["header"].IsObject() || !d["header"].HasMember("member_id") ||
-      !d.HasMember("leader")) {
-    return {};
-  }
-  return {id(d["header"]["member_id"]), id(d["leader"])};
-}
-
-// An etcd member that is not etcd's leader; kNone if none can be told.
-std::size_t etcd_follower(const EtcdCluster& cluster) {
-  for (std::size_t i = 0; i < cluster.size(); ++i) {
-    const auto [self, leader] = etcd_status(cluster, i);
-    if (!self.empty() && !leader.empty() && self != leader && cluster.running(i)) return i;
-  }
-  return kNone;
-}
-
-// The etcd member that says it leads; kNone if none does.
-std::size_t etcd_leader(const EtcdCluster& cluster) {
-  for (std::size_t i = 0; i < cluster.size(); ++i) {
-    if (!cluster.running(i)) continue;
-    const auto [self, leader] = etcd_status(cluster, i);
-    if (!self.empty() && self == leader) return i;
-  }
-  return kNone;
-}
-
 class HaQuorumTest : public EtcdSuite {
  protected:
   // Every etcd member killed by a test runs again after it, whatever the test's outcome.
@@ -643,7 +605,7 @@ class HaQuorumTest : public EtcdSuite {
 
   // Kills an etcd member that follows: the quorum stands.
   void kill_etcd_follower() {
-    const std::size_t follower = etcd_follower(*cluster_);
+    const std::size_t follower = cluster_->follower();
     ASSERT_NE(follower, kNone) << "no etcd member says it follows another";
     cluster_->kill(follower);
   }
@@ -652,7 +614,7 @@ class HaQuorumTest : public EtcdSuite {
   // leader left alone renews leases until it notices, an election timeout later, that it has no
   // quorum: etcd renews a lease on its leader without consensus.) When the kill returned.
   Clock::time_point kill_etcd_leader() {
-    const std::size_t leader = etcd_leader(*cluster_);
+    const std::size_t leader = cluster_->leader();
     EXPECT_NE(leader, kNone) << "no etcd member says it leads";
     cluster_->kill(leader == kNone ? 0 : leader);
     return Clock::now();
@@ -837,7 +799,7 @@ class ContinuedAtEnd {
 TEST_F(HaQuorumTest, AStoppedEtcdMemberCostsTheLeadersWritesAboutOneAttempt) {
   constexpr auto kGapBound = 1500ms;
   constexpr auto kStoppedFor = 5s;  // past two leases: a lapsed lease or a step-down would show
-  const std::size_t stopped = etcd_follower(*cluster_);
+  const std::size_t stopped = cluster_->follower();
   ASSERT_NE(stopped, kNone) << "no etcd member says it follows another";
   std::string endpoints = cluster_->client_url(stopped);
   for (std::size_t i : all_but(cluster_->size(), stopped)) endpoints.append(",").append(cluster_->client_url(i));
@@ -958,7 +920,7 @@ TEST_F(HaQuorumTest, AStandbyBehindTheCompactedLogInstallsTheLeadersSnapshotWhil
   members.add(snapshots_often);
   const std::size_t leader = members.wait_leader(kWait);
   ASSERT_EQ(leader, 0u) << members.logs();
-  const std::size_t etcd_member = etcd_follower(*cluster_);
+  const std::size_t etcd_member = cluster_->follower();
   ASSERT_NE(etcd_member, kNone) << "no etcd member says it follows another";
   const std::size_t standby = members.add(snapshots_often, cluster_->client_url(etcd_member));
   initialize(members.process(leader), auth);

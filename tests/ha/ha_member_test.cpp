@@ -1,4 +1,4 @@
-// hf3fs-meta-server's --ha-* members (issue 21) as processes against a real 3-member etcd: one
+// hf3fs-meta-server's --ha-* members as processes against a real 3-member etcd: one
 // leader and standbys that refuse naming it and follow its log; a leader killed with SIGKILL is
 // replaced within the lease and the replacement has every acknowledged change (pages, request-id
 // answers), again and again as killed members rejoin; the SDK given every member rides the
@@ -61,13 +61,15 @@ class HaMemberTest : public EtcdSuite {
     std::unique_ptr<ServerProcess> process;
   };
 
-  // Members that exit on SIGTERM with anything but 0 failed too; on any failure, each member's
-  // stderr is shown.
+  // Members that exit on SIGTERM with anything but 0 failed too, and so did those whose stderr holds
+  // a sanitizer's report (from any run, a killed one's too); on any failure, each member's stderr is
+  // shown.
   void TearDown() override {
     for (auto& m : members_) {
       if (m->process && m->process->running()) {
         EXPECT_EQ(m->process->terminate(), 0) << m->name << " did not exit cleanly";
       }
+      EXPECT_EQ(sanitizer_report(m->log), "") << m->name << "'s stderr holds a sanitizer's report";
     }
     if (HasFailure()) {
       for (const auto& m : members_) std::cerr << "---- " << m->name << "'s stderr:\n" << file_tail(m->log, 40);

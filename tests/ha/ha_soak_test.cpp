@@ -1,4 +1,4 @@
-// The issue's soak for hf3fs-meta-server's --ha-* members (issue 21): the leader killed with -9 at
+// The soak of hf3fs-meta-server's --ha-* members: the leader killed with -9 at
 // random moments, 20 times, while workers allocate, confirm and delete through the SDK (a request id
 // per call, repeated across the failover). After each failover, with the workers held between calls,
 // the new leader is checked against a model of what the workers saw acknowledged; the killed member

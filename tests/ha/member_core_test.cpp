@@ -198,6 +198,37 @@ TEST_F(MemberCoreTest, ALeaderWhoseDiskFailsStepsDownAndCampaignsOnlyOnceItWrite
   EXPECT_THAT(pass(), ElementsAre(Kind::renew, Kind::campaign, Kind::publish_applied, Kind::wait));
 }
 
+struct DiskCase {
+  const char* name;
+  const char* disk_error;  // MemberFacts::disk_error
+  const char* why;         // the step down's
+};
+
+class MemberCoreDiskTest : public MemberCoreTest, public ::testing::WithParamInterface<DiskCase> {};
+
+// The step down for the disk says why: the journal's error when the runner has one, and that a write
+// failed when it has none.
+TEST_P(MemberCoreDiskTest, ALeaderStepsDownForItsDiskSayingWhy) {
+  const DiskCase& c = GetParam();
+  lead();
+  facts_.disk_writable = false;
+  facts_.disk_error = c.disk_error;
+  now_ = kStart + 200ms;
+  const MemberAction down = next();
+  EXPECT_EQ(down.kind, Kind::step_down_for_disk);
+  EXPECT_EQ(down.why, c.why);
+  EXPECT_FALSE(core_.leading());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Disks, MemberCoreDiskTest,
+    ::testing::Values(DiskCase{"the_journals_error", "journal.log: write: No space left on device",
+                               "the data dir failed (journal.log: write: No space left on device): a member "
+                               "whose disk works leads"},
+                      DiskCase{"no_error_given", "",
+                               "the data dir failed (a write failed): a member whose disk works leads"}),
+    [](const auto& info) { return std::string(info.param.name); });
+
 TEST_F(MemberCoreTest, AMemberBehindTheCompactedLogFetchesASnapshotEachRetryAndCampaignsOnlyOnceInstalled) {
   ASSERT_EQ(next().why, "starting");
   ASSERT_THAT(pass(), ElementsAre(Kind::renew, Kind::campaign, Kind::publish_applied, Kind::wait));

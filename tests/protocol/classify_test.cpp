@@ -243,7 +243,7 @@ TEST(ClassifyRawTest, EscapedAndNonAsciiDetail) {
   EXPECT_EQ(e.cause, "key \"k\xC3\xA9\" \xE2\x80\x94 bad");
 }
 
-// Issue 21: only a 503 whose JSON detail starts with kNotLeaderDetailPrefix is a member that is not
+// Only a 503 whose JSON detail starts with kNotLeaderDetailPrefix is a member that is not
 // the leader (it applied nothing); the same words in another status, or in a body that is no JSON
 // detail (a proxy's page), are not.
 TEST(ClassifyRawTest, NotTheLeaderIsA503WhoseDetailSaysSo) {

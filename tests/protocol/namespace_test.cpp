@@ -1,4 +1,4 @@
-// Namespaces on the wire (issue 20; docs/protocol.md, "Namespaces"): the three routes' codec (the
+// Namespaces on the wire (docs/protocol.md, "Namespaces"): the three routes' codec (the
 // server's answers and the client's checks of them) and Service's handlers, with every refusal and
 // the state left unchanged by it, and every other route acting in the namespace it is handed.
 #include <gmock/gmock.h>

@@ -226,7 +226,7 @@ TEST_P(DedupRecoveryTest, RequestIdsSurviveARestartAsTheySurviveInMemory) {
 INSTANTIATE_TEST_SUITE_P(ShutdownOrCrash, DedupRecoveryTest, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "CleanShutdown" : "CrashAfterASnapshot"; });
 
-// Issue 20: the same id and body in two namespaces are two requests, each answered again from its
+// The same id and body in two namespaces are two requests, each answered again from its
 // own entry.
 TEST_F(DedupCacheTest, EachNamespaceKeepsItsOwnAnswers) {
   auto cache = make(1 << 20);

@@ -1,4 +1,4 @@
-// Metrics::render over a state with namespaces (issue 20): the state's families have one sample set
+// Metrics::render over a state with namespaces: the state's families have one sample set
 // per namespace, labelled with it first; hf3fs_meta_namespaces counts them; the request counters
 // have no namespace label. (The families' shapes for a default-only durable server are pinned by
 // server_durable_test against tests/server/metrics_families.txt.)

@@ -132,7 +132,7 @@ TEST_F(RouterDedupTest, OnePageTakenBackOfSeveralRefusesTheWholeAnswer) {
   EXPECT_EQ(allocate(0, {"a", "b"}, "r1").status, 409);
 }
 
-// Request ids per namespace (issue 20). Router::admit sets Exchange::ns; these tests set it
+// Request ids per namespace. Router::admit sets Exchange::ns; these tests set it
 // themselves. The namespaces' pages are set up on the state directly, so that what is checked is the
 // router's part: which entry answers, and in which namespace its pages are checked.
 

@@ -1,4 +1,4 @@
-// An HA member's front (issue 21): the Router with a Role (ha/role.hpp) answers as the leader only
+// An HA member's front: the Router with a Role (ha/role.hpp) answers as the leader only
 // while the role is leader and its lease surely lives; otherwise every route but /healthz and
 // /metrics is 503 "not the leader: nothing applied", naming the leader when known, and nothing is
 // applied. /healthz and /metrics say the role. No sockets, no etcd: the test sets the role.

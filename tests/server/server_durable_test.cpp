@@ -124,7 +124,7 @@ TEST_F(DurableLifecycleServerTest, EvictionsDeletionsAndLeasesSurviveSigkillAndA
   EXPECT_EQ(metric(R"(hf3fs_meta_evicted_keys_total{namespace="default"})"), "0");
 }
 
-// Issue 20, kill -9 exactness per namespace (docs/design.md, "Durable formats"): the default namespace and
+// Kill -9 exactness per namespace (docs/design.md, "Durable formats"): the default namespace and
 // two named ones, changed alike and differently under --fsync always (the same key, the same request
 // id, other page counts, a delete, an unconfirmed allocate); after SIGKILL each one's /stats, exists,
 // locations and request-id repeats are what they were, and none answers another's.

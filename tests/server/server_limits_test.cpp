@@ -1,4 +1,4 @@
-// The server's limits under the attacks of issue 12, each bound asserted by the server's own
+// The server's limits under attack (idle connections, slow and oversized bodies), each bound asserted by the server's own
 // accounting in /metrics: request bodies (reserved as they arrive, a global budget), connections
 // (the longest-idle closed to admit a new one; a descriptor limit never stalls the listener).
 #include <chrono>

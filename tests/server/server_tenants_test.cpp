@@ -1,4 +1,4 @@
-// --tenants-file on the real server (issue 20): every route but /healthz needs a token of the file;
+// --tenants-file on the real server: every route but /healthz needs a token of the file;
 // a tenant is held to its namespace (403 naming another, the same whether it exists or not) and off
 // the operator's routes; operators (`*` and --auth-token-file's token) act in any namespace; SIGHUP
 // reads the file again, and a file that does not parse keeps the tokens in use.

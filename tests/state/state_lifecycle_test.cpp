@@ -1,4 +1,4 @@
-// The cache lifecycle of MetadataState (issue 11): LRU eviction, read leases, reclaim, deletion and
+// The cache lifecycle of MetadataState: LRU eviction, read leases, reclaim, deletion and
 // stats, each with a fake clock, and that with none of it switched on nothing changes.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -464,7 +464,7 @@ TEST_F(Lifecycle, DeleteUnderALeaseDrainsWhenTheLeaseEnds) {
   expect_counts_add_up(*s);
 }
 
-// Issue 23, item 1: K1's allocation of page 0 is reclaimed and page 0 is allocated to K3; a bare
+// A reclaimed page reallocated: K1's allocation of page 0 is reclaimed and page 0 is allocated to K3; a bare
 // release of page 0 (K1's late one, or K3's: they cannot be told apart) is refused with nothing
 // applied; a keyed one frees it only for K3.
 TEST_F(Lifecycle, ABareReleaseOfAPageReallocatedAfterAReclaimIsRefused) {
@@ -578,7 +578,7 @@ TEST_F(Lifecycle, AKeyedReleaseFreesOnlyAPageAllocatedForItsKey) {
   EXPECT_EQ(bad.error().kind, StateErrc::invalid_argument);
 }
 
-// Issue 23, item 2: a key under a read lease moves to another page; its old page, which a reader
+// A leased key confirmed onto another page: a key under a read lease moves to another page; its old page, which a reader
 // was told, drains until the lease ends, whatever releases it (bare or keyed), reclaims it or
 // confirms it meanwhile; /stats counts it as draining; then it goes to the end of its pool.
 TEST_F(Lifecycle, APageOrphanedUnderALeaseDrainsUntilTheLeaseEnds) {

@@ -1,4 +1,4 @@
-// Namespaces of MetadataState (issue 20): isolation of every call, tp_world_size per namespace, the
+// Namespaces of MetadataState: isolation of every call, tp_world_size per namespace, the
 // quotas and their refusals (which change nothing and record nothing), a namespace that does not
 // exist answering as a fresh server and creating nothing, drop, the change records and the image.
 #include <gmock/gmock.h>

@@ -5,7 +5,7 @@
 // clock; the model keeps a use counter per key and finds victims and expirations by searching all
 // of them.
 // Every run acts in three namespaces (the default one and two named), each with a model of its own:
-// whatever one namespace does, the others' models must still match (issue 20's isolation), and a
+// whatever one namespace does, the others' models must still match (the namespaces' isolation), and a
 // named namespace may be dropped and made again.
 #include <gtest/gtest.h>
 

@@ -1,5 +1,6 @@
 // Child processes for tests: started so that they die with the test process, and reaped within a
-// bound. ServerProcess (the hf3fs-meta-server) and EtcdCluster (etcd members) start theirs here.
+// bound. ServerProcess (the hf3fs-meta-server) and EtcdCluster (etcd members) start theirs here,
+// each where its Placement says.
 #pragma once
 
 #include <fcntl.h>
@@ -13,6 +14,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -27,6 +29,21 @@ inline int decode_exit_status(int status) {
   if (WIFSIGNALED(status)) return -WTERMSIG(status);
   return -1;
 }
+
+// Where a server child runs: the address it listens on, and the command it is started through. A
+// network namespace's `ip netns exec NS` (NetLab::placement) execs the child in place, so the PID
+// is still the child's own and it still dies with the test. The default: loopback, started directly.
+struct Placement {
+  std::string host = "127.0.0.1";
+  std::vector<std::string> prefix;
+
+  // `command` behind the prefix.
+  std::vector<std::string> wrap(std::vector<std::string> command) const {
+    std::vector<std::string> all = prefix;
+    all.insert(all.end(), std::make_move_iterator(command.begin()), std::make_move_iterator(command.end()));
+    return all;
+  }
+};
 
 struct Spawned {
   pid_t pid;

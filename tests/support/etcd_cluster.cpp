@@ -1,6 +1,7 @@
 #include "support/etcd_cluster.hpp"
 
 #include <curl/curl.h>
+#include <rapidjson/document.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -57,10 +58,8 @@ std::vector<std::uint16_t> free_ports(std::size_t count) {
   return ports;
 }
 
-std::string url_of(std::uint16_t port) {
-  std::string url = "http://127.0.0.1:";
-  url.append(std::to_string(port));
-  return url;
+std::string url_of(const std::string& host, std::uint16_t port) {
+  return std::string("http://").append(host).append(":").append(std::to_string(port));
 }
 
 std::size_t append_to(char* data, std::size_t size, std::size_t count, void* out) {
@@ -112,7 +111,8 @@ std::string EtcdCluster::binary_path() {
   return "/usr/bin/etcd";
 }
 
-EtcdCluster::EtcdCluster(std::size_t members, std::chrono::milliseconds start_timeout) {
+EtcdCluster::EtcdCluster(std::size_t members, std::chrono::milliseconds start_timeout,
+                         std::vector<Placement> placements) {
   if (members == 0) throw std::invalid_argument("EtcdCluster: members must be at least 1");
   if (::access(binary_path().c_str(), X_OK) != 0) {
     throw std::runtime_error("EtcdCluster: no etcd at " + binary_path() +
@@ -123,7 +123,8 @@ EtcdCluster::EtcdCluster(std::size_t members, std::chrono::milliseconds start_ti
     for (int attempt = 1;; ++attempt) {
       const auto ports = free_ports(2 * members);
       for (std::size_t i = 0; i < members; ++i) {
-        members_[i] = Member{"m" + std::to_string(i), ports[2 * i], ports[2 * i + 1], -1, false};
+        members_[i] = Member{"m" + std::to_string(i), i < placements.size() ? placements[i] : Placement{},
+                             ports[2 * i], ports[2 * i + 1], -1, false};
       }
       token_ = "hf3fs-test-" + std::to_string(::getpid()) + "-" + std::to_string(ports[0]) + "-" +
                std::to_string(attempt);
@@ -175,26 +176,28 @@ void EtcdCluster::spawn(std::size_t i, bool new_cluster) {
   std::string cluster;
   for (const auto& m : members_) {
     if (!cluster.empty()) cluster.append(",");
-    cluster.append(m.name).append("=").append(url_of(m.peer_port));
+    cluster.append(m.name).append("=").append(url_of(m.placement.host, m.peer_port));
   }
   const Member& m = members_[i];
   const std::string dir = member_dir(i);
   // Heartbeat 100 ms and election 1 s (etcd's defaults, said out loud): quick elections, yet no
   // spurious ones on a loaded 2-core machine.
+  const std::string client = url_of(m.placement.host, m.client_port);
+  const std::string peer = url_of(m.placement.host, m.peer_port);
   std::vector<std::string> args{binary_path(),
                                 "--name", m.name,
                                 "--data-dir", dir + "/data",
-                                "--listen-client-urls", url_of(m.client_port),
-                                "--advertise-client-urls", url_of(m.client_port),
-                                "--listen-peer-urls", url_of(m.peer_port),
-                                "--initial-advertise-peer-urls", url_of(m.peer_port),
+                                "--listen-client-urls", client,
+                                "--advertise-client-urls", client,
+                                "--listen-peer-urls", peer,
+                                "--initial-advertise-peer-urls", peer,
                                 "--initial-cluster", cluster,
                                 "--initial-cluster-token", token_,
                                 "--initial-cluster-state", new_cluster ? "new" : "existing",
                                 "--heartbeat-interval", "100",
                                 "--election-timeout", "1000"};
   const std::string log = dir + "/log";
-  const auto [pid, output] = spawn_child(std::move(args), [&](int) {
+  const auto [pid, output] = spawn_child(m.placement.wrap(std::move(args)), [&](int) {
     const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0) _exit(125);
     dup2(fd, STDOUT_FILENO);
@@ -224,11 +227,14 @@ std::size_t EtcdCluster::checked(std::size_t i) const {
 
 std::vector<std::string> EtcdCluster::client_urls() const {
   std::vector<std::string> urls;
-  for (const auto& m : members_) urls.push_back(url_of(m.client_port));
+  for (const auto& m : members_) urls.push_back(url_of(m.placement.host, m.client_port));
   return urls;
 }
 
-std::string EtcdCluster::client_url(std::size_t i) const { return url_of(members_[checked(i)].client_port); }
+std::string EtcdCluster::client_url(std::size_t i) const {
+  const Member& m = members_[checked(i)];
+  return url_of(m.placement.host, m.client_port);
+}
 
 std::string EtcdCluster::endpoints() const {
   std::string joined;
@@ -317,6 +323,42 @@ void EtcdCluster::wait_healthy(std::chrono::milliseconds timeout) {
   }
 }
 
+std::pair<std::string, std::string> EtcdCluster::status(std::size_t i) const {
+  const HttpAnswer answer = http_call(client_url(i) + "/v3/maintenance/status", "{}", std::chrono::seconds(2));
+  rapidjson::Document d;
+  d.Parse(answer.body.data(), answer.body.size());  // by size: see ha_members.hpp's parse_json
+  if (answer.status != 200 || d.HasParseError() || !d.IsObject()) return {};
+  // The gateway writes 64-bit ids as strings; accepted as numbers too.
+  const auto id = [](const rapidjson::Value& v) {
+    if (v.IsString()) return std::string(v.GetString());
+    if (v.IsUint64()) return std::to_string(v.GetUint64());
+    return std::string();
+  };
+  if (!d.HasMember("header") || !d["header"].IsObject() || !d["header"].HasMember("member_id") ||
+      !d.HasMember("leader")) {
+    return {};
+  }
+  return {id(d["header"]["member_id"]), id(d["leader"])};
+}
+
+std::size_t EtcdCluster::leader() const {
+  for (std::size_t i = 0; i < size(); ++i) {
+    if (!running(i)) continue;
+    const auto [self, leader] = status(i);
+    if (!self.empty() && self == leader) return i;
+  }
+  return kNoMember;
+}
+
+std::size_t EtcdCluster::follower() const {
+  for (std::size_t i = 0; i < size(); ++i) {
+    if (!running(i)) continue;
+    const auto [self, leader] = status(i);
+    if (!self.empty() && !leader.empty() && self != leader) return i;
+  }
+  return kNoMember;
+}
+
 std::string EtcdCluster::log_tail(std::size_t i, std::size_t lines) const {
   std::ifstream in(member_dir(checked(i)) + "/log");
   std::deque<std::string> kept;
@@ -331,7 +373,7 @@ std::string EtcdCluster::log_tail(std::size_t i, std::size_t lines) const {
 
 std::string EtcdCluster::describe(std::size_t i, const std::string& what) const {
   const Member& m = members_[i];
-  std::string text = "etcd member " + m.name + " (" + url_of(m.client_port) + ", pid " + std::to_string(m.pid) +
+  std::string text = "etcd member " + m.name + " (" + url_of(m.placement.host, m.client_port) + ", pid " + std::to_string(m.pid) +
                      ") " + what + "; the tail of " + member_dir(i) + "/log:\n";
   text.append(log_tail(i, 30));
   return text;

@@ -1,4 +1,4 @@
-// HaMembers: hf3fs-meta-server processes run as the members of one HA cluster (--ha-etcd, issue 21)
+// HaMembers: hf3fs-meta-server processes run as the members of one HA cluster (--ha-etcd)
 // on a test's etcd, each with a data dir and a stderr log of its own, and what a test asks of them:
 // a member's GET /healthz, the one member that leads, a wait for a role, the protocol's bodies
 // and answers through the SDK's own codec (hf3fs_meta/protocol.hpp), requests with headers of the
@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -154,6 +155,27 @@ inline std::string file_tail(const std::string& path, std::size_t lines) {
   return out;
 }
 
+// The first `lines` lines of the first sanitizer report in the text file `path` (a server's stderr);
+// empty when it holds none. A member's exit code can miss a report: SIGKILL (a test's crash) ends it
+// with no code of the sanitizer's, and one that a report ended (TSAN_OPTIONS=halt_on_error=1) and a
+// test then kills reads as killed. Its stderr, appended across restarts, keeps every report.
+inline std::string sanitizer_report(const std::string& path, std::size_t lines = 40) {
+  static constexpr std::string_view kMarks[] = {"ThreadSanitizer:", "AddressSanitizer:", "LeakSanitizer:",
+                                                "runtime error:"};  // the last UndefinedBehaviorSanitizer's
+  std::ifstream in(path);
+  std::string out;
+  std::size_t left = 0;
+  for (std::string line; left != 1 && std::getline(in, line);) {
+    if (left == 0 && std::none_of(std::begin(kMarks), std::end(kMarks),
+                                  [&](std::string_view mark) { return line.find(mark) != std::string::npos; })) {
+      continue;
+    }
+    left = left == 0 ? lines : left - 1;
+    out.append(line).append("\n");
+  }
+  return out;
+}
+
 class HaMembers {
  public:
   static constexpr std::size_t kNone = static_cast<std::size_t>(-1);
@@ -164,13 +186,25 @@ class HaMembers {
   // `lease` (--ha-lease-ms).
   HaMembers(std::string etcd, std::string cluster, std::chrono::milliseconds lease)
       : etcd_(std::move(etcd)), cluster_(std::move(cluster)), lease_(lease) {}
-  ~HaMembers() { stop_all(); }
+  // Stops what still runs. A sanitizer's report in a member's stderr fails the test even when the
+  // test did not look at stop_all()'s answer.
+  ~HaMembers() {
+    stop_running();
+    for (const auto& m : members_) {
+      if (m->report_told) continue;
+      if (const std::string report = sanitizer_report(m->log); !report.empty()) {
+        ADD_FAILURE() << m->name << "'s stderr holds a sanitizer's report:\n" << report;
+      }
+    }
+  }
   HaMembers(const HaMembers&) = delete;
   HaMembers& operator=(const HaMembers&) = delete;
 
   // Starts a member with an empty data dir of its own and `extra` arguments; its index. `etcd`: the
-  // etcd client URLs of this member alone, instead of the cluster's.
-  std::size_t add(const std::vector<std::string>& extra = {}, const std::string& etcd = {}) {
+  // etcd client URLs of this member alone, instead of the cluster's. `placement`: where it listens
+  // and runs (a network namespace of a NetLab), loopback by default.
+  std::size_t add(const std::vector<std::string>& extra = {}, const std::string& etcd = {},
+                  const Placement& placement = {}) {
     auto m = std::make_unique<Member>();
     m->name = std::string("m").append(std::to_string(members_.size()));
     m->log = (logs_.path() / std::string(m->name).append(".log")).string();
@@ -180,7 +214,7 @@ class HaMembers {
     args.insert(args.end(), extra.begin(), extra.end());
     // Kept before it starts, so that logs() shows the stderr of a member that would not start.
     members_.push_back(std::move(m));
-    members_.back()->process = std::make_unique<ServerProcess>(std::move(args), members_.back()->log);
+    members_.back()->process = std::make_unique<ServerProcess>(std::move(args), members_.back()->log, placement);
     return members_.size() - 1;
   }
 
@@ -255,15 +289,15 @@ class HaMembers {
   }
 
   // SIGTERM to every member still running (continued first, should it be stopped); the members that
-  // did not exit with 0 (a sanitizer's report, a crash, a hang), with what they ended with. Empty:
-  // each exited cleanly.
+  // did not exit with 0 (a sanitizer's report, a crash, a hang), with what they ended with, and those
+  // whose stderr holds a sanitizer's report (from any of their runs), with its first lines. Empty:
+  // each exited cleanly and no sanitizer reported anything.
   std::string stop_all() {
-    std::string unclean;
+    std::string unclean = stop_running();
     for (auto& m : members_) {
-      if (!m->process || !m->process->running()) continue;
-      ::kill(m->process->pid(), SIGCONT);
-      if (const int code = m->process->terminate(); code != 0) {
-        unclean.append(m->name).append(" ended with ").append(std::to_string(code)).append("\n");
+      if (const std::string report = sanitizer_report(m->log); !report.empty()) {
+        unclean.append(m->name).append("'s stderr holds a sanitizer's report:\n").append(report);
+        m->report_told = true;
       }
     }
     return unclean;
@@ -277,11 +311,25 @@ class HaMembers {
   }
 
  private:
+  // stop_all()'s first half: the members that did not exit with 0 on SIGTERM.
+  std::string stop_running() {
+    std::string unclean;
+    for (auto& m : members_) {
+      if (!m->process || !m->process->running()) continue;
+      ::kill(m->process->pid(), SIGCONT);
+      if (const int code = m->process->terminate(); code != 0) {
+        unclean.append(m->name).append(" ended with ").append(std::to_string(code)).append("\n");
+      }
+    }
+    return unclean;
+  }
+
   struct Member {
     std::string name;
     TempDir data;
     std::string log;
     std::unique_ptr<ServerProcess> process;
+    bool report_told = false;  // stop_all() returned its sanitizer's report
   };
 
   std::string etcd_;

@@ -46,6 +46,14 @@ ServerProcess::ServerProcess(std::vector<std::string> extra_args, std::string st
   start(0);
 }
 
+ServerProcess::ServerProcess(std::vector<std::string> extra_args, std::string stderr_path, Placement placement)
+    : extra_args_(std::move(extra_args)),
+      placement_(std::move(placement)),
+      host_(placement_.host),
+      stderr_path_(std::move(stderr_path)) {
+  start(0);
+}
+
 ServerProcess::Finished ServerProcess::run_to_exit(const std::vector<std::string>& args,
                                                    std::chrono::milliseconds timeout) {
   std::vector<std::string> all{binary_path()};
@@ -89,9 +97,9 @@ ServerProcess::~ServerProcess() {
 std::string ServerProcess::base_url() const { return scheme_ + "://" + host_ + ":" + std::to_string(port_); }
 
 void ServerProcess::start(std::uint16_t port) {
-  std::vector<std::string> args{binary_path(), "--host", host_, "--port", std::to_string(port)};
+  std::vector<std::string> args{binary_path(), "--host", placement_.host, "--port", std::to_string(port)};
   args.insert(args.end(), extra_args_.begin(), extra_args_.end());
-  const auto [pid, output] = spawn_child(args, [&](int) {
+  const auto [pid, output] = spawn_child(placement_.wrap(args), [&](int) {
     if (open_files_ > 0) {
       const rlimit limit{open_files_, open_files_};
       if (setrlimit(RLIMIT_NOFILE, &limit) != 0) _exit(125);

@@ -1,7 +1,8 @@
 // ServerProcess: runs the real hf3fs-meta-server binary as a child process for tests. It starts the
 // server on an ephemeral port (--port 0), reads the port from its `listening on http://HOST:PORT`
 // line, and always stops it: SIGTERM in the destructor, SIGKILL if it does not exit in time.
-// kill() and restart() model a crash and a restart on the same port (all state lost).
+// kill() and restart() model a crash and a restart on the same port (all state lost). Where it
+// runs is its Placement (child_process.hpp): loopback unless a test puts it in a network namespace.
 #pragma once
 
 #include <sys/types.h>
@@ -10,6 +11,8 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "support/child_process.hpp"
 
 namespace hf3fs_meta::testing {
 
@@ -21,13 +24,15 @@ class ServerProcess {
   ServerProcess(std::vector<std::string> extra_args, std::uint64_t open_files);
   // The same, with the server's stderr appended to `stderr_path` (on every start).
   ServerProcess(std::vector<std::string> extra_args, std::string stderr_path);
+  // The same, listening on `placement`'s host (`--host`) and started through its prefix.
+  ServerProcess(std::vector<std::string> extra_args, std::string stderr_path, Placement placement);
   ~ServerProcess();
   ServerProcess(const ServerProcess&) = delete;
   ServerProcess& operator=(const ServerProcess&) = delete;
 
   std::uint16_t port() const noexcept { return port_; }
   const std::string& host() const noexcept { return host_; }
-  std::string base_url() const;                                 // "http://127.0.0.1:PORT" (https with TLS)
+  std::string base_url() const;                                 // "http://HOST:PORT" (https with TLS)
   const std::string& startup_line() const noexcept { return startup_line_; }  // without the newline
   pid_t pid() const noexcept { return pid_; }
   bool running() const noexcept { return pid_ > 0; }
@@ -67,7 +72,8 @@ class ServerProcess {
   std::uint64_t open_files_ = 0;  // 0: inherited
   pid_t pid_ = -1;
   std::uint16_t port_ = 0;
-  std::string host_ = "127.0.0.1";
+  Placement placement_;
+  std::string host_ = placement_.host;
   std::string scheme_ = "http";
   std::string startup_line_;
   std::string stderr_path_;

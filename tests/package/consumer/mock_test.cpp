@@ -19,7 +19,7 @@ TEST(InstalledMockConnection, ServesAClient) {
   ASSERT_TRUE(allocated);
   EXPECT_EQ(allocated.value(), std::vector<hf3fs_meta::Page>{5});
   EXPECT_FALSE(client.clear());  // nobody expected it: an error, not a crash
-  // The namespace calls (issue 20) are mocked too, with the same default.
+  // The namespace calls are mocked too, with the same default.
   EXPECT_CALL(*mock, drop_namespace(std::string_view("m1"), ::testing::_))
       .WillOnce(::testing::Return(hf3fs_meta::NamespaceDropOutcome{true, 2, 16, 5}));
   auto dropped = client.drop_namespace("m1");
