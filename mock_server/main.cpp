@@ -172,6 +172,7 @@ int main(int argc, char** argv) {
           return m->replicate(records, last_seq);
         };
         store_options.replicate_in_flight = options.ha_appends_in_flight;
+        store_options.replicate_gather = options.ha_batch_wait;
       }
       // A data dir that cannot be read exactly stops the server: never a silently partial state.
       auto opened = durable::Store::open(std::move(store_options), state);

@@ -64,7 +64,7 @@ Journal::Journal(Options options) : options_(std::move(options)) {
 
 Result<std::unique_ptr<Journal>> Journal::open(Options options, const Recovered& recovered) {
   std::unique_ptr<Journal> j(new Journal(std::move(options)));
-  j->appended_ = j->written_ = j->durable_ = recovered.seq;
+  j->appended_ = j->written_ = j->durable_ = j->handed_ = recovered.seq;
   if (!recovered.journal.empty() && recovered.journal_valid_bytes >= kFileHeaderSize) {
     const int fd = ::open(recovered.journal.c_str(), O_WRONLY | O_CLOEXEC);
     if (fd < 0) return Error{Errc::io, recovered.journal.string() + ": " + errno_text(errno)};
@@ -211,6 +211,7 @@ Journal::Batch Journal::take_batch_locked() {
       }
       taken += record.size;
       batch.end = Acked{record.seq, front.file_first_seq, front.offset + taken};
+      handed_ = record.seq;
     }
     batch.records.append(front.records, 0, taken);
     if (taken < front.records.size()) {
@@ -228,11 +229,20 @@ void Journal::replicate_loop() {
   for (;;) {
     // (After a local failure too: what was written before it is still replicated.)
     wake_replicators_.wait(lock, [&] {
-      return stopping_ || (!unreplicated_.empty() && in_flight_.size() < options_.replicate_in_flight);
+      return stopping_ || (!gathering_ && !unreplicated_.empty() && in_flight_.size() < options_.replicate_in_flight);
     });
+    if (stopping_) return;
+    if (options_.replicate_gather.count() > 0 && in_flight_.empty()) gather_locked(lock);
     if (stopping_) return;
     replicate_locked(lock);
   }
+}
+
+void Journal::gather_locked(std::unique_lock<std::mutex>& lock) {
+  gathering_ = true;
+  const auto until = std::chrono::steady_clock::now() + options_.replicate_gather;
+  wake_replicators_.wait_until(lock, until, [&] { return stopping_ || written_ - handed_ >= gather_for_; });
+  gathering_ = false;
 }
 
 void Journal::replicate_locked(std::unique_lock<std::mutex>& lock) {
@@ -264,6 +274,8 @@ void Journal::settle_replicated_locked(std::unique_lock<std::mutex>& lock) {
       // In the log, so applied, whatever failed locally meanwhile: acknowledged, and roll_back
       // (which waits for this) keeps it.
       durable_ = std::max(durable_, settled.batch.end.seq);
+      // The clients this batch answered, and those that wrote meanwhile: what the next one waits for.
+      gather_for_ = settled.batch.end.seq - record_span(settled.batch.records).seq + 1 + (written_ - handed_);
       if (settled.batch.end.seq > acked_.seq) acked_ = settled.batch.end;
       const auto end = waiters_.upper_bound(durable_);
       acknowledged.insert(std::make_move_iterator(waiters_.begin()), std::make_move_iterator(end));
@@ -523,7 +535,7 @@ Result<std::uint64_t> Journal::roll_back() {
   next_buffer_.clear();
   unreplicated_.clear();
   rotation_.reset();
-  appended_ = written_ = durable_ = a.seq;
+  appended_ = written_ = durable_ = handed_ = a.seq;
   while (!tagged_.empty() && tagged_.back().seq > a.seq) {
     tagged_bytes_ -= dedup_weight(tagged_.back().tag.ns, tagged_.back().tag.id, tagged_.back().pages.size());
     tagged_.pop_back();
@@ -544,7 +556,7 @@ Result<void> Journal::continue_after(std::uint64_t seq, const std::vector<DedupE
   // install_snapshot made the file: opened anew (the same header), the old one retired to the syncer.
   if (auto opened = open_file(seq + 1, false); !opened) return opened;
   std::lock_guard lock(mutex_);
-  appended_ = written_ = durable_ = seq;
+  appended_ = written_ = durable_ = handed_ = seq;
   acked_ = Acked{seq, file_first_seq_, file_bytes_};
   bytes_since_rotation_ = 0;
   tagged_.clear();

@@ -102,6 +102,11 @@ class Journal {
     // More than one call in flight keeps the log busy while the clients an append answered send
     // their next changes (docs/performance.md, "High availability"); 1 is one call at a time.
     std::size_t replicate_in_flight = 1;
+    // Group commit that fills its batches: before a batch goes while none is in flight, wait up to
+    // this long until as many records wait as the last batch carried plus those written while it
+    // was under way (the clients it answered send their next changes about a round trip later, so a
+    // batch carries every client's change, not half of them). 0: a batch goes at once.
+    std::chrono::microseconds replicate_gather{0};
   };
   // What a waiter on a record is told: success once an fdatasync covered it (replicated, with
   // Options::replicate; or acknowledged before any failure), the failure (Errc::journal_failed)
@@ -232,6 +237,9 @@ class Journal {
     std::optional<Result<void>> outcome;
   };
   std::list<InFlight> in_flight_;
+  std::uint64_t handed_ = 0;       // the last record handed to a replicate call
+  std::uint64_t gather_for_ = 1;   // records a batch waits for (Options::replicate_gather)
+  bool gathering_ = false;         // a replicator waits for them: the others leave the batch to it
   std::condition_variable replication_settled_;
   std::condition_variable wake_replicators_;
   // Whether record `seq` may still be acknowledged by a replication under way or to come (it was
@@ -247,6 +255,8 @@ class Journal {
   // A replicator thread: takes the next batch whenever one is waiting and fewer than
   // replicate_in_flight are in flight, and replicates it.
   void replicate_loop();
+  // Options::replicate_gather's wait, mutex_ held.
+  void gather_locked(std::unique_lock<std::mutex>& lock);
   // Replicates one batch, mutex_ held on entry and exit (released during the call), then settles
   // what can be.
   void replicate_locked(std::unique_lock<std::mutex>& lock);

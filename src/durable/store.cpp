@@ -35,7 +35,8 @@ Result<std::unique_ptr<Store>> Store::open(Options options, MetadataState& state
                                                  .mode = options.mode,
                                                  .dedup_retained_bytes = options.dedup_retained_bytes,
                                                  .replicate = options.replicate,
-                                                 .replicate_in_flight = options.replicate_in_flight}, store->recovered_);
+                                                 .replicate_in_flight = options.replicate_in_flight,
+                                                 .replicate_gather = options.replicate_gather}, store->recovered_);
   if (!journal) return std::move(journal).error();
   store->journal_ = std::move(journal).value();
   store->stats_.recovery_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -368,6 +368,47 @@ TEST_F(InFlight, BothFailingKeepNothing) {
   EXPECT_EQ(kept_seq.value(), 0u);
 }
 
+// ---- Options::replicate_gather --------------------------------------------------------------------
+
+// One call at a time, each batch waiting up to `gather` for the clients the last one answered.
+struct Gathered : Replicated {
+  void open_gathered(std::chrono::microseconds gather) {
+    Journal::Options options{dir.path(), FsyncMode::always, 1 << 20, gated.function()};
+    options.replicate_gather = gather;
+    auto opened = Journal::open(std::move(options), Recovered{});
+    ASSERT_TRUE(opened) << opened.error().message;
+    journal = std::move(opened).value();
+    state.set_change_sink([this](const Change& change) { journal->append(change); });
+    // Record 1 in flight, records 2 and 3 written meanwhile: the next batch waits for 1 + 2.
+    Journal::reset_thread_seq();
+    ASSERT_TRUE(state.initialize(0, 8));
+    ASSERT_TRUE(journal->write_through(Journal::thread_seq()));
+    ASSERT_THAT(gated.wait_begun(1), ElementsAre(1));
+    change("a");
+    change("b");
+    auto first = acknowledged(1);
+    gated.end(0, boost::outcome_v2::success());
+    ASSERT_TRUE(first.get());
+  }
+  void TearDown() override {
+    for (std::size_t call = 0; call < 3; ++call) gated.end(call, boost::outcome_v2::success());
+    journal.reset();  // its replicators gone before the log they call
+  }
+
+  GatedLog gated;
+};
+
+TEST_F(Gathered, ABatchWaitsForAsManyRecordsAsTheLastCarriedAndThoseWrittenMeanwhile) {
+  ASSERT_NO_FATAL_FAILURE(open_gathered(std::chrono::seconds(60)));  // ended by the third record
+  change("c");  // the client record 1 answered, back
+  EXPECT_THAT(gated.wait_begun(2), ElementsAre(1, 4));  // records 2-4 in one batch
+}
+
+TEST_F(Gathered, ABatchGoesWithWhatCameOnceTheWaitIsOver) {
+  ASSERT_NO_FATAL_FAILURE(open_gathered(std::chrono::milliseconds(20)));
+  EXPECT_THAT(gated.wait_begun(2), ElementsAre(1, 3));  // no third record came: records 2-3
+}
+
 // A Store over the fake log, and a change acknowledged as the server acknowledges it.
 struct ReplicatedStore : ::testing::Test {
   void SetUp() override {
