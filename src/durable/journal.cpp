@@ -193,7 +193,7 @@ void Journal::ack_written_locked() {
 void Journal::keep_for_replication_locked(std::string& records, std::uint64_t offset) {
   if (!options_.replicate || records.empty()) return;
   unreplicated_.push_back(Written{std::move(records), file_first_seq_, offset});
-  wake_replicators_.notify_one();
+  wake_replicators_.notify_all();  // (all: the one gathering must hear of it, whichever else waits)
 }
 
 Journal::Batch Journal::take_batch_locked() {
@@ -249,7 +249,7 @@ void Journal::replicate_locked(std::unique_lock<std::mutex>& lock) {
   // A list: each call's element stays put while others are added and settled.
   const auto slot = in_flight_.insert(in_flight_.end(), InFlight{take_batch_locked(), std::nullopt});
   // More waiting, and room for another call: a replicator of its own takes it.
-  if (!unreplicated_.empty()) wake_replicators_.notify_one();
+  if (!unreplicated_.empty()) wake_replicators_.notify_all();
   lock.unlock();
   Result<void> replicated = options_.replicate(slot->batch.records, slot->batch.end.seq);
   lock.lock();
@@ -283,7 +283,7 @@ void Journal::settle_replicated_locked(std::unique_lock<std::mutex>& lock) {
     }
   }
   replication_settled_.notify_all();
-  wake_replicators_.notify_one();  // a call ended: room for another
+  wake_replicators_.notify_all();  // a call ended: room for another
   if (acknowledged.empty() && refused.empty()) return;
   const Result<void> failure = refused.empty() ? Result<void>(boost::outcome_v2::success()) : writable_locked();
   lock.unlock();
