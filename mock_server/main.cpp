@@ -171,6 +171,8 @@ int main(int argc, char** argv) {
         store_options.replicate = [m = member.get()](std::string_view records, std::uint64_t last_seq) {
           return m->replicate(records, last_seq);
         };
+        store_options.replicate_in_flight = options.ha_appends_in_flight;
+        store_options.replicate_gather = options.ha_batch_wait;
       }
       // A data dir that cannot be read exactly stops the server: never a silently partial state.
       auto opened = durable::Store::open(std::move(store_options), state);

@@ -45,7 +45,8 @@ std::string check_ha(const CLI::App& app, ServerOptions& o) {
     return o.ha_etcd.empty() || o.ha_cluster.empty() ? "--verify-ha-log needs --ha-etcd and --ha-cluster" : "";
   }
   if (o.ha_etcd.empty()) {
-    for (const char* flag : {"--ha-cluster", "--ha-name", "--ha-advertise", "--ha-lease-ms"}) {
+    for (const char* flag : {"--ha-cluster", "--ha-name", "--ha-advertise", "--ha-lease-ms", "--ha-appends-in-flight",
+                             "--ha-batch-wait-us"}) {
       if (app.count(flag) > 0) return std::string(flag) + " needs --ha-etcd";
     }
     return {};
@@ -237,6 +238,17 @@ void define(CLI::App& app, ServerOptions& o) {
          "failover takes about this long plus a second")
       ->default_str(std::to_string(std::chrono::milliseconds(o.ha_lease).count()))
       ->check(CLI::Range(std::int64_t{2000}, std::int64_t{3600000}));
+  app.add_option("--ha-appends-in-flight", o.ha_appends_in_flight,
+                 "with --ha-etcd: the leader's appends to the replicated log in flight at once, each a batch "
+                 "of the changes made while the others were under way (1: one at a time)")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t{1}, std::size_t{16}));
+  app.add_option_function<std::int64_t>(
+         "--ha-batch-wait-us", [&o](const std::int64_t& us) { o.ha_batch_wait = std::chrono::microseconds(us); },
+         "with --ha-etcd: how long the leader may hold an append back for the clients its last append "
+         "answered to send their next changes, so that one append carries them all (0: never)")
+      ->default_str(std::to_string(o.ha_batch_wait.count()))
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{100000}));
   app.add_flag("--enable-fault-injection", o.enable_fault_injection, "serve the fault-injection route (tests only)");
   app.add_flag("--log-requests", o.log_requests, "log every request on stderr");
   app.footer(kFooter);

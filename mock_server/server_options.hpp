@@ -70,6 +70,10 @@ struct ServerOptions {
   std::string ha_name;
   std::string ha_advertise;  // empty: the URL the server listens on
   std::chrono::seconds ha_lease{3};
+  // Appends to the log in flight at once (Journal::Options::replicate_in_flight).
+  std::size_t ha_appends_in_flight = 1;
+  // How long an append may wait for the clients the last one answered (Journal::Options::replicate_gather).
+  std::chrono::microseconds ha_batch_wait{1000};
 };
 
 // --ha-etcd: the request bodies' limit (and its default), so that a record and its batch stay

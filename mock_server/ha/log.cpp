@@ -100,80 +100,130 @@ EtcdResult<RecordRun> record_run(std::string_view batch) {
 }
 
 LogWriter::LogWriter(EtcdClient& etcd, const Keys& keys, std::int64_t fence, Tip tip)
-    : etcd_(etcd), keys_(keys), fence_(fence), tip_(tip) {}
+    : etcd_(etcd), keys_(keys), fence_(fence), handed_(tip.seq), appended_(tip.seq) {}
+
+std::uint64_t LogWriter::seq() const {
+  std::lock_guard lock(mutex_);
+  return appended_;
+}
+
+bool LogWriter::failed() const {
+  std::lock_guard lock(mutex_);
+  return failed_locked();
+}
 
 EtcdResult<LogWriter::Appended> LogWriter::append(std::string_view batch, std::uint64_t last_seq) {
-  if (failed_) return broken_log("this log writer already failed: it appends nothing more");
-  // Exactly the records after the tip: a batch that begins at or before it would give a record a
-  // second entry (a fork that followers cannot apply), one that begins after it a gap. Either means
-  // the journal no longer numbers records as the log does: the leader must step down and read the
-  // log again, so nothing more is appended.
+  const auto deadline = std::chrono::steady_clock::now() + etcd_.options().call_timeout;
   const auto run = record_run(batch);
-  if (!run || run.value().first != tip_.seq + 1 || run.value().last != last_seq) {
-    failed_ = true;
+  std::unique_lock lock(mutex_);
+  // The journal hands batches out in order, but their calls may get here in another.
+  moved_.wait_until(lock, deadline, [&] { return failed_locked() || !run || run.value().first <= handed_ + 1; });
+  if (failed_locked()) return broken_log("this log writer already failed: it appends nothing more");
+  // Exactly the records after the last batch: a batch that begins at or before it would give a
+  // record a second entry (a fork that followers cannot apply), one that begins after it a gap.
+  // Either means the journal no longer numbers records as the log does: the leader must step down
+  // and read the log again, so nothing more is appended.
+  if (!run || run.value().first != handed_ + 1 || run.value().last != last_seq) {
+    failed_from_ = std::min(failed_from_, handed_ + 1);
+    moved_.notify_all();
     return broken_log("an entry of records " +
                       (run ? std::to_string(run.value().first) + "-" + std::to_string(run.value().last)
                            : "that cannot be read (" + run.error().message + ")") +
-                      ", said to end at record " + std::to_string(last_seq) +
-                      ", does not follow the tip, record " + std::to_string(tip_.seq) + ": nothing was appended");
+                      ", said to end at record " + std::to_string(last_seq) + ", does not follow record " +
+                      std::to_string(handed_) + " (the last handed to the log): nothing was appended");
   }
+  const std::uint64_t after = handed_;
+  handed_ = last_seq;
+  moved_.notify_all();
+  lock.unlock();
+
   TxnRequest txn;
   txn.compare.push_back({keys_.leader(), Compare::Target::create, Compare::Result::equal, fence_, {}});
-  txn.compare.push_back({keys_.tip(), Compare::Target::mod, Compare::Result::equal, tip_.mod_revision, {}});
+  if (after == 0) {  // the first entry ever: no tip yet
+    txn.compare.push_back({keys_.tip(), Compare::Target::mod, Compare::Result::equal, 0, {}});
+  } else {
+    txn.compare.push_back({keys_.tip(), Compare::Target::value, Compare::Result::equal, 0, std::to_string(after)});
+  }
   txn.success.emplace_back(PutRequest{keys_.entry(last_seq), std::string(batch)});
   txn.success.emplace_back(PutRequest{keys_.tip(), std::to_string(last_seq)});
-  // Read only after a lost answer (read_back), at the revision of the failed compare.
+  // Read when the compare fails (verdict), at the revision it failed at.
   txn.failure.emplace_back(RangeRequest{keys_.entry(last_seq)});
   txn.failure.emplace_back(RangeRequest{keys_.tip()});
-  auto appended = send(txn, batch, last_seq);
-  if (!appended) {
-    failed_ = true;
-    return appended.error();
+  auto appended = send(txn, batch, after, last_seq, deadline);
+
+  lock.lock();
+  if (appended) {
+    appended_ = std::max(appended_, last_seq);
+  } else {
+    failed_from_ = std::min(failed_from_, after + 1);
   }
-  tip_ = Tip{last_seq, appended.value().revision, appended.value().revision};
+  moved_.notify_all();
   return appended;
 }
 
-EtcdResult<LogWriter::Appended> LogWriter::send(const TxnRequest& txn, std::string_view batch,
-                                                std::uint64_t last_seq) {
+EtcdResult<LogWriter::Appended> LogWriter::send(const TxnRequest& txn, std::string_view batch, std::uint64_t after,
+                                                std::uint64_t last_seq, EtcdClient::Deadline deadline) {
   // Rounds of attempts that fail at once (no member has a leader) are spaced so as not to spin.
   constexpr auto kRoundsApart = std::chrono::milliseconds(50);
-  const auto deadline = std::chrono::steady_clock::now() + etcd_.options().call_timeout;
   std::optional<EtcdError> lost;  // the first attempt whose answer was lost: it may have committed
+  const auto too_late = [&](const std::string& last) {
+    return EtcdError{EtcdError::Kind::unknown, 0,
+                     "the answer to the entry of records up to " + std::to_string(last_seq) + " was lost (" +
+                         lost->message + ") and no etcd member said within " +
+                         std::to_string(etcd_.options().call_timeout.count()) +
+                         " ms whether the log took it; the last: " + last};
+  };
   for (;;) {
     const auto round = std::chrono::steady_clock::now();
     auto answer = etcd_.txn(txn, deadline);
     if (answer && answer.value().succeeded) {
       return Appended{last_seq, answer.value().revision, lost ? lost->message : std::string()};
     }
-    if (answer) return lost ? read_back(answer.value(), batch, last_seq, *lost) : fenced();
+    if (answer) {
+      auto said = verdict(answer.value(), batch, after, last_seq, lost.has_value());
+      if (!said) return said.error();
+      switch (said.value().first) {
+        case Verdict::taken:
+          return Appended{last_seq, said.value().second, lost ? lost->message : std::string()};
+        case Verdict::early:
+          // Sent again once the entry before it is in; if that never comes, neither does this one.
+          if (wait_for_append_of(after, deadline)) continue;
+          if (lost) return too_late("the entry before it was not appended");
+          return broken_log("the entry before records " + std::to_string(after + 1) + "-" + std::to_string(last_seq) +
+                            " was not appended, so neither was this one");
+        case Verdict::compacted:
+          return EtcdError{EtcdError::Kind::unknown, 0,
+                           "after a lost answer (" + lost->message +
+                               "), the log's entry up to record " + std::to_string(last_seq) +
+                               " was compacted away: whose it was cannot be told"};
+        case Verdict::fenced:
+          return fenced(after);
+      }
+    }
     if (answer.error().kind == EtcdError::Kind::unknown && !lost) lost = answer.error();
     // Certainly not taken, and no copy before it may have been: nothing was appended.
     if (!lost) return answer.error();
-    if (std::chrono::steady_clock::now() >= deadline) {
-      return EtcdError{EtcdError::Kind::unknown, answer.error().code,
-                       "the answer to the entry of records up to " + std::to_string(last_seq) + " was lost (" +
-                           lost->message + ") and no etcd member said within " +
-                           std::to_string(etcd_.options().call_timeout.count()) +
-                           " ms whether the log took it; the last: " + answer.error().message};
-    }
+    if (std::chrono::steady_clock::now() >= deadline) return too_late(answer.error().message);
     std::this_thread::sleep_until(std::min(round + kRoundsApart, deadline));
   }
 }
 
-EtcdResult<LogWriter::Appended> LogWriter::read_back(const TxnResponse& failed, std::string_view batch,
-                                                     std::uint64_t last_seq, const EtcdError& lost) const {
+EtcdResult<std::pair<LogWriter::Verdict, std::int64_t>> LogWriter::verdict(const TxnResponse& failed,
+                                                                           std::string_view batch,
+                                                                           std::uint64_t after,
+                                                                           std::uint64_t last_seq,
+                                                                           bool lost) const {
   const auto* entry = failed.responses.size() == 2 ? std::get_if<RangeResponse>(&failed.responses[0]) : nullptr;
   const auto* tip = failed.responses.size() == 2 ? std::get_if<RangeResponse>(&failed.responses[1]) : nullptr;
   if (!entry || !tip) {
     return EtcdError{EtcdError::Kind::unknown, 0,
-                     "etcd's answer to a repeated append holds no reads of the entry and the tip (after " +
-                         lost.message + ")"};
+                     "etcd's answer to an append whose compare failed holds no reads of the entry and the tip"};
   }
-  // Entries are put only at the tip + 1, so whatever holds this key holds records after seq(): the
-  // same bytes are this entry (put by a copy whose answer was lost).
-  if (!entry->kvs.empty() && entry->kvs.front().value == batch) {
-    return Appended{last_seq, entry->kvs.front().mod_revision, lost.message};
+  // Entries are put only at the tip + 1, so whatever holds this key holds records after `after`:
+  // the same bytes, after an answer was lost, are this entry (put by that copy). (Without one, they
+  // are another writer's, who had the same fence: this one is fenced.)
+  if (lost && !entry->kvs.empty() && entry->kvs.front().value == batch) {
+    return std::pair{Verdict::taken, entry->kvs.front().mod_revision};
   }
   std::uint64_t tip_now = 0;
   if (!tip->kvs.empty()) {
@@ -181,21 +231,24 @@ EtcdResult<LogWriter::Appended> LogWriter::read_back(const TxnResponse& failed, 
     if (!seq) return seq.error();
     tip_now = seq.value();
   }
+  if (tip_now < after) return std::pair{Verdict::early, failed.revision};
   // The tip reached this entry's key, and the entry is gone: compacted away, whoever wrote it.
-  if (entry->kvs.empty() && tip_now >= last_seq) {
-    return EtcdError{EtcdError::Kind::unknown, 0,
-                     "after a lost answer (" + lost.message + "), the log's tip is record " + std::to_string(tip_now) +
-                         " and its entry up to record " + std::to_string(last_seq) +
-                         " was compacted away: whose it was cannot be told"};
-  }
-  // Another's entry at this key, or a tip that moved short of it or a fence that is gone: the tip
-  // will never again be where this writer left it, so no copy can commit.
-  return fenced();
+  if (lost && entry->kvs.empty() && tip_now >= last_seq) return std::pair{Verdict::compacted, failed.revision};
+  // Another's entry at this key, or a tip that moved elsewhere, or a fence that is gone: the tip
+  // will never again be where this entry follows, so no copy can commit.
+  return std::pair{Verdict::fenced, failed.revision};
 }
 
-EtcdError LogWriter::fenced() const {
+bool LogWriter::wait_for_append_of(std::uint64_t after, EtcdClient::Deadline deadline) {
+  std::unique_lock lock(mutex_);
+  moved_.wait_until(lock, deadline, [&] { return appended_ >= after || failed_from_ <= after; });
+  return appended_ >= after;
+}
+
+EtcdError LogWriter::fenced(std::uint64_t after) const {
   return broken_log("fenced: the leader key is no longer this member's (fence " + std::to_string(fence_) +
-                    "), or the log's tip moved past record " + std::to_string(tip_.seq) + "; nothing was appended");
+                    "), or the log's tip moved past record " + std::to_string(after) +
+                    "; nothing was appended");
 }
 
 }  // namespace hf3fs_meta::server::ha

@@ -51,7 +51,7 @@ void Member::log(const std::string& line) const {
 }
 
 durable::Result<void> Member::replicate(std::string_view records, std::uint64_t last_seq) {
-  std::lock_guard lock(mode_mutex_);
+  std::unique_lock lock(mode_mutex_);
   switch (mode_) {
     case Mode::following:
       return boost::outcome_v2::success();
@@ -60,8 +60,13 @@ durable::Result<void> Member::replicate(std::string_view records, std::uint64_t 
     case Mode::leading:
       break;
   }
+  LogWriter& writer = *writer_;  // kept while an append is in flight (set_mode_locked)
+  ++appends_in_flight_;
+  lock.unlock();
   const auto sent = std::chrono::steady_clock::now();
-  auto appended = writer_->append(records, last_seq);
+  auto appended = writer.append(records, last_seq);
+  lock.lock();
+  if (--appends_in_flight_ == 0) appends_ended_.notify_all();
   if (appended) {
     if (!appended.value().lost_answer.empty()) {
       log("the log took records up to " + std::to_string(last_seq) + " although an answer was lost (" +
@@ -72,8 +77,10 @@ durable::Result<void> Member::replicate(std::string_view records, std::uint64_t 
     return boost::outcome_v2::success();
   }
   // Nothing more is acknowledged as leader: the Router stops answering now, the member's thread
-  // stands down.
+  // stands down. (Appends still in flight end as the log says: none after this one can commit
+  // unless this one did.)
   role_.demote();
+  const bool first = mode_ == Mode::leading;
   mode_ = Mode::closed;
   const EtcdError& error = appended.error();
   const std::string why =
@@ -81,7 +88,7 @@ durable::Result<void> Member::replicate(std::string_view records, std::uint64_t 
           ? "the replicated log did not answer (" + error.message +
                 "): the outcome is unknown, the change may yet be applied; repeat it with the same X-Request-Id"
           : "the replicated log did not take it (" + error.message + "): not applied";
-  {
+  if (first) {
     std::lock_guard wake(mutex_);
     lost_ = why;
   }
@@ -132,14 +139,18 @@ void Member::switch_mode(Mode mode) {
   store_->barrier();
   const std::uint64_t last = state_.seq();
   if (mode == Mode::closed) {
-    std::lock_guard lock(mode_mutex_);  // an append in flight finishes first
-    mode_ = mode;
-    writer_.reset();
+    std::unique_lock lock(mode_mutex_);
+    set_mode_locked(lock, mode);
   }
   // Acknowledged or refused, each under the mode it was written in.
   (void)store_->journal().write_through(last);
   (void)settled(store_->journal(), last);
-  std::lock_guard lock(mode_mutex_);
+  std::unique_lock lock(mode_mutex_);
+  set_mode_locked(lock, mode);
+}
+
+void Member::set_mode_locked(std::unique_lock<std::mutex>& lock, Mode mode) {
+  appends_ended_.wait(lock, [&] { return appends_in_flight_ == 0; });
   mode_ = mode;
   if (mode != Mode::leading) writer_.reset();
 }

@@ -155,9 +155,15 @@ class Member {
   Answers answers_;
   durable::Recovered applied_;  // apply_entry's accumulator (apply() sets its seq to the state's)
 
-  std::mutex mode_mutex_;  // held through an append: a mode change waits for it
+  // The mode and the writer. Appends run without it (several at once); a mode change waits until
+  // none is in flight (appends_ended_), so that each is answered under the mode it began in.
+  std::mutex mode_mutex_;
+  std::condition_variable appends_ended_;
+  std::size_t appends_in_flight_ = 0;
   Mode mode_ = Mode::closed;
   std::optional<LogWriter> writer_;  // while leading
+  // Sets mode_ once no append is in flight (mode_mutex_ held by `lock`).
+  void set_mode_locked(std::unique_lock<std::mutex>& lock, Mode mode);
   std::int64_t fence_ = 0;           // the leader key's create revision, once leading
 
   std::unique_ptr<LogFollower> follower_;  // while following; the member's thread only

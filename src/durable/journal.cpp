@@ -64,7 +64,7 @@ Journal::Journal(Options options) : options_(std::move(options)) {
 
 Result<std::unique_ptr<Journal>> Journal::open(Options options, const Recovered& recovered) {
   std::unique_ptr<Journal> j(new Journal(std::move(options)));
-  j->appended_ = j->written_ = j->durable_ = recovered.seq;
+  j->appended_ = j->written_ = j->durable_ = j->handed_ = recovered.seq;
   if (!recovered.journal.empty() && recovered.journal_valid_bytes >= kFileHeaderSize) {
     const int fd = ::open(recovered.journal.c_str(), O_WRONLY | O_CLOEXEC);
     if (fd < 0) return Error{Errc::io, recovered.journal.string() + ": " + errno_text(errno)};
@@ -89,6 +89,11 @@ Result<std::unique_ptr<Journal>> Journal::open(Options options, const Recovered&
   j->acked_ = Acked{recovered.seq, j->file_first_seq_, j->file_bytes_};
   j->retain_recovered(recovered.dedup);
   j->syncer_ = std::thread([p = j.get()] { p->sync_loop(); });
+  if (j->options_.replicate) {
+    for (std::size_t i = 0; i < std::max<std::size_t>(j->options_.replicate_in_flight, 1); ++i) {
+      j->replicators_.emplace_back([p = j.get()] { p->replicate_loop(); });
+    }
+  }
   return j;
 }
 
@@ -120,8 +125,10 @@ Journal::~Journal() {
     stopping_ = true;
   }
   wake_syncer_.notify_all();
+  wake_replicators_.notify_all();
   replication_settled_.notify_all();
   if (syncer_.joinable()) syncer_.join();
+  for (std::thread& replicator : replicators_) replicator.join();
   for (const int fd : retired_fds_) {
     if (!failure_) ::fdatasync(fd);
     ::close(fd);
@@ -186,7 +193,7 @@ void Journal::ack_written_locked() {
 void Journal::keep_for_replication_locked(std::string& records, std::uint64_t offset) {
   if (!options_.replicate || records.empty()) return;
   unreplicated_.push_back(Written{std::move(records), file_first_seq_, offset});
-  wake_syncer_.notify_all();
+  wake_replicators_.notify_all();  // (all: the one gathering must hear of it, whichever else waits)
 }
 
 Journal::Batch Journal::take_batch_locked() {
@@ -204,6 +211,7 @@ Journal::Batch Journal::take_batch_locked() {
       }
       taken += record.size;
       batch.end = Acked{record.seq, front.file_first_seq, front.offset + taken};
+      handed_ = record.seq;
     }
     batch.records.append(front.records, 0, taken);
     if (taken < front.records.size()) {
@@ -216,33 +224,71 @@ Journal::Batch Journal::take_batch_locked() {
   return batch;
 }
 
+void Journal::replicate_loop() {
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    // (After a local failure too: what was written before it is still replicated.)
+    wake_replicators_.wait(lock, [&] {
+      return stopping_ || (!gathering_ && !unreplicated_.empty() && in_flight_.size() < options_.replicate_in_flight);
+    });
+    if (stopping_) return;
+    if (options_.replicate_gather.count() > 0 && in_flight_.empty()) gather_locked(lock);
+    if (stopping_) return;
+    replicate_locked(lock);
+  }
+}
+
+void Journal::gather_locked(std::unique_lock<std::mutex>& lock) {
+  gathering_ = true;
+  const auto until = std::chrono::steady_clock::now() + options_.replicate_gather;
+  wake_replicators_.wait_until(lock, until, [&] { return stopping_ || written_ - handed_ >= gather_for_; });
+  gathering_ = false;
+}
+
 void Journal::replicate_locked(std::unique_lock<std::mutex>& lock) {
-  Batch batch = take_batch_locked();
-  replicating_ = true;
+  // A list: each call's element stays put while others are added and settled.
+  const auto slot = in_flight_.insert(in_flight_.end(), InFlight{take_batch_locked(), std::nullopt});
+  // More waiting, and room for another call: a replicator of its own takes it.
+  if (!unreplicated_.empty()) wake_replicators_.notify_all();
   lock.unlock();
-  Result<void> replicated = options_.replicate(batch.records, batch.end.seq);
-  std::multimap<std::uint64_t, Done> woken;
+  Result<void> replicated = options_.replicate(slot->batch.records, slot->batch.end.seq);
   lock.lock();
-  replicating_ = false;
-  if (!replicated) {
-    // Nothing after the last record replicated ever will be: every waiter is told, and the rest
-    // of what was written is rolled back with it.
-    fail_locked("replication failed: " + replicated.error().message);
-    unreplicated_.clear();
-    woken.swap(waiters_);
-  } else {
-    // In the log, so applied, whatever failed locally meanwhile: acknowledged, and roll_back
-    // (which waits for this) keeps it.
-    durable_ = std::max(durable_, batch.end.seq);
-    if (batch.end.seq > acked_.seq) acked_ = batch.end;
-    woken.insert(waiters_.begin(), waiters_.upper_bound(durable_));
-    waiters_.erase(waiters_.begin(), waiters_.upper_bound(durable_));
+  slot->outcome = std::move(replicated);
+  settle_replicated_locked(lock);
+}
+
+void Journal::settle_replicated_locked(std::unique_lock<std::mutex>& lock) {
+  std::multimap<std::uint64_t, Done> acknowledged;
+  std::multimap<std::uint64_t, Done> refused;
+  while (!in_flight_.empty() && in_flight_.front().outcome) {
+    const InFlight settled = std::move(in_flight_.front());
+    in_flight_.pop_front();
+    if (!*settled.outcome) {
+      // Nothing after the last record replicated ever will be: every waiter is told, and the rest
+      // of what was written is rolled back with it. (A batch in flight after this one cannot be
+      // taken by the log unless this one was: its append follows this one's records.)
+      fail_locked("replication failed: " + settled.outcome->error().message);
+      unreplicated_.clear();
+      refused.merge(waiters_);
+    } else {
+      // In the log, so applied, whatever failed locally meanwhile: acknowledged, and roll_back
+      // (which waits for this) keeps it.
+      durable_ = std::max(durable_, settled.batch.end.seq);
+      // The clients this batch answered, and those that wrote meanwhile: what the next one waits for.
+      gather_for_ = settled.batch.end.seq - record_span(settled.batch.records).seq + 1 + (written_ - handed_);
+      if (settled.batch.end.seq > acked_.seq) acked_ = settled.batch.end;
+      const auto end = waiters_.upper_bound(durable_);
+      acknowledged.insert(std::make_move_iterator(waiters_.begin()), std::make_move_iterator(end));
+      waiters_.erase(waiters_.begin(), end);
+    }
   }
   replication_settled_.notify_all();
-  if (woken.empty()) return;
-  const Result<void> durable = replicated ? Result<void>(boost::outcome_v2::success()) : writable_locked();
+  wake_replicators_.notify_all();  // a call ended: room for another
+  if (acknowledged.empty() && refused.empty()) return;
+  const Result<void> failure = refused.empty() ? Result<void>(boost::outcome_v2::success()) : writable_locked();
   lock.unlock();
-  for (auto& [seq, done] : woken) done(durable);
+  for (auto& [seq, done] : acknowledged) done(boost::outcome_v2::success());
+  for (auto& [seq, done] : refused) done(failure);
   lock.lock();
 }
 
@@ -259,7 +305,7 @@ void Journal::fail(std::string error) {
 }
 
 bool Journal::replication_pending_locked(std::uint64_t seq) const {
-  return options_.replicate && seq <= written_ && (replicating_ || !unreplicated_.empty());
+  return options_.replicate && seq <= written_ && (!in_flight_.empty() || !unreplicated_.empty());
 }
 
 std::multimap<std::uint64_t, Journal::Done> Journal::take_unacknowledgeable_locked() {
@@ -463,7 +509,7 @@ Result<std::uint64_t> Journal::roll_back() {
   std::unique_lock lock(mutex_);
   // Replicated: what was written before the failure is replicated first (or that fails), so that
   // the point cut back to is one the log agrees with. A batch's outcome is never both.
-  replication_settled_.wait(lock, [&] { return stopping_ || (!replicating_ && unreplicated_.empty()); });
+  replication_settled_.wait(lock, [&] { return stopping_ || (in_flight_.empty() && unreplicated_.empty()); });
   const Acked a = acked_;
   const auto current = options_.dir / journal_name(file_first_seq_);
   std::uint64_t keep = a.bytes;
@@ -489,7 +535,7 @@ Result<std::uint64_t> Journal::roll_back() {
   next_buffer_.clear();
   unreplicated_.clear();
   rotation_.reset();
-  appended_ = written_ = durable_ = a.seq;
+  appended_ = written_ = durable_ = handed_ = a.seq;
   while (!tagged_.empty() && tagged_.back().seq > a.seq) {
     tagged_bytes_ -= dedup_weight(tagged_.back().tag.ns, tagged_.back().tag.id, tagged_.back().pages.size());
     tagged_.pop_back();
@@ -510,7 +556,7 @@ Result<void> Journal::continue_after(std::uint64_t seq, const std::vector<DedupE
   // install_snapshot made the file: opened anew (the same header), the old one retired to the syncer.
   if (auto opened = open_file(seq + 1, false); !opened) return opened;
   std::lock_guard lock(mutex_);
-  appended_ = written_ = durable_ = seq;
+  appended_ = written_ = durable_ = handed_ = seq;
   acked_ = Acked{seq, file_first_seq_, file_bytes_};
   bytes_since_rotation_ = 0;
   tagged_.clear();
@@ -525,8 +571,6 @@ void Journal::sync_loop() {
   for (;;) {
     const auto due = [&] {
       if (!retired_fds_.empty()) return true;
-      // (After a local failure too: what was written before it is still replicated.)
-      if (options_.replicate && !unreplicated_.empty()) return true;
       if (options_.mode == FsyncMode::always) return !waiters_.empty() && written_ > durable_;
       return false;
     };
@@ -580,7 +624,6 @@ void Journal::sync_loop() {
       for (auto& [seq, done] : woken) done(durable);
       lock.lock();
     }
-    if (options_.replicate && !unreplicated_.empty() && !stopping_) replicate_locked(lock);
   }
 }
 

@@ -23,6 +23,7 @@
 #include <deque>
 #include <filesystem>
 #include <functional>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -81,13 +82,15 @@ class Journal {
     // (Only a record whose answer the cache did not keep, a 503's, also weighs here.)
     std::size_t dedup_retained_bytes = std::size_t{256} << 20;
     // --ha-etcd: not empty, a record is acknowledged once this has put it in the
-    // replicated log, and not before (whatever the fsync mode says of the local files). The syncer
-    // hands it the records written since its last call, framed as in the files (log_format.hpp),
-    // whole and in order, at most replicate_batch_bytes at a time (a larger record alone, which etcd
-    // refuses beyond its request limit, 1.5 MiB by default: a record is bounded by the request
-    // that made it, --max-body-bytes, which --ha-etcd must keep below that), one
-    // call at a time: what is written during a call goes into the next (group commit). `last_seq`
-    // is the batch's last record. A failure fails the journal as a failed write does: the batch's
+    // replicated log, and not before (whatever the fsync mode says of the local files). Replicator
+    // threads hand it the records written and not yet handed over, framed as in the files
+    // (log_format.hpp), whole and in order, at most replicate_batch_bytes at a time (a larger record
+    // alone, which etcd refuses beyond its request limit, 1.5 MiB by default: a record is bounded by
+    // the request that made it, --max-body-bytes, which --ha-etcd must keep below that), at most
+    // replicate_in_flight calls at a time: what is written while they are all busy goes into the
+    // next (group commit). The calls begin in the records' order but may overlap and end in any
+    // order; their outcomes are settled in the records' order. `last_seq` is the batch's last
+    // record. A failure fails the journal as a failed write does: the batch's
     // records and every later one are answered 503 and rolled back. A local failure (a write, a
     // sync) does not stop it: what was written before it is still replicated and answered as the
     // log's answer says, only the records never written are answered 503 at once, and roll_back
@@ -96,6 +99,14 @@ class Journal {
     // quicker (a rotated file is still synced, as is the last at a clean shutdown).
     std::function<Result<void>(std::string_view records, std::uint64_t last_seq)> replicate{};
     std::size_t replicate_batch_bytes = std::size_t{1} << 20;
+    // More than one call in flight keeps the log busy while the clients an append answered send
+    // their next changes (docs/performance.md, "High availability"); 1 is one call at a time.
+    std::size_t replicate_in_flight = 1;
+    // Group commit that fills its batches: before a batch goes while none is in flight, wait up to
+    // this long until as many records wait as the last batch carried plus those written while it
+    // was under way (the clients it answered send their next changes about a round trip later, so a
+    // batch carries every client's change, not half of them). 0: a batch goes at once.
+    std::chrono::microseconds replicate_gather{0};
   };
   // What a waiter on a record is told: success once an fdatasync covered it (replicated, with
   // Options::replicate; or acknowledged before any failure), the failure (Errc::journal_failed)
@@ -213,11 +224,24 @@ class Journal {
     std::uint64_t offset = 0;  // of `records` in that file
   };
   std::deque<Written> unreplicated_;
-  // A batch is being replicated (the call runs without mutex_). roll_back waits on
-  // replication_settled_ until none is and nothing written is left to replicate, so that it never
-  // cuts off what the log took.
-  bool replicating_ = false;
+  // The batches handed to Options::replicate and not yet settled, in the records' order (the calls
+  // run without mutex_; each fills in its outcome, and the front settles first). roll_back waits
+  // on replication_settled_ until none is left and nothing written is left to replicate, so that it
+  // never cuts off what the log took.
+  struct Batch {
+    std::string records;
+    Acked end;
+  };
+  struct InFlight {
+    Batch batch;
+    std::optional<Result<void>> outcome;
+  };
+  std::list<InFlight> in_flight_;
+  std::uint64_t handed_ = 0;       // the last record handed to a replicate call
+  std::uint64_t gather_for_ = 1;   // records a batch waits for (Options::replicate_gather)
+  bool gathering_ = false;         // a replicator waits for them: the others leave the batch to it
   std::condition_variable replication_settled_;
+  std::condition_variable wake_replicators_;
   // Whether record `seq` may still be acknowledged by a replication under way or to come (it was
   // written, and replication has not failed).
   bool replication_pending_locked(std::uint64_t seq) const;
@@ -227,19 +251,24 @@ class Journal {
   void keep_for_replication_locked(std::string& records, std::uint64_t offset);
   // The next batch (whole records from the front of unreplicated_, taken out), its last record's
   // seq and the acknowledged end after it.
-  struct Batch {
-    std::string records;
-    Acked end;
-  };
   Batch take_batch_locked();
-  // Replicates one batch, mutex_ held on entry and exit (released during the call); wakes what it
-  // acknowledged, or fails the journal.
+  // A replicator thread: takes the next batch whenever one is waiting and fewer than
+  // replicate_in_flight are in flight, and replicates it.
+  void replicate_loop();
+  // Options::replicate_gather's wait, mutex_ held.
+  void gather_locked(std::unique_lock<std::mutex>& lock);
+  // Replicates one batch, mutex_ held on entry and exit (released during the call), then settles
+  // what can be.
   void replicate_locked(std::unique_lock<std::mutex>& lock);
+  // Settles the batches at the front of in_flight_ whose calls have ended: wakes what they
+  // acknowledged, or fails the journal. mutex_ held on entry and exit (released to wake).
+  void settle_replicated_locked(std::unique_lock<std::mutex>& lock);
   std::multimap<std::uint64_t, Done> waiters_;
   bool stopping_ = false;
   std::condition_variable wake_syncer_;
   std::mutex write_mutex_;  // one write(2) sequence at a time
   std::thread syncer_;
+  std::vector<std::thread> replicators_;  // Options::replicate: replicate_in_flight of them
 };
 
 }  // namespace hf3fs_meta::durable

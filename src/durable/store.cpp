@@ -31,7 +31,12 @@ Result<std::unique_ptr<Store>> Store::open(Options options, MetadataState& state
   if (!recovered) return std::move(recovered).error();
   store->recovered_ = std::move(recovered).value();
   store->recovered_.removed_temporaries = std::move(removed);
-  auto journal = Journal::open(Journal::Options{options.dir, options.mode, options.dedup_retained_bytes, options.replicate}, store->recovered_);
+  auto journal = Journal::open(Journal::Options{.dir = options.dir,
+                                                 .mode = options.mode,
+                                                 .dedup_retained_bytes = options.dedup_retained_bytes,
+                                                 .replicate = options.replicate,
+                                                 .replicate_in_flight = options.replicate_in_flight,
+                                                 .replicate_gather = options.replicate_gather}, store->recovered_);
   if (!journal) return std::move(journal).error();
   store->journal_ = std::move(journal).value();
   store->stats_.recovery_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

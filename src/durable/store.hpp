@@ -43,6 +43,8 @@ class Store {
     std::uint64_t snapshot_after_bytes = std::uint64_t{64} << 20;  // 0: only on request
     std::size_t dedup_retained_bytes = std::size_t{256} << 20;  // Journal::Options
     decltype(Journal::Options::replicate) replicate{};           // Journal::Options
+    std::size_t replicate_in_flight = 1;                          // Journal::Options
+    std::chrono::microseconds replicate_gather{0};                // Journal::Options
   };
 
   // `state` must be empty and outlive the Store. The recovered dedup records are in recovered().

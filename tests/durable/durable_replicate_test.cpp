@@ -1,5 +1,6 @@
-// Journal::Options::replicate: a record is acknowledged once the replicated log has it,
-// never before; what is written during a replication goes into the next batch (group commit);
+// Journal::Options::replicate: a record is acknowledged once the replicated log has it, never
+// before; what is written during a replication goes into the next batch (group commit); with
+// several calls in flight, their outcomes settle in the records' order;
 // batches are whole records in order under the size limit; a failed replication is rolled back to
 // the last record replicated. The replicated log here is the test's own, which can hold a call.
 #include <gmock/gmock.h>
@@ -255,6 +256,157 @@ TEST_F(LocalFailureDuringReplication, AReplicationThatThenFailsRefusesEveryRecor
   ASSERT_TRUE(kept_seq) << kept_seq.error().message;
   EXPECT_EQ(kept_seq.value(), 0u);
   EXPECT_TRUE(log.batch_seqs().empty());
+}
+
+// ---- several calls in flight (Options::replicate_in_flight) -------------------------------------
+
+// A log whose calls each wait until the test ends them, one by one, with the outcome it names.
+class GatedLog {
+ public:
+  Result<void> replicate(std::string_view records, std::uint64_t last_seq) {
+    std::unique_lock lock(mutex_);
+    const std::size_t call = begun_.size();
+    begun_.push_back({std::string(records), last_seq});
+    changed_.notify_all();
+    changed_.wait(lock, [&] { return outcomes_.size() > call && outcomes_[call]; });
+    return *outcomes_[call];
+  }
+  auto function() {
+    return [this](std::string_view records, std::uint64_t last_seq) { return replicate(records, last_seq); };
+  }
+  // Waits (bounded) until `n` calls have begun; the last record of each.
+  std::vector<std::uint64_t> wait_begun(std::size_t n) {
+    std::unique_lock lock(mutex_);
+    changed_.wait_for(lock, std::chrono::seconds(10), [&] { return begun_.size() >= n; });
+    std::vector<std::uint64_t> out;
+    for (const auto& [records, last_seq] : begun_) out.push_back(last_seq);
+    return out;
+  }
+  void end(std::size_t call, Result<void> outcome) {
+    std::lock_guard lock(mutex_);
+    if (outcomes_.size() <= call) outcomes_.resize(call + 1);
+    outcomes_[call] = std::move(outcome);
+    changed_.notify_all();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<std::pair<std::string, std::uint64_t>> begun_;
+  std::vector<std::optional<Result<void>>> outcomes_;
+};
+
+// Two calls in flight: record 1 in the first, record 2 in the second (written while the first was
+// under way).
+struct InFlight : Replicated {
+  void SetUp() override {
+    Journal::Options options{dir.path(), FsyncMode::always, 1 << 20, gated.function()};
+    options.replicate_in_flight = 2;
+    auto opened = Journal::open(std::move(options), Recovered{});
+    ASSERT_TRUE(opened) << opened.error().message;
+    journal = std::move(opened).value();
+    state.set_change_sink([this](const Change& change) { journal->append(change); });
+    Journal::reset_thread_seq();
+    ASSERT_TRUE(state.initialize(0, 8));
+    ASSERT_TRUE(journal->write_through(Journal::thread_seq()));
+    ASSERT_THAT(gated.wait_begun(1), ElementsAre(1));
+    change("a");
+    const auto begun = gated.wait_begun(2);
+    ASSERT_EQ(begun.size(), 2u);  // the second began while the first was in flight
+    EXPECT_EQ(begun[0], 1u);
+    last = begun[1];
+    for (std::uint64_t seq = 1; seq <= last; ++seq) acks.push_back(acknowledged(seq));
+  }
+  void TearDown() override {
+    gated.end(0, boost::outcome_v2::success());  // whatever the test left in flight ends
+    gated.end(1, boost::outcome_v2::success());
+    journal.reset();  // its replicators gone before the log they call
+  }
+
+  GatedLog gated;
+  std::uint64_t last = 0;
+  std::vector<std::future<Result<void>>> acks;
+};
+
+TEST_F(InFlight, ALaterBatchThatEndsFirstIsAcknowledgedOnlyAfterTheOneBeforeIt) {
+  gated.end(1, boost::outcome_v2::success());
+  // The second call ended; its records wait for the first's.
+  EXPECT_EQ(acks.back().wait_for(std::chrono::milliseconds(0)), std::future_status::timeout);
+  EXPECT_EQ(acks.front().wait_for(std::chrono::milliseconds(0)), std::future_status::timeout);
+  gated.end(0, boost::outcome_v2::success());
+  for (auto& ack : acks) {
+    const Result<void> acked = ack.get();
+    EXPECT_TRUE(acked) << acked.error().message;
+  }
+  EXPECT_EQ(journal->roll_back().value(), last);  // nothing to cut: the log holds it all
+}
+
+TEST_F(InFlight, AFailedBatchRefusesTheOnesAfterItAndTheRollBackKeepsWhatTheLogTook) {
+  auto kept = std::async(std::launch::async, [&] { return journal->roll_back(); });
+  gated.end(0, Error{Errc::io, "etcd: no answer"});
+  for (auto& ack : acks) {
+    const Result<void> refused = ack.get();
+    ASSERT_FALSE(refused);
+    EXPECT_EQ(refused.error().code, Errc::journal_failed);
+    EXPECT_THAT(refused.error().message, HasSubstr("etcd: no answer"));
+  }
+  // The roll back waits for the second call: the log may yet take it (its append follows the
+  // first's records, so only if the first is in after all), and what it took is kept.
+  EXPECT_EQ(kept.wait_for(std::chrono::milliseconds(0)), std::future_status::timeout);
+  gated.end(1, boost::outcome_v2::success());
+  const auto kept_seq = kept.get();
+  ASSERT_TRUE(kept_seq) << kept_seq.error().message;
+  EXPECT_EQ(kept_seq.value(), last);
+}
+
+TEST_F(InFlight, BothFailingKeepNothing) {
+  gated.end(1, Error{Errc::io, "etcd: fenced"});
+  gated.end(0, Error{Errc::io, "etcd: fenced"});
+  for (auto& ack : acks) EXPECT_FALSE(ack.get());
+  const auto kept_seq = journal->roll_back();
+  ASSERT_TRUE(kept_seq) << kept_seq.error().message;
+  EXPECT_EQ(kept_seq.value(), 0u);
+}
+
+// ---- Options::replicate_gather --------------------------------------------------------------------
+
+// One call at a time, each batch waiting up to `gather` for the clients the last one answered.
+struct Gathered : Replicated {
+  void open_gathered(std::chrono::microseconds gather) {
+    Journal::Options options{dir.path(), FsyncMode::always, 1 << 20, gated.function()};
+    options.replicate_gather = gather;
+    auto opened = Journal::open(std::move(options), Recovered{});
+    ASSERT_TRUE(opened) << opened.error().message;
+    journal = std::move(opened).value();
+    state.set_change_sink([this](const Change& change) { journal->append(change); });
+    // Record 1 in flight, records 2 and 3 written meanwhile: the next batch waits for 1 + 2.
+    Journal::reset_thread_seq();
+    ASSERT_TRUE(state.initialize(0, 8));
+    ASSERT_TRUE(journal->write_through(Journal::thread_seq()));
+    ASSERT_THAT(gated.wait_begun(1), ElementsAre(1));
+    change("a");
+    change("b");
+    auto first = acknowledged(1);
+    gated.end(0, boost::outcome_v2::success());
+    ASSERT_TRUE(first.get());
+  }
+  void TearDown() override {
+    for (std::size_t call = 0; call < 3; ++call) gated.end(call, boost::outcome_v2::success());
+    journal.reset();  // its replicators gone before the log they call
+  }
+
+  GatedLog gated;
+};
+
+TEST_F(Gathered, ABatchWaitsForAsManyRecordsAsTheLastCarriedAndThoseWrittenMeanwhile) {
+  ASSERT_NO_FATAL_FAILURE(open_gathered(std::chrono::seconds(60)));  // ended by the third record
+  change("c");  // the client record 1 answered, back
+  EXPECT_THAT(gated.wait_begun(2), ElementsAre(1, 4));  // records 2-4 in one batch
+}
+
+TEST_F(Gathered, ABatchGoesWithWhatCameOnceTheWaitIsOver) {
+  ASSERT_NO_FATAL_FAILURE(open_gathered(std::chrono::milliseconds(20)));
+  EXPECT_THAT(gated.wait_begun(2), ElementsAre(1, 3));  // no third record came: records 2-3
 }
 
 // A Store over the fake log, and a change acknowledged as the server acknowledges it.

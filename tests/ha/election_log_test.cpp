@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -26,7 +27,9 @@ namespace {
 
 using ::hf3fs_meta::testing::HttpPeer;
 using ::hf3fs_meta::testing::PeerRequest;
+using ::hf3fs_meta::testing::PeerResponse;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using namespace std::chrono_literals;
 using TimePoint = std::chrono::steady_clock::time_point;
 
@@ -184,7 +187,7 @@ TEST_F(HaEtcdTest, TheLogIsReadBackInOrderFromAnySeq) {
 
   const auto behind = writer.append(records(6, 6), 6);
   ASSERT_FALSE(behind);
-  EXPECT_THAT(behind.error().message, HasSubstr("records 6-6, said to end at record 6, does not follow the tip, record 6"));
+  EXPECT_THAT(behind.error().message, HasSubstr("records 6-6, said to end at record 6, does not follow record 6 (the last handed to the log)"));
   a.resign();
 }
 
@@ -204,7 +207,7 @@ TEST_F(HaEtcdTest, AnEntryIsAppendedOnlyIfItsFirstRecordIsTheOneAfterTheTip) {
     ASSERT_FALSE(overlapping);
     EXPECT_EQ(overlapping.error().kind, EtcdError::Kind::not_applied);
     EXPECT_THAT(overlapping.error().message,
-                HasSubstr("an entry of records 1-3, said to end at record 3, does not follow the tip, record 2"));
+                HasSubstr("an entry of records 1-3, said to end at record 3, does not follow record 2"));
     EXPECT_TRUE(writer.failed());  // the journal and the log disagree: the leader reads the log again
   }
   const std::pair<std::string, std::uint64_t> refused[] = {
@@ -215,11 +218,18 @@ TEST_F(HaEtcdTest, AnEntryIsAppendedOnlyIfItsFirstRecordIsTheOneAfterTheTip) {
       {records(3, 3) + records(5, 5), 5},  // numbered with a hole inside
       {"", 3},
   };
+  // A batch past the next record waits for the call with the records before it (calls may overlap),
+  // for the etcd call's timeout: kept short here.
+  EtcdOptions quick;
+  quick.endpoints = cluster_->client_urls();
+  quick.request_timeout = 300ms;
+  quick.call_timeout = 300ms;
+  EtcdClient quick_etcd(quick);
   for (const auto& [batch, last] : refused) {
-    LogWriter writer(*etcd_, k, won.value().fence, read_tip(*etcd_, k).value());
+    LogWriter writer(quick_etcd, k, won.value().fence, read_tip(*etcd_, k).value());
     const auto appended = writer.append(batch, last);
     ASSERT_FALSE(appended) << batch.size() << " bytes up to " << last;
-    EXPECT_THAT(appended.error().message, HasSubstr("does not follow the tip, record 2")) << last;
+    EXPECT_THAT(appended.error().message, HasSubstr("does not follow record 2")) << last;
   }
   const auto log = read_log(*etcd_, k, 0);
   ASSERT_TRUE(log);
@@ -257,6 +267,62 @@ TEST_F(HaEtcdTest, ADeposedLeaderAppendsNothing) {
   EXPECT_EQ(log.value().entries[0].batch, records(1, 1));
   EXPECT_EQ(log.value().entries[1].batch, records(2, 2));
   b.resign();
+}
+
+// Appends overlap (the journal keeps several in flight), and etcd may take them in another order
+// than they were sent: the later one's compare fails with the tip short of it, so it waits for the
+// earlier one to be in, and is sent again. The log holds both, in order, each once.
+TEST_F(HaEtcdTest, AnAppendThatReachesEtcdBeforeTheOneItFollowsIsSentAgainOnceThatOneIsIn) {
+  Election a(*etcd_, real_clock_, options("http://a"));
+  const auto won = a.campaign();
+  ASSERT_TRUE(won && won.value().won);
+  const Keys k = keys();
+  // In front of a real member: holds the first request back until the second has been answered.
+  std::mutex mutex;
+  std::condition_variable moved;
+  int read = 0;
+  std::vector<std::string> answers;  // the real member's, in the order it gave them
+  HttpPeer reorder(HttpPeer::Mode::answer, [&](const PeerRequest& request) {
+    std::unique_lock lock(mutex);
+    const int mine = read++;
+    moved.notify_all();
+    if (mine == 0) moved.wait_for(lock, 10s, [&] { return !answers.empty(); });
+    lock.unlock();
+    const auto answer = ::hf3fs_meta::testing::http_call(cluster_->client_url(0).append(request.target), request.body, 5s);
+    lock.lock();
+    answers.push_back(answer.body);
+    moved.notify_all();
+    PeerResponse passed;
+    passed.status = static_cast<int>(answer.status);
+    passed.body = answer.body;
+    return passed;
+  });
+  EtcdOptions o;
+  o.endpoints = {reorder.url()};
+  EtcdClient etcd(o);
+  LogWriter writer(etcd, k, won.value().fence, read_tip(*etcd_, k).value());
+  std::optional<EtcdResult<LogWriter::Appended>> first;
+  std::thread sender([&] { first = writer.append(records(1, 2), 2); });
+  {
+    std::unique_lock lock(mutex);
+    ASSERT_TRUE(moved.wait_for(lock, 10s, [&] { return read >= 1; }));
+  }
+  const auto second = writer.append(records(3, 3), 3);
+  sender.join();
+  ASSERT_TRUE(first && *first) << first->error().message;
+  ASSERT_TRUE(second) << second.error().message;
+  EXPECT_EQ(second.value().seq, 3u);
+  EXPECT_EQ(writer.seq(), 3u);
+  std::lock_guard lock(mutex);
+  EXPECT_EQ(read, 3);  // the second append twice
+  ASSERT_EQ(answers.size(), 3u);
+  EXPECT_THAT(answers[0], Not(HasSubstr("\"succeeded\":true")));  // its compare failed: the tip was short of it
+  const auto log = read_log(*etcd_, k, 0);
+  ASSERT_TRUE(log) << log.error().message;
+  ASSERT_EQ(log.value().entries.size(), 2u);
+  EXPECT_EQ(log.value().entries[0].batch, records(1, 2));
+  EXPECT_EQ(log.value().entries[1].batch, records(3, 3));
+  a.resign();
 }
 
 TEST_F(HaEtcdTest, TwoWritersFromOneTipCannotInterleave) {
