@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <condition_variable>
+#include <functional>
 #include <future>
 #include <mutex>
 #include <optional>
@@ -296,12 +297,11 @@ class GatedLog {
   std::vector<std::optional<Result<void>>> outcomes_;
 };
 
-// Two calls in flight: record 1 in the first, record 2 in the second (written while the first was
-// under way).
-struct InFlight : Replicated {
-  void SetUp() override {
+// A journal over the gated log, with options of the test's, record 1 in its first call.
+struct Gated : Replicated {
+  void open_gated(const std::function<void(Journal::Options&)>& tweak) {
     Journal::Options options{dir.path(), FsyncMode::always, 1 << 20, gated.function()};
-    options.replicate_in_flight = 2;
+    tweak(options);
     auto opened = Journal::open(std::move(options), Recovered{});
     ASSERT_TRUE(opened) << opened.error().message;
     journal = std::move(opened).value();
@@ -310,6 +310,20 @@ struct InFlight : Replicated {
     ASSERT_TRUE(state.initialize(0, 8));
     ASSERT_TRUE(journal->write_through(Journal::thread_seq()));
     ASSERT_THAT(gated.wait_begun(1), ElementsAre(1));
+  }
+  void TearDown() override {
+    for (std::size_t call = 0; call < 3; ++call) gated.end(call, boost::outcome_v2::success());
+    journal.reset();  // its replicators gone before the log they call
+  }
+
+  GatedLog gated;
+};
+
+// Two calls in flight: record 1 in the first, record 2 in the second (written while the first was
+// under way).
+struct InFlight : Gated {
+  void SetUp() override {
+    ASSERT_NO_FATAL_FAILURE(open_gated([](Journal::Options& o) { o.replicate_in_flight = 2; }));
     change("a");
     const auto begun = gated.wait_begun(2);
     ASSERT_EQ(begun.size(), 2u);  // the second began while the first was in flight
@@ -317,13 +331,7 @@ struct InFlight : Replicated {
     last = begun[1];
     for (std::uint64_t seq = 1; seq <= last; ++seq) acks.push_back(acknowledged(seq));
   }
-  void TearDown() override {
-    gated.end(0, boost::outcome_v2::success());  // whatever the test left in flight ends
-    gated.end(1, boost::outcome_v2::success());
-    journal.reset();  // its replicators gone before the log they call
-  }
 
-  GatedLog gated;
   std::uint64_t last = 0;
   std::vector<std::future<Result<void>>> acks;
 };
@@ -371,31 +379,16 @@ TEST_F(InFlight, BothFailingKeepNothing) {
 // ---- Options::replicate_gather --------------------------------------------------------------------
 
 // One call at a time, each batch waiting up to `gather` for the clients the last one answered.
-struct Gathered : Replicated {
+struct Gathered : Gated {
   void open_gathered(std::chrono::microseconds gather) {
-    Journal::Options options{dir.path(), FsyncMode::always, 1 << 20, gated.function()};
-    options.replicate_gather = gather;
-    auto opened = Journal::open(std::move(options), Recovered{});
-    ASSERT_TRUE(opened) << opened.error().message;
-    journal = std::move(opened).value();
-    state.set_change_sink([this](const Change& change) { journal->append(change); });
+    ASSERT_NO_FATAL_FAILURE(open_gated([&](Journal::Options& o) { o.replicate_gather = gather; }));
     // Record 1 in flight, records 2 and 3 written meanwhile: the next batch waits for 1 + 2.
-    Journal::reset_thread_seq();
-    ASSERT_TRUE(state.initialize(0, 8));
-    ASSERT_TRUE(journal->write_through(Journal::thread_seq()));
-    ASSERT_THAT(gated.wait_begun(1), ElementsAre(1));
     change("a");
     change("b");
     auto first = acknowledged(1);
     gated.end(0, boost::outcome_v2::success());
     ASSERT_TRUE(first.get());
   }
-  void TearDown() override {
-    for (std::size_t call = 0; call < 3; ++call) gated.end(call, boost::outcome_v2::success());
-    journal.reset();  // its replicators gone before the log they call
-  }
-
-  GatedLog gated;
 };
 
 TEST_F(Gathered, ABatchWaitsForAsManyRecordsAsTheLastCarriedAndThoseWrittenMeanwhile) {
