@@ -178,7 +178,7 @@ TEST_F(MemberCoreTest, ALeaderWhoseKeyIsGoneStandsDown) {
   EXPECT_FALSE(core_.leading());
 }
 
-// The wedge: the leader's disk fails. It steps down (settle, stand down, resign) at its next
+// The wedge an audit found: the leader's disk fails. It steps down (settle, stand down, resign) at its next
 // poll, and campaigns again only once its disk writes and a retry's time has passed, so that a
 // healthy standby leads first.
 TEST_F(MemberCoreTest, ALeaderWhoseDiskFailsStepsDownAndCampaignsOnlyOnceItWritesAgain) {

@@ -160,7 +160,7 @@ TEST_F(DedupCacheTest, ARestoredAnswerKeepsWhatWasLeftOfItsWindow) {
   EXPECT_EQ(cache.acquire(kDefault, kAllocate, "d", "body", 1).kind, Kind::owner);
 }
 
-// The scenario, at the unit level: large allocates carrying ids, kept in memory as pages;
+// The scenario, at the unit level: large allocates carrying ids, kept in memory as pages;
 // a restart (clean, or a crash after a snapshot) must give every one back. The snapshot used to keep
 // whole records (key names and all), within the same budget, so it kept one of these five.
 class DedupRecoveryTest : public DedupCacheTest, public ::testing::WithParamInterface<bool> {};

@@ -99,7 +99,7 @@ class RouterDedupTest : public ::testing::Test {
   Exchange exchange_;
 };
 
-// The path: the TTL reclaims K1's page, K2 is allocated it and confirms it; K1's allocate
+// The path: the TTL reclaims K1's page, K2 is allocated it and confirms it; K1's allocate
 // repeated under its id must not answer "K1 -> 0" (its writer would write over K2's bytes).
 TEST_F(RouterDedupTest, ARepeatAfterTheTtlReclaimedItsPageIs409) {
   initialize(0, 1);

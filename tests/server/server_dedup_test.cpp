@@ -365,14 +365,14 @@ struct DedupDataDir {
   TempDir dir_;
 };
 
-// The scenario through the real server: request ids survive a clean restart (SIGTERM, the
+// Through the real server: request ids survive a clean restart (SIGTERM, the
 // snapshot) as they survive in memory. Each answer weighs 8 kB as the cache keeps it, its record
 // 3 MB: the snapshot used to keep whole records within --dedup-max-bytes, so it kept one of five.
 class ServerDedupRestartTest : protected DedupDataDir, public ServerTestBase {
  protected:
   ServerDedupRestartTest()
       : ServerTestBase({"--threads", "2", "--data-dir", dir_.str() + "/data", "--dedup-max-bytes",
-                        std::to_string(4 << 20), "--max-key-bytes", "2048"}) {}  // the 1.5 kB keys
+                        std::to_string(4 << 20), "--max-key-bytes", "2048"}) {}  // 1.5 kB keys
 };
 
 TEST_F(ServerDedupRestartTest, EveryIdKeptInMemoryIsKeptAcrossACleanRestart) {

@@ -153,7 +153,7 @@ TEST_F(ServerBusyConnectionLimitTest, WithNoIdleConnectionTheNewcomerIsClosed) {
   EXPECT_THAT(metrics, HasSubstr("\nhf3fs_meta_connections_evicted_total 0\n"));
 }
 
-// The attack: the descriptor limit at 1,024 and 1,500 idle connections. A new client is
+// The attack: the descriptor limit at 1,024 and 1,500 idle connections. A new client is
 // still answered at once (measured separately: docs/performance.md, "Limits"); here every request must be
 // answered within the raw client's timeout, and the server keeps below its limit.
 TEST(ServerDescriptorLimitTest, IdleConnectionsBeyondTheDescriptorLimitNeverStallTheListener) {

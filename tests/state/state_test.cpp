@@ -395,7 +395,7 @@ TEST(StateConfirm, PageOfAnotherKeyIsAConflict) {
   EXPECT_EQ(snapshot(s, kKeys), before);
 }
 
-// The silent corruption: A allocated page 0, the server restarted, B was given page 0; A's
+// A silent corruption this prevents: A allocated page 0, the server restarted, B was given page 0; A's
 // stale confirm must not take it (B's data would be found under key A).
 TEST(StateConfirm, PageAllocatedForAnotherKeyIsAConflict) {
   MetadataState s;
