@@ -22,8 +22,8 @@ class CMakeBuild(build_ext):
         subprocess.run(["cmake", "-S", str(ROOT), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release",
                         f"-DPython3_EXECUTABLE={sys.executable}", "-DBUILD_SHARED_LIBS=OFF",
                         "-DCMAKE_POSITION_INDEPENDENT_CODE=ON", "-DHF3FS_META_BUILD_TESTS=OFF",
-                        "-DHF3FS_META_BUILD_EXAMPLES=OFF", "-DHF3FS_META_BUILD_SERVER=OFF",
-                        "-DHF3FS_META_BUILD_BENCHMARKS=OFF"], check=True)
+                        "-DHF3FS_META_BUILD_EXAMPLES=OFF", "-DHF3FS_META_BUILD_CLI=OFF",
+                        "-DHF3FS_META_BUILD_SERVER=OFF", "-DHF3FS_META_BUILD_BENCHMARKS=OFF"], check=True)
         subprocess.run(["cmake", "--build", str(build), "--target", "hf3fs_meta_python",
                         "-j", str(os.cpu_count() or 1)], check=True)
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -34,7 +34,8 @@ KEY = "9e107d9d372bb6826bd81d3542a419d6"
 def build(build_dir: Path) -> None:
     subprocess.run(["cmake", "-S", str(ROOT), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release",
                     f"-DPython3_EXECUTABLE={sys.executable}", "-DHF3FS_META_BUILD_TESTS=OFF",
-                    "-DHF3FS_META_BUILD_EXAMPLES=OFF", "-DHF3FS_META_BUILD_BENCHMARKS=ON"],
+                    "-DHF3FS_META_BUILD_EXAMPLES=OFF", "-DHF3FS_META_BUILD_CLI=OFF",
+                    "-DHF3FS_META_BUILD_BENCHMARKS=ON"],
                    check=True, stdout=subprocess.DEVNULL)
     subprocess.run(["cmake", "--build", str(build_dir), "-j", str(os.cpu_count() or 1), "--target",
                     "hf3fs-meta-server", "bench_roundtrip", "hf3fs_meta_python"], check=True, stdout=subprocess.DEVNULL)
