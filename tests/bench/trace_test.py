@@ -90,21 +90,21 @@ class Belady(unittest.TestCase):
 class Models(unittest.TestCase):
     def test_vllm_refuses_a_batch_larger_than_the_free_pages(self):
         # Three pages: [3, 4] finds one free page and gets none; [5] then takes it; 1 and 2 stay.
-        hits, refused = trace.model_hits([[1, 2], [3, 4], [5], [1, 2], [5]], 3, False)
-        self.assertEqual((hits, refused), (3, 2))
+        hits, refused, evicted = trace.model_hits([[1, 2], [3, 4], [5], [1, 2], [5]], 3, False)
+        self.assertEqual((hits, refused, evicted), (3, 2, 0))
 
     def test_lru_evicts_the_least_recently_used(self):
         # a b c a b on two pages: c evicts a, a evicts b, b evicts c: no hit.
-        self.assertEqual(trace.model_hits([[1], [2], [3], [1], [2]], 2, True), (0, 0))
+        self.assertEqual(trace.model_hits([[1], [2], [3], [1], [2]], 2, True), (0, 0, 3))
         # With a use of 1 after 2's save, 2 is the victim and 1 hits.
-        self.assertEqual(trace.model_hits([[1], [2], [1], [3], [1]], 2, True), (2, 0))
+        self.assertEqual(trace.model_hits([[1], [2], [1], [3], [1]], 2, True), (2, 0, 1))
 
     def test_lru_counts_reused_keys_in_the_pages_it_frees(self):
         # Three pages hold 1, 2, 3 (1 the least recently used); [4] evicts 1. Then [1, 2, 3]: exists
         # finds 2 and 3 but no leading hit; its allocate reuses them, and, needing three free pages
         # (reused keys count), evicts all it may (4), still one short: 1 is refused.
-        self.assertEqual(trace.model_hits([[1, 2, 3], [4], [1, 2, 3]], 3, True), (0, 1))
-        self.assertEqual(trace.model_hits([[1, 2, 3], [4], [1, 2, 3]], 3, False), (3, 1))
+        self.assertEqual(trace.model_hits([[1, 2, 3], [4], [1, 2, 3]], 3, True), (0, 1, 2))
+        self.assertEqual(trace.model_hits([[1, 2, 3], [4], [1, 2, 3]], 3, False), (3, 1, 0))
         self.assertEqual(trace.belady_hits([[1, 2, 3], [4], [1, 2, 3]], 3), 3)
 
 
