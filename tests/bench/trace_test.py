@@ -1,6 +1,6 @@
 """bench/trace's offline parts on hand-made traces whose answers are known: the prefix rule's hit count,
-Belady's eviction (against an exhaustive search of every keep-or-drop choice on small traces), and the
-models of vLLM's server and of --eviction lru. No server, well under a second."""
+Belady's eviction (against an exhaustive search of every keep-or-drop choice on small traces), the
+models of vLLM's server and of --eviction lru, and the other policies it compares. No server, well under a second."""
 import importlib.machinery
 import importlib.util
 import itertools
@@ -106,6 +106,22 @@ class Models(unittest.TestCase):
         self.assertEqual(trace.model_hits([[1, 2, 3], [4], [1, 2, 3]], 3, True), (0, 1, 2))
         self.assertEqual(trace.model_hits([[1, 2, 3], [4], [1, 2, 3]], 3, False), (3, 1, 0))
         self.assertEqual(trace.belady_hits([[1, 2, 3], [4], [1, 2, 3]], 3), 3)
+
+
+class OtherPolicies(unittest.TestCase):
+    def test_prefix_aware_lru_keeps_the_start_of_a_prompt(self):
+        # Two pages, [1, 2, 3] twice: used first to last, 2 and 3 stay (no leading hit); last to first,
+        # 1 and 2 stay (two).
+        self.assertEqual(trace.lru_hits([[1, 2, 3], [1, 2, 3]], 2), 0)
+        self.assertEqual(trace.lru_hits([[1, 2, 3], [1, 2, 3]], 2, tail_first=True), 2)
+        self.assertEqual(trace.lru_hits([[1], [2], [1], [3], [1]], 2), 2)
+
+    def test_lfu_keeps_the_block_used_most(self):
+        # One page: 1 used twice outlives 2 and 3, each used once, and hits again; LRU loses it.
+        self.assertEqual(trace.lfu_hits([[1], [1], [2], [3], [1]], 1), 2)
+        self.assertEqual(trace.lru_hits([[1], [1], [2], [3], [1]], 1), 1)
+        # Among equal counts, the least recently used goes: 1, not 3 (whose going would cost a hit).
+        self.assertEqual(trace.lfu_hits([[1], [2], [3], [2], [3]], 2), 2)
 
 
 if __name__ == "__main__":
