@@ -178,8 +178,8 @@ void Journal::retain_tagged(DedupEntry tagged) {
   }
 }
 
-void Journal::fail_locked(std::string error) {
-  ++stats_.disk_errors;
+void Journal::fail_locked(std::string error, bool disk) {
+  if (disk) ++stats_.disk_errors;
   if (!failure_) failure_ = std::move(error);
   // Memory may now hold changes whose records will not be acknowledged (their callers get 503).
   rollback_pending_.store(true, std::memory_order_release);
@@ -267,7 +267,7 @@ void Journal::settle_replicated_locked(std::unique_lock<std::mutex>& lock) {
       // Nothing after the last record replicated ever will be: every waiter is told, and the rest
       // of what was written is rolled back with it. (A batch in flight after this one cannot be
       // taken by the log unless this one was: its append follows this one's records.)
-      fail_locked("replication failed: " + settled.outcome->error().message);
+      fail_locked("replication failed: " + settled.outcome->error().message, /*disk=*/false);
       unreplicated_.clear();
       refused.merge(waiters_);
     } else {

@@ -181,7 +181,9 @@ class Journal {
  private:
   explicit Journal(Options options);
   void sync_loop();
-  void fail_locked(std::string error);
+  // `disk`: a write or sync of the data dir failed (counted in stats().disk_errors); not for a
+  // replication that failed, which is no disk's.
+  void fail_locked(std::string error, bool disk = true);
   void fail(std::string error);  // and tells every waiter
   Result<void> writable_locked() const;  // writable(), mutex_ held
   Result<void> switch_file();
