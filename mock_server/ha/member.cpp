@@ -182,7 +182,12 @@ void Member::run() {
 
 MemberFacts Member::facts() const {
   const auto writable = store_->journal().writable();
-  return MemberFacts{writable.has_value(), election_.surely_alive(), renewal_interval(),
+  bool failed_this_term = false;
+  {
+    std::lock_guard lock(mode_mutex_);
+    failed_this_term = mode_ == Mode::leading && store_->journal().stats().disk_errors > disk_errors_at_lead_;
+  }
+  return MemberFacts{writable.has_value() && !failed_this_term, election_.surely_alive(), renewal_interval(),
                      writable ? std::string() : writable.error().message};
 }
 
@@ -309,6 +314,7 @@ EtcdResult<void> Member::lead(std::int64_t fence) {
     std::lock_guard lock(mode_mutex_);
     writer_.emplace(etcd_, keys_, fence, tip.value());
     fence_ = fence;
+    disk_errors_at_lead_ = store_->journal().stats().disk_errors;
     mode_ = Mode::leading;
   }
   // Leases and recency were not replicated: every key counts as read-leased for one lease period,

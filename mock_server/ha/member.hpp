@@ -107,6 +107,10 @@ class Member {
 
   // The member's thread: asks the core (member_core.hpp) what to do, does it, reports the outcome.
   void run();
+  // What the core decides on. A journal failure during this term counts as a disk that does not
+  // write, even once the journal writes again: the change that met it is rolled back at once, which
+  // clears the journal's failure, and a leader that looked only then would keep its lease however
+  // full its disk.
   MemberFacts facts() const;
   // Hands the core what the other threads reported (stop, a lost append, following that ended).
   void take_events(MemberCore& core);
@@ -157,7 +161,7 @@ class Member {
 
   // The mode and the writer. Appends run without it (several at once); a mode change waits until
   // none is in flight (appends_ended_), so that each is answered under the mode it began in.
-  std::mutex mode_mutex_;
+  mutable std::mutex mode_mutex_;
   std::condition_variable appends_ended_;
   std::size_t appends_in_flight_ = 0;
   Mode mode_ = Mode::closed;
@@ -165,6 +169,7 @@ class Member {
   // Sets mode_ once no append is in flight (mode_mutex_ held by `lock`).
   void set_mode_locked(std::unique_lock<std::mutex>& lock, Mode mode);
   std::int64_t fence_ = 0;           // the leader key's create revision, once leading
+  std::uint64_t disk_errors_at_lead_ = 0;  // the journal's disk_errors when this term began
 
   std::unique_ptr<LogFollower> follower_;  // while following; the member's thread only
   std::uint64_t published_ = 0;           // the applied seq last put under members/<name>

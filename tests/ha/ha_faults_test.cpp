@@ -330,9 +330,14 @@ TEST_F(HaFaultTest, RepeatedDiskFailuresOnTheLeaderNeitherForkTheLogNorWedgeTheC
     while (metric(members, leader, "hf3fs_meta_disk_errors_total") <= errors && Clock::now() < deadline) {
       std::this_thread::sleep_for(20ms);
     }
+    // It steps down for it (at its next look); the next injection goes to whoever leads after it.
+    while (members.health(leader).role == "leader" && Clock::now() < deadline) std::this_thread::sleep_for(20ms);
     const std::size_t before = written();
     while (written() < before + 20 && Clock::now() < deadline) std::this_thread::sleep_for(20ms);
-    if (Clock::now() >= deadline) failure = "injection " + std::to_string(injection) + " did not fire, or writes stopped";
+    if (Clock::now() >= deadline) {
+      failure = "injection " + std::to_string(injection) + " on " + members.name(leader) + ": " +
+                (metric(members, leader, "hf3fs_meta_disk_errors_total") <= errors ? "did not fire" : "writes stopped");
+    }
   }
   stop = true;
   for (auto& w : writers) w.join();
@@ -374,6 +379,51 @@ TEST_F(HaFaultTest, RepeatedDiskFailuresOnTheLeaderNeitherForkTheLogNorWedgeTheC
       {"--verify-ha-log", "--ha-etcd", cluster_->endpoints(), "--ha-cluster", test_name()}, 30s);
   EXPECT_EQ(verified.exit_code, 0) << verified.output;
   EXPECT_THAT(verified.output, HasSubstr("log of cluster " + test_name() + ": sound. ")) << verified.output;
+}
+
+// The leader's disk stays full (ENOSPC on every journal write until the rule goes). Its first
+// failed write makes it step down and resign: a standby leads within the lease + 1 s of the disk
+// filling (not for as long as the disk stays full), with every change acknowledged before, and the
+// change the full disk refused ("rolled back on this member") is nowhere.
+TEST_F(HaFaultTest, ALeaderWhoseDiskStaysFullHandsTheLeadToAStandby) {
+  HaMembers members(cluster_->endpoints(), test_name(), kLease);
+  for (int i = 0; i < 3; ++i) members.add({"--enable-fault-injection"});
+  const std::size_t leader = members.wait_leader(kWait);
+  ASSERT_NE(leader, kNone) << members.logs();
+  ASSERT_EQ(post(members.process(leader), "/rank/0/initialize", R"({"num_pages":1000})").status, 200);
+  std::vector<std::string> keys;
+  for (int i = 0; i < 5; ++i) {
+    keys.push_back("before-" + std::to_string(i));
+    std::string failure;
+    ASSERT_TRUE(write_key(members.process(leader), keys.back(), &failure)) << failure;
+  }
+  const auto full = post(members.process(leader), "/_faults", R"({"disk_error":"ENOSPC","disk_op":"journal_write"})");
+  ASSERT_EQ(full.status, 200) << full.body;
+  const auto filled = Clock::now();
+  const auto refused = post(members.process(leader), "/keys/batch_allocate", allocate_body(0, {"during"}));
+  // Its record was never written, so it can never reach the log: rolled back, as the answer says.
+  EXPECT_EQ(refused.status, 503) << refused.body;
+  EXPECT_THAT(refused.body, HasSubstr("No space left on device; rolled back on this member"));
+
+  const std::size_t next = members.wait_leader(kWait, all_but(3, leader));
+  const auto took = Clock::now() - filled;
+  ASSERT_NE(next, kNone) << members.logs();
+  EXPECT_LE(ms(took), ms(kLease + 1s)) << members.logs();
+  EXPECT_NE(members.health(leader).role, "leader") << members.logs();
+  std::string failure;
+  keys.push_back("after");
+  ASSERT_TRUE(write_key(members.process(next), keys.back(), &failure)) << failure << members.logs();
+  const auto exists = post(members.process(next), "/keys/batch_exists", keys_body(keys));
+  ASSERT_EQ(exists.status, 200) << exists.body;
+  EXPECT_EQ(count_exists(exists.body, keys.size()), static_cast<int>(keys.size())) << members.logs();
+  // "during" was allocated nowhere: no page held by an allocation, no key waiting for its confirm.
+  const auto stats = raw_request(members.process(next).host(), members.process(next).port(), "GET", "/stats", "");
+  ASSERT_EQ(stats.status, 200) << stats.body;
+  EXPECT_THAT(stats.body, HasSubstr(R"("allocated":0,)")) << "a change answered 'rolled back' was applied";
+  EXPECT_THAT(stats.body, HasSubstr(R"("keys_complete":6,"keys_incomplete":0,)"));
+  const auto cleared = raw_request(members.process(leader).host(), members.process(leader).port(), "DELETE", "/_faults", "");
+  EXPECT_EQ(cleared.status, 200) << cleared.body;
+  EXPECT_EQ(members.stop_all(), "") << members.logs();
 }
 
 // The leader deletes the entries every live member applied and its last snapshot holds (a snapshot
