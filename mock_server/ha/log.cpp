@@ -40,7 +40,6 @@ EtcdResult<Tip> read_tip(EtcdClient& etcd, const Keys& keys) {
   auto seq = tip_seq(keys, kv);
   if (!seq) return seq.error();
   tip.seq = seq.value();
-  tip.mod_revision = kv.mod_revision;
   return tip;
 }
 

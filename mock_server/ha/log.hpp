@@ -40,7 +40,6 @@ namespace hf3fs_meta::server::ha {
 // The log's last entry as etcd has it.
 struct Tip {
   std::uint64_t seq{0};          // the last record's; 0: an empty log
-  std::int64_t mod_revision{0};  // the tip key's; 0 when there is none
   std::int64_t revision{0};      // the store's revision when read
 };
 
